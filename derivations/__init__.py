@@ -1,0 +1,42 @@
+"""Symbolic derivations of THEORY.md D1-D10 (sympy; no torch).
+
+Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
+imports (coefficients, bounds, sizes). Importing this package does no sympy work.
+
+Run one derivation with ``python -m derivations.<module>``; all of them with
+``attn-theory derive``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: derivation id -> module name (in THEORY.md order)
+MODULES: dict[str, str] = {
+    "D1": "feature_maps",
+    "D2": "recurrent",
+    "D3": "linear",
+    "D4": "truncation",
+    "D5": "state_size",
+    "D6": "shift",
+    "D7": "norms",
+    "D8": "separation",
+    "D9": "related",
+    "D10": "rounding",
+}
+
+
+def module(derivation_id: str):
+    """Import and return the module implementing ``derivation_id`` (e.g. ``"D4"``).
+
+    Raises:
+        KeyError: unknown id (the message lists the known ones).
+    """
+    if derivation_id not in MODULES:
+        raise KeyError(f"derivation_id: expected one of {list(MODULES)}, got {derivation_id!r}")
+    return importlib.import_module(f"derivations.{MODULES[derivation_id]}")
+
+
+def derive_all():
+    """Run every derivation in order; returns a list of ``Derivation`` records."""
+    return [module(i).derive() for i in MODULES]

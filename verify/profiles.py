@@ -1,0 +1,58 @@
+"""Hypothesis profiles ``ci``, ``dev`` and ``thorough``, chosen by ``ATTN_THEORY_PROFILE``.
+
+``ci`` is derandomized with no example database and bounded example counts, so a run is
+reproducible and fits the budget of DESIGN.md; ``dev`` explores with a local database;
+``thorough`` runs many more examples. Tests load the profile in ``tests/conftest.py``; the CLI
+loads the one given by ``--profile``.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_VAR = "ATTN_THEORY_PROFILE"
+PROFILES = ("ci", "dev", "thorough")
+DEFAULT = "ci"
+
+_registered = False
+
+
+def register() -> None:
+    """Register the three profiles with hypothesis (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from hypothesis import HealthCheck, settings
+
+    common = dict(
+        deadline=None,  # timing is measured in benchmarks, never asserted in tests
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    settings.register_profile(
+        "ci", max_examples=25, derandomize=True, database=None, print_blob=True, **common
+    )
+    settings.register_profile("dev", max_examples=100, print_blob=True, **common)
+    settings.register_profile("thorough", max_examples=1000, print_blob=True, **common)
+    _registered = True
+
+
+def selected(name: str | None = None) -> str:
+    """The profile name: ``name`` if given, else ``$ATTN_THEORY_PROFILE``, else ``ci``.
+
+    Raises:
+        ValueError: the name is not one of ``ci``, ``dev``, ``thorough``.
+    """
+    chosen = name if name is not None else os.environ.get(ENV_VAR, DEFAULT)
+    if chosen not in PROFILES:
+        raise ValueError(f"profile: expected one of {PROFILES}, got {chosen!r} (from {ENV_VAR})")
+    return chosen
+
+
+def load(name: str | None = None) -> str:
+    """Register the profiles and load the selected one; returns its name."""
+    from hypothesis import settings
+
+    register()
+    chosen = selected(name)
+    settings.load_profile(chosen)
+    return chosen

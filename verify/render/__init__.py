@@ -1,0 +1,1 @@
+"""Writers for the Markdown/JSON/figure reports in ``reports/``."""
