@@ -1,0 +1,46 @@
+"""Small Markdown helpers shared by the report writers (GitHub-flavoured, with LaTeX)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def cell(x: Any) -> str:
+    """Format one table cell: floats with 4 significant digits, pipes escaped."""
+    if isinstance(x, float):
+        s = f"{x:.4g}"
+    else:
+        s = str(x)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub Markdown table."""
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(cell(x) for x in r) + " |")
+    return "\n".join(lines)
+
+
+def display_math(latex: str) -> str:
+    """A display-math block that GitHub renders: ``$$`` on lines of their own."""
+    return "$$\n" + latex.strip() + "\n$$"
+
+
+def inline_math(latex: str) -> str:
+    return f"${latex.strip()}$"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Deterministic JSON: fixed key order as given, 2-space indent, trailing newline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n")
