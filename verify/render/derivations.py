@@ -9,7 +9,12 @@ from verify.render.metadata import markdown_block, versions
 
 SCHEMA = "attn-theory/derivations/v1"
 
-_BADGE = {"proved": "✅ proved", "verified": "☑️ verified", "cited": "📚 cited", "failed": "❌ failed"}
+_BADGE = {
+    "proved": "✅ proved",
+    "verified": "☑️ verified",
+    "cited": "📚 cited",
+    "failed": "❌ failed",
+}
 
 
 def records_json(records) -> dict:

@@ -32,7 +32,8 @@ def build(stage: Path, *, quiet: bool = True):
         rec = derivations.module(did).derive()
         records.append(rec)
         if not quiet:
-            print(f"  {rec.id:4s} {rec.status.value:9s} {rec.title}  ({time.perf_counter() - t0:.1f} s)")
+            took = time.perf_counter() - t0
+            print(f"  {rec.id:4s} {rec.status.value:9s} {rec.title}  ({took:.1f} s)")
     figures = write_derivation_figures(stage)
     render.write(stage, records, figures)
     return records

@@ -109,7 +109,9 @@ def state_vs_kv(path: Path, d: int = 64, d_v: int = 64) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     T = np.logspace(0, 7, 200)
-    ax.loglog(T, [d5.kv_cache_numbers(int(round(t)), d, d_v) for t in T], "k", lw=2, label="KV cache")
+    ax.loglog(
+        T, [d5.kv_cache_numbers(int(round(t)), d, d_v) for t in T], "k", lw=2, label="KV cache"
+    )
     for n, color in zip((1, 2, 3, 4), ("C0", "C1", "C2", "C3")):
         sym = d5.state_numbers(n, d, d_v, "symmetric")
         ten = d5.state_numbers(n, d, d_v, "tensor")
