@@ -1,0 +1,1 @@
+"""The property catalogue (DESIGN.md): each property names the derivation it checks."""

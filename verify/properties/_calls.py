@@ -1,0 +1,55 @@
+"""Calling a variant safely: layout conversion and output validation.
+
+Every property calls the variant under test through :func:`call`, which converts the canonical
+``(B, H, T, d)`` tensors to the variant's layout, calls it, and turns any misbehaviour (an
+exception, a wrong shape or dtype, NaN or inf) into a :class:`VariantError` with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verify.properties.base import VariantError
+
+
+def to_layout(x, layout: str):
+    """Canonical ``(B, H, T, d)`` -> the variant's layout (``BTHD`` swaps axes 1 and 2)."""
+    return x.transpose(1, 2) if layout == "BTHD" else x
+
+
+def from_layout(x, layout: str):
+    return x.transpose(1, 2) if layout == "BTHD" else x
+
+
+def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwargs: Any):
+    """``variant.forward`` on canonical tensors; returns the canonical ``(B, H, T, d_v)`` output.
+
+    Raises:
+        VariantError: the variant raised, or returned a non-tensor, a wrong shape or dtype, or
+            (unless ``allow_nonfinite``) NaN/inf.
+    """
+    import torch
+
+    lay = variant.layout
+    try:
+        out = variant.forward(
+            to_layout(q, lay), to_layout(k, lay), to_layout(v, lay), causal=causal, **kwargs
+        )
+    except VariantError:
+        raise
+    except Exception as exc:
+        raise VariantError(f"forward raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(out, tuple):  # e.g. (o, state) APIs
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise VariantError(f"forward returned {type(out).__name__}, expected a torch.Tensor")
+    out = from_layout(out, lay)
+    expected = (*q.shape[:-1], v.shape[-1])
+    if tuple(out.shape) != tuple(expected):
+        raise VariantError(f"output shape {tuple(out.shape)}, expected {tuple(expected)}")
+    if out.dtype != q.dtype:
+        raise VariantError(f"output dtype {out.dtype}, expected the input dtype {q.dtype}")
+    if not allow_nonfinite and not torch.isfinite(out).all():
+        bad = (~torch.isfinite(out)).nonzero()[0].tolist()
+        raise VariantError(f"output has NaN/inf (first at index {bad})")
+    return out

@@ -1,0 +1,232 @@
+"""The property abstraction and the hypothesis-driven runner.
+
+A :class:`Property` names one statement of the theory (or of the API contract), the derivation
+it checks, when it applies to a variant, a strategy of examples and a check that returns
+observed/bound (:class:`Observation`). The runner draws examples with hypothesis, fails when an
+observation exceeds its bound (or the variant raises, hangs, returns NaN or the wrong shape), lets
+hypothesis shrink the failure to a minimal counterexample and returns a :class:`PropertyResult`.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: bound kinds: derived from the error model / a derivation; calibrated by a stated rule (labelled
+#: in reports); exact (an identity that must hold bit for bit, bound 0); statistical (explicit
+#: confidence level with Bonferroni correction).
+BOUND_KINDS = ("derived", "calibrated", "exact", "statistical")
+LOOSE = 1e-6  # observed/bound never above this over all examples: the bound is flagged loose
+
+
+class VariantError(Exception):
+    """The variant under test misbehaved: raised, returned NaN/inf, wrong shape or dtype."""
+
+
+class NotApplicable(Exception):
+    """Raised by a check for an example outside the property's range (counts as rejected)."""
+
+
+@dataclass
+class Observation:
+    """One comparison: the observed quantity against its stated bound.
+
+    ``ratio = observed / bound``; > 1 fails. A zero bound means exact equality is required.
+    """
+
+    observed: float
+    bound: float
+    kind: str = "derived"
+    where: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in BOUND_KINDS:
+            raise ValueError(f"kind: expected one of {BOUND_KINDS}, got {self.kind!r}")
+
+    @property
+    def ratio(self) -> float:
+        obs = float(self.observed)
+        if math.isnan(obs):
+            return math.inf
+        if self.bound == 0:
+            return 0.0 if obs == 0 else math.inf
+        return obs / float(self.bound)
+
+
+@dataclass(frozen=True)
+class Property:
+    """An entry of the property catalogue.
+
+    Args:
+        id: stable identifier (``kebab-case``), used by ``--select`` and in reports.
+        statement: one line saying what must hold.
+        derivation: the THEORY.md id it checks (``"D2"``), or ``"contract"`` for API behaviour.
+        applies: ``applies(variant, ctx) -> None | str``; a string is the reason to skip.
+        examples: ``examples(variant, ctx) -> hypothesis strategy`` of examples.
+        check: ``check(variant, example, ctx) -> Observation | list[Observation]``.
+        faults: the FAULTS.md entries this property catches.
+        max_examples: cap on examples (expensive checks), ``None`` = the profile's count.
+    """
+
+    id: str
+    statement: str
+    derivation: str
+    applies: Callable[[Any, Any], str | None]
+    examples: Callable[[Any, Any], Any]
+    check: Callable[[Any, Any, Any], Any]
+    faults: tuple[int, ...] = ()
+    max_examples: int | None = None
+
+
+@dataclass
+class RunContext:
+    """Where and how a property runs: dtype name, device, example budget, seed."""
+
+    dtype: str = "float64"
+    device: str = "cpu"
+    max_examples: int | None = None  # None: the loaded hypothesis profile decides
+    seed: int = 0
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+
+@dataclass
+class PropertyResult:
+    """Outcome of one property on one variant in one context."""
+
+    property_id: str
+    derivation: str
+    statement: str
+    status: str  # pass | fail | skip
+    dtype: str
+    device: str
+    examples: int = 0
+    max_ratio: float | None = None
+    observed: float | None = None
+    bound: float | None = None
+    bound_kind: str | None = None
+    loose: bool = False
+    reason: str = ""  # skip reason, or failure message
+    counterexample: str = ""
+    snippet: str = ""
+    ratios: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("ratios")
+        return d
+
+
+def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
+    """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant."""
+    from hypothesis import given, settings
+
+    base = dict(
+        property_id=prop.id,
+        derivation=prop.derivation,
+        statement=prop.statement,
+        dtype=ctx.dtype,
+        device=ctx.device,
+    )
+    try:
+        reason = prop.applies(variant, ctx)
+    except Exception as exc:  # an applicability test that crashes is a bug in the catalogue
+        reason = f"applicability check raised {exc!r}"
+        return PropertyResult(status="fail", reason=reason, **base)
+    if reason:
+        return PropertyResult(status="skip", reason=reason, **base)
+
+    observations: list[Observation] = []
+    state: dict[str, Any] = {}
+
+    def one(example: Any) -> None:
+        try:
+            result = prop.check(variant, example, ctx)
+        except NotApplicable:
+            from hypothesis import assume
+
+            assume(False)
+            return
+        except VariantError as exc:
+            state["failure"] = (example, None, str(exc))
+            raise
+        except Exception as exc:  # the variant (or its output) broke the check
+            msg = f"{type(exc).__name__}: {exc}"
+            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            state["failure"] = (example, None, msg if msg else tb)
+            raise VariantError(msg) from exc
+        obs_list = result if isinstance(result, list) else [result]
+        worst = max(obs_list, key=lambda o: o.ratio)
+        observations.append(worst)
+        if worst.ratio > 1.0:
+            state["failure"] = (example, worst, _fail_message(worst))
+            raise AssertionError(_fail_message(worst))
+
+    overrides: dict[str, Any] = {"database": None}
+    limit = prop.max_examples
+    if ctx.max_examples is not None:
+        limit = min(limit, ctx.max_examples) if limit else ctx.max_examples
+    if limit:
+        overrides["max_examples"] = limit
+    wrapped = settings(settings(), **overrides)(given(prop.examples(variant, ctx))(one))
+
+    failed = False
+    err_text = ""
+    try:
+        wrapped()
+    except (AssertionError, VariantError) as exc:
+        failed = True
+        err_text = str(exc)
+    except Exception as exc:  # hypothesis errors (e.g. Unsatisfiable) and the like
+        failed = True
+        err_text = f"{type(exc).__name__}: {exc}"
+        state.setdefault("failure", (None, None, err_text))
+
+    ratios = [o.ratio for o in observations]
+    worst_obs = max(observations, key=lambda o: o.ratio) if observations else None
+    res = PropertyResult(
+        status="fail" if failed else "pass",
+        examples=len(observations),
+        ratios=ratios,
+        **base,
+    )
+    if failed and "failure" in state:
+        example, obs, msg = state["failure"]
+        worst_obs = obs or worst_obs
+        res.reason = msg or err_text
+        if example is not None:
+            res.counterexample = repr(example)
+            res.snippet = example.snippet() if hasattr(example, "snippet") else ""
+    elif failed:
+        res.reason = err_text
+    if worst_obs is not None:
+        res.max_ratio = worst_obs.ratio
+        res.observed = float(worst_obs.observed)
+        res.bound = float(worst_obs.bound)
+        res.bound_kind = worst_obs.kind
+        res.loose = (
+            not failed
+            and worst_obs.kind in ("derived", "calibrated")
+            and all(r < LOOSE for r in ratios)
+        )
+    if not failed and not observations:
+        res.status = "skip"
+        res.reason = "no example was applicable"
+    return res
+
+
+def _fail_message(obs: Observation) -> str:
+    where = f" at {obs.where}" if obs.where else ""
+    detail = f"; {obs.detail}" if obs.detail else ""
+    return (
+        f"observed {obs.observed:.3e} > bound {obs.bound:.3e} "
+        f"(ratio {obs.ratio:.3g}, {obs.kind}){where}{detail}"
+    )

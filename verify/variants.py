@@ -1,0 +1,249 @@
+"""The attention-variant spec and registry (DESIGN.md, "Variant checking"; OpInfo-like).
+
+An :class:`AttentionVariant` declares an attention implementation once -- its forward function,
+layout and the claims it makes (kernel, causality, normalization, eps, scale, dtypes, devices) --
+and the generic property battery (``verify.properties``) decides from those claims which checks
+apply. The project's own implementations are registered variants (:func:`builtin_variants`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+LAYOUTS = ("BHTD", "BTHD")
+CAUSAL_SUPPORT = ("yes", "no", "both")
+ALIGNMENTS = ("top-left", "bottom-right")
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+LINEAR_MAPS = ("identity", "elu1", "relu", "favor")
+_KERNEL_RE = re.compile(
+    r"^(softmax|unknown|taylor:(\d+)|linear:(identity|elu1|relu|favor|taylor:\d+))$"
+)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A per-dtype override of the derived bound: ``factor`` times it, with a stated reason."""
+
+    factor: float
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.factor, (int, float)) and self.factor > 0 and math.isfinite(self.factor)
+        ):
+            raise ValueError(f"factor: expected a positive finite number, got {self.factor!r}")
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError("reason: a tolerance override must state its reason")
+
+
+@dataclass(frozen=True)
+class StateAPI:
+    """Streaming interface of a variant, in the variant's layout.
+
+    ``prefill(q, k, v, state=None) -> (o, state)`` processes a segment, resuming ``state`` when
+    given; ``step(state, q_t, k_t, v_t) -> (o_t, state)`` decodes one token (``q_t`` without the
+    sequence axis). Both are causal by definition.
+    """
+
+    prefill: Callable[..., tuple[Any, Any]]
+    step: Callable[..., tuple[Any, Any]]
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    """Declared attention implementation and its claims.
+
+    Args:
+        name: short identifier (used in report file names after sanitizing).
+        forward: ``forward(q, k, v, *, causal) -> o``. Tensors in ``layout``: for ``BHTD``
+            q ``(B, H, T, d)``, k ``(B, H, S, d)``, v ``(B, H, S, d_v)``, o ``(B, H, T, d_v)``;
+            ``BTHD`` swaps the head and sequence axes. The output dtype must be the input dtype.
+        layout: ``"BHTD"`` or ``"BTHD"``.
+        kernel: ``"softmax"``, ``"taylor:N"`` (kappa_N of THEORY.md D1), ``"linear:MAP"`` with MAP
+            one of identity, elu1, relu, favor, taylor:N, or ``"unknown"`` (the checker then
+            identifies it with probes).
+        causal: which ``causal`` values ``forward`` supports: ``"yes"``, ``"no"`` or ``"both"``.
+        causal_alignment: for causal calls with T != S, ``"top-left"`` (SDPA) or
+            ``"bottom-right"`` (FlashAttention >= 2.1); ``None`` means T != S is not supported
+            when causal.
+        normalized: divides by the kernel sum (True) or returns the numerator (False).
+        eps: a constant the variant adds to its denominator (declared convention, e.g. 1e-6).
+        scale: ``"default"`` (1/sqrt(d) for exp-type kernels, 1 for element-wise maps, whatever d
+            a check uses) or a float.
+        dtypes, devices: what the variant supports.
+        feature_map: optional ``phi(x) -> features`` ``(..., d) -> (..., m)``, for kernel checks.
+        feature_scale: what ``feature_map`` absorbs: ``"sqrt"`` means phi(q).phi(k) is meant to
+            equal kappa(c q.k) with c the default scale; ``"none"`` means kappa(q.k).
+        state_api: optional :class:`StateAPI`.
+        forms: optional alternative forward functions that must agree with ``forward`` (e.g.
+            ``{"recurrent": f, "chunked": g}``).
+        supports_mask: ``forward`` accepts ``attn_mask=`` (bool, True = keep, (B, H, T, S)).
+        length_multiple: sequence lengths must be a multiple of this (a declared restriction).
+        tolerances: per-dtype :class:`Tolerance` overrides (each with its reason).
+        description: one line for the report card.
+
+    Raises:
+        ValueError: an unknown layout, kernel, causal, alignment, dtype, or a bad eps/scale.
+    """
+
+    name: str
+    forward: Callable[..., Any]
+    layout: str = "BHTD"
+    kernel: str = "unknown"
+    causal: str = "both"
+    causal_alignment: str | None = None
+    normalized: bool = True
+    eps: float = 0.0
+    scale: float | str = "default"
+    dtypes: tuple[str, ...] = ("float64", "float32")
+    devices: tuple[str, ...] = ("cpu",)
+    feature_map: Callable[[Any], Any] | None = None
+    feature_scale: str = "sqrt"
+    state_api: StateAPI | None = None
+    forms: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    supports_mask: bool = False
+    length_multiple: int = 1
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name: expected a non-empty str, got {self.name!r}")
+        if not callable(self.forward):
+            raise TypeError(f"forward: expected a callable, got {type(self.forward).__name__}")
+        _one_of("layout", self.layout, LAYOUTS)
+        if not isinstance(self.kernel, str) or not _KERNEL_RE.match(self.kernel):
+            raise ValueError(
+                "kernel: expected 'softmax', 'taylor:N', 'linear:MAP' (MAP in "
+                f"{LINEAR_MAPS + ('taylor:N',)}) or 'unknown', got {self.kernel!r}"
+            )
+        _one_of("causal", self.causal, CAUSAL_SUPPORT)
+        if self.causal_alignment is not None:
+            _one_of("causal_alignment", self.causal_alignment, ALIGNMENTS)
+        if not isinstance(self.normalized, bool):
+            raise TypeError(f"normalized: expected a bool, got {self.normalized!r}")
+        if not (isinstance(self.eps, (int, float)) and self.eps >= 0 and math.isfinite(self.eps)):
+            raise ValueError(f"eps: expected a finite number >= 0, got {self.eps!r}")
+        if self.scale != "default" and not (
+            isinstance(self.scale, (int, float)) and self.scale > 0 and math.isfinite(self.scale)
+        ):
+            raise ValueError(f"scale: expected 'default' or a positive float, got {self.scale!r}")
+        for dt in self.dtypes:
+            _one_of("dtypes", dt, DTYPES)
+        for dev in self.devices:
+            if dev not in ("cpu", "cuda"):
+                raise ValueError(f"devices: expected entries 'cpu' or 'cuda', got {dev!r}")
+        _one_of("feature_scale", self.feature_scale, ("sqrt", "none"))
+        if not isinstance(self.length_multiple, int) or self.length_multiple < 1:
+            raise ValueError(f"length_multiple: expected an int >= 1, got {self.length_multiple!r}")
+        for dt, tol in self.tolerances.items():
+            _one_of("tolerances", dt, DTYPES)
+            if not isinstance(tol, Tolerance):
+                raise TypeError(f"tolerances[{dt!r}]: expected a Tolerance(factor, reason)")
+
+    # -- derived views of the claims ----------------------------------------------------------
+    @property
+    def kernel_family(self) -> str:
+        """``softmax``, ``taylor``, ``linear`` or ``unknown``."""
+        return self.kernel.split(":", 1)[0]
+
+    @property
+    def order(self) -> int | None:
+        """Truncation order N for ``taylor:N`` and ``linear:taylor:N``; None otherwise."""
+        m = re.search(r"taylor:(\d+)$", self.kernel)
+        return int(m.group(1)) if m else None
+
+    @property
+    def linear_map(self) -> str | None:
+        """The feature-map name for ``linear:MAP`` kernels."""
+        return self.kernel.split(":", 1)[1] if self.kernel_family == "linear" else None
+
+    @property
+    def exp_type(self) -> bool:
+        """Kernels of the exp family (scores scaled by c, default 1/sqrt(d))."""
+        return self.kernel_family in ("softmax", "taylor") or (
+            self.linear_map is not None
+            and (self.linear_map == "favor" or "taylor" in self.linear_map)
+        )
+
+    def score_scale(self, d: int) -> float:
+        """The scale c the variant claims to use at head dimension ``d``."""
+        if self.scale != "default":
+            return float(self.scale)
+        return 1.0 / math.sqrt(d) if self.exp_type else 1.0
+
+    @property
+    def positive_kernel(self) -> bool | None:
+        """True when the claimed kernel is positive (exp, even kappa_N, elu1, favor); False for
+        signed kernels (odd kappa_N, identity; relu is non-negative but can vanish); None when
+        unknown."""
+        if self.kernel_family == "softmax":
+            return True
+        n = self.order
+        if n is not None:
+            return n % 2 == 0
+        if self.linear_map in ("elu1", "favor"):
+            return True
+        if self.linear_map in ("identity", "relu"):
+            return False
+        return None
+
+    def supports_causal(self, causal: bool) -> bool:
+        return self.causal == "both" or (self.causal == "yes") == causal
+
+    def with_claims(self, **claims: Any) -> AttentionVariant:
+        """A copy with some claims replaced (validated again)."""
+        return replace(self, **claims)
+
+
+def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
+
+
+def sanitize_name(name: str) -> str:
+    """A file-name-safe version of a variant name (letters, digits, ``-``, ``_``, ``.``)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return safe[:80] or "variant"
+
+
+# -- registry of the project's own implementations -------------------------------------------
+
+_REGISTRY: dict[str, Callable[[], AttentionVariant]] = {}
+
+
+def register(
+    name: str,
+) -> Callable[[Callable[[], AttentionVariant]], Callable[[], AttentionVariant]]:
+    """Decorator registering a zero-argument factory of an :class:`AttentionVariant`."""
+
+    def deco(factory: Callable[[], AttentionVariant]) -> Callable[[], AttentionVariant]:
+        if name in _REGISTRY:
+            raise ValueError(f"name: variant {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def registered() -> dict[str, Callable[[], AttentionVariant]]:
+    """Name -> factory of every registered variant (importing the built-ins first)."""
+    import verify.builtin_variants  # noqa: F401  (registers the project's implementations)
+
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> AttentionVariant:
+    """Build the registered variant ``name``.
+
+    Raises:
+        KeyError: unknown name (the message lists the registered ones).
+    """
+    reg = registered()
+    if name not in reg:
+        raise KeyError(f"name: expected one of {sorted(reg)}, got {name!r}")
+    return reg[name]()
