@@ -11,9 +11,12 @@ Phi(x)_alpha = (sqrt(c) x)^alpha / sqrt(alpha!), so ``monomial_weight(alpha) = 1
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from fractions import Fraction
+
+from derivations._record import Derivation, Status
 
 BASES = ("symmetric", "tensor")
 
@@ -95,3 +98,422 @@ def feature_count(order: int, d: int, basis: str = "symmetric") -> int:
     if basis == "tensor":
         return sum(tensor_block_size(n, d) for n in range(order + 1))
     raise ValueError(f"basis: expected one of {BASES}, got {basis!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The derivation record (sympy is imported inside the functions: ``import derivations`` is cheap)
+# ---------------------------------------------------------------------------------------------
+
+#: names ``derive`` accepts as keyword overrides (each replaces the export of the same name;
+#: ``feature_map`` replaces the symmetric feature-map builder)
+OVERRIDABLE = (
+    "taylor_coefficient",
+    "monomial_weight",
+    "multi_indices",
+    "symmetric_block_size",
+    "tensor_block_size",
+    "feature_count",
+    "feature_map",
+)
+
+#: instances of the exact kernel identity (DESIGN.md: d <= 3, N <= 4)
+KERNEL_DIMS = (1, 2, 3)
+KERNEL_ORDERS = (0, 1, 2, 3, 4)
+
+
+def resolve_overrides(wrong: dict, defaults: dict) -> dict:
+    """Merge ``derive(**wrong)`` keyword overrides into ``defaults`` (name -> callable).
+
+    Shared by the D1-D5 modules. Raises ``TypeError`` naming the unknown keyword.
+    """
+    unknown = sorted(set(wrong) - set(defaults))
+    if unknown:
+        raise TypeError(
+            f"derive: unexpected override(s) {unknown}; expected a subset of {sorted(defaults)}"
+        )
+    return {**defaults, **wrong}
+
+
+def to_sympy(value):
+    """Exact sympy number from an int / Fraction / sympy value (floats are kept as Float)."""
+    import sympy
+
+    if isinstance(value, Fraction):
+        return sympy.Rational(value.numerator, value.denominator)
+    return sympy.sympify(value)
+
+
+def symmetric_feature_map(x, order, c, *, indices=multi_indices, weight=monomial_weight):
+    """Symbolic symmetric monomial map [c^(|a|/2) x^a / sqrt(a!)] over |a| <= ``order``.
+
+    ``x`` is a list of sympy expressions (one vector), ``c`` the (positive) score scale. Built
+    from the exports ``multi_indices`` (``indices``) and ``monomial_weight`` (``weight``, 1/a!),
+    so a wrong export gives a wrong map. Used by D1-D3.
+    """
+    import sympy
+
+    feats = []
+    for n in range(order + 1):
+        for alpha in indices(n, len(x)):
+            mono = sympy.Mul(*[xi**ai for xi, ai in zip(x, alpha)])
+            feats.append(sympy.sqrt(c) ** n * sympy.sqrt(to_sympy(weight(alpha))) * mono)
+    return feats
+
+
+def tensor_feature_map(x, order, c, *, coefficient=taylor_coefficient):
+    """Symbolic tensor-power map [sqrt(c^n / n!) x^(tensor n)] for n <= ``order`` (flattened)."""
+    import sympy
+
+    feats = []
+    for n in range(order + 1):
+        w = sympy.sqrt(to_sympy(coefficient(n))) * sympy.sqrt(c) ** n
+        for idx in itertools.product(range(len(x)), repeat=n):
+            feats.append(w * sympy.Mul(*[x[i] for i in idx]))
+    return feats
+
+
+def elementwise_square_map(x, order, c):
+    """The *wrong* map of FAULTS.md #10: [(sqrt(c) x_i)^n / sqrt(n!)] element-wise per order.
+
+    Exact only for d = 1 (or order <= 1); kept here so the wrong-statement tests can inject it.
+    """
+    import sympy
+
+    feats = [sympy.Integer(1)]
+    for n in range(1, order + 1):
+        feats += [(sympy.sqrt(c) * xi) ** n / sympy.sqrt(sympy.factorial(n)) for xi in x]
+    return feats
+
+
+@functools.cache
+def _exp_series_coefficients(order: int) -> tuple:
+    """Coefficients of sympy's Maclaurin series of exp up to x^order (cached: series is slow)."""
+    import sympy
+
+    t = sympy.Symbol("t")
+    poly = sympy.series(sympy.exp(t), t, 0, order + 1).removeO()
+    return tuple(poly.coeff(t, n) for n in range(order + 1))
+
+
+def exp_taylor_polynomial(x, order):
+    """kappa_N(x) from sympy's own Maclaurin series of exp (independent of the exports)."""
+    return sum(c * x**n for n, c in enumerate(_exp_series_coefficients(order)))
+
+
+def hockey_stick_step(closed_form) -> bool:
+    """Induction step of sum_{m<=n} C(m+e-1, m) = F(n, e) for symbolic n, e (Pascal's rule).
+
+    ``closed_form(n, e)`` is the claimed right-hand side (C(n+e, n) when right). Returns True iff
+    F(0, e) = 1 and F(n, e) + C(n+e, n+1) - F(n+1, e) simplifies to 0 for general n >= 0, e >= 1.
+    """
+    import sympy
+
+    n = sympy.Symbol("n", integer=True, nonnegative=True)
+    e = sympy.Symbol("e", integer=True, positive=True)
+    base = sympy.simplify(closed_form(sympy.Integer(0), e) - 1) == 0
+    step = closed_form(n, e) + sympy.binomial(n + 1 + e - 1, n + 1) - closed_form(n + 1, e)
+    return bool(base and sympy.simplify(sympy.gammasimp(step)) == 0)
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D1 record: exp(c q.k) = <Phi(q), Phi(k)> for both feature bases.
+
+    Keyword overrides (for the wrong-statement tests) replace the export of the same name, or
+    ``feature_map`` (signature ``(x, order, c) -> list``) for the symmetric map; e.g.
+    ``derive(feature_map=elementwise_square_map)`` or
+    ``derive(taylor_coefficient=lambda n: Fraction(1, max(n, 1)))`` give a failed record.
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    import sympy
+
+    f = resolve_overrides(
+        wrong,
+        {
+            "taylor_coefficient": taylor_coefficient,
+            "monomial_weight": monomial_weight,
+            "multi_indices": multi_indices,
+            "symmetric_block_size": symmetric_block_size,
+            "tensor_block_size": tensor_block_size,
+            "feature_count": feature_count,
+            "feature_map": None,
+        },
+    )
+    if f["feature_map"] is None:
+
+        def f_sym(x, order, c):
+            return symmetric_feature_map(
+                x, order, c, indices=f["multi_indices"], weight=f["monomial_weight"]
+            )
+
+    else:
+        f_sym = f["feature_map"]
+
+    def f_ten(x, order, c):
+        return tensor_feature_map(x, order, c, coefficient=f["taylor_coefficient"])
+
+    rec = Derivation("D1", "The exponential kernel as a sum of tensor-power kernels")
+    x, c = sympy.symbols("x c", positive=True)
+    n, N = sympy.symbols("n N", integer=True, nonnegative=True)
+    d = sympy.Symbol("d", integer=True, positive=True)
+    qs, ks = sympy.IndexedBase("q"), sympy.IndexedBase("k")
+    i = sympy.Symbol("i", integer=True)
+    s = sympy.Symbol("s")
+    qk = sympy.Sum(qs[i] * ks[i], (i, 1, d))
+    rec.statement["exp_series"] = sympy.Eq(
+        sympy.exp(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, sympy.oo))
+    )
+    rec.statement["tensor_power"] = sympy.Eq(
+        qk**n, sympy.Symbol(r"\langle q^{\otimes n}, k^{\otimes n}\rangle")
+    )
+    rec.statement["multinomial"] = sympy.Eq(
+        qk**n,
+        sympy.Symbol(r"\sum_{|\alpha|=n} \frac{n!}{\alpha!} q^{\alpha} k^{\alpha}"),
+    )
+    rec.statement["symmetric_map"] = sympy.Eq(
+        sympy.Symbol(r"\Phi(x)_\alpha"),
+        c ** (sympy.Symbol(r"|\alpha|") / 2)
+        * sympy.Symbol(r"x^\alpha")
+        / sympy.sqrt(sympy.Symbol(r"\alpha!")),
+    )
+    rec.statement["tensor_map"] = sympy.Eq(
+        sympy.Symbol(r"\Phi_n(x)"),
+        sympy.Symbol(r"(\sqrt{c}\,x)^{\otimes n}") / sympy.sqrt(sympy.factorial(n)),
+    )
+    rec.statement["kappa_N"] = sympy.Eq(
+        sympy.Function("kappa_N")(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, N))
+    )
+    rec.statement["block_sizes"] = sympy.Tuple(
+        sympy.binomial(n + d - 1, n), sympy.Pow(d, n, evaluate=False)
+    )
+
+    # -- 1. the Taylor coefficients -------------------------------------------------------
+    rec.step(
+        "exp is entire; its Maclaurin coefficients are 1/n!. The export taylor_coefficient(n) "
+        "must equal sympy's series coefficient.",
+        rec.statement["exp_series"],
+    )
+    coeff_orders = range(21)
+    series = sympy.series(sympy.exp(s), s, 0, 21).removeO()
+    rec.check(
+        "taylor_coefficient(n) = [s^n] exp(s)",
+        lambda: all(
+            to_sympy(f["taylor_coefficient"](k)) == series.coeff(s, k) for k in coeff_orders
+        ),
+        status=Status.VERIFIED,
+        detail="n = 0..20 against sympy.series(exp(s), s, 0, 21)",
+    )
+
+    # -- 2. tensor-power identity, general d and n (induction) -----------------------------
+    a_fn, b_fn = sympy.Function("a"), sympy.Function("b")
+    big_i = sympy.Symbol("I", integer=True)
+    m_sym = sympy.Symbol("M", integer=True, positive=True)
+    rec.step(
+        "Tensor power, by induction on n: index [d]^(n+1) as [d]^n x [d]. With "
+        "a(I) = q^(tensor n)_I k^(tensor n)_I and b(i) = q_i k_i the double sum factors, so "
+        "<q^(n+1), k^(n+1)> = <q^n, k^n> (q.k); with <q^0, k^0> = 1 this gives (q.k)^n.",
+        sympy.Eq(
+            sympy.Sum(a_fn(big_i) * b_fn(i), (i, 1, d), (big_i, 1, m_sym)),
+            sympy.Sum(a_fn(big_i), (big_i, 1, m_sym)) * sympy.Sum(b_fn(i), (i, 1, d)),
+        ),
+    )
+
+    def tensor_induction():
+        from sympy.simplify.simplify import factor_sum
+
+        inner = factor_sum(sympy.Sum(a_fn(big_i) * b_fn(i), (i, 1, d)))
+        outer = factor_sum(sympy.Sum(inner, (big_i, 1, m_sym)))
+        step_ok = (
+            outer - sympy.Sum(a_fn(big_i), (big_i, 1, m_sym)) * sympy.Sum(b_fn(i), (i, 1, d))
+        ) == 0
+        p = sympy.Function("P")
+        sol = sympy.rsolve(p(n + 1) - p(n) * s, p(n), {p(0): 1})
+        return bool(step_ok and sympy.simplify(sol - s**n) == 0)
+
+    rec.check(
+        "<q^(tensor n), k^(tensor n)> = (q.k)^n for all n, d",
+        tensor_induction,
+        status=Status.PROVED,
+        detail="symbolic d and number of index tuples M; sympy factor_sum + rsolve",
+    )
+
+    # -- 3. multinomial theorem --------------------------------------------------------------
+    rec.step(
+        "Grouping the d^n index tuples I by their count vector alpha (|alpha| = n): the "
+        "number of tuples with counts alpha is the multinomial coefficient n!/alpha!, so "
+        "(q.k)^n = sum_{|alpha|=n} (n!/alpha!) q^alpha k^alpha.",
+        rec.statement["multinomial"],
+    )
+    rec.cite(
+        "multinomial theorem (q.k)^n = sum_{|alpha|=n} n!/alpha! q^alpha k^alpha",
+        "NIST DLMF, Sec. 26.4 (multinomial coefficients, eq. 26.4.9); formal proof in "
+        "Lean mathlib, Mathlib/Data/Nat/Choose/Multinomial.lean",
+        "general n, d",
+    )
+
+    def multinomial_counts():
+        for dd in (1, 2, 3):
+            for nn in range(6):
+                counts: dict[tuple[int, ...], int] = {}
+                for idx in itertools.product(range(dd), repeat=nn):
+                    alpha = tuple(idx.count(j) for j in range(dd))
+                    counts[alpha] = counts.get(alpha, 0) + 1
+                for alpha, cnt in counts.items():
+                    if Fraction(cnt) != math.factorial(nn) * Fraction(f["monomial_weight"](alpha)):
+                        return False
+        return True
+
+    rec.check(
+        "#{I in [d]^n with counts alpha} = n! * monomial_weight(alpha)",
+        multinomial_counts,
+        status=Status.VERIFIED,
+        detail="enumeration, d = 1..3, n = 0..5",
+    )
+
+    # -- 4. block sizes ------------------------------------------------------------------------
+    rec.step(
+        "Block sizes. Multi-indices of length d and size n: fixing alpha_d = j leaves one of "
+        "length d-1 and size n-j, so M(n, d) = sum_{m<=n} M(m, d-1), M(n, 1) = 1; "
+        "C(n+d-1, n) obeys the same recursion (hockey-stick identity, proved by induction "
+        "with Pascal's rule), hence M(n, d) = C(n+d-1, n). Tensor tuples: |[d]^n| = d^n.",
+        rec.statement["block_sizes"],
+    )
+
+    def block_recursion():
+        e = sympy.Symbol("e", integer=True, positive=True)
+        base = sympy.binomial(n + 1 - 1, n) == 1  # M(n, 1) = C(n, n) = 1
+        # sum_{m<=n} C(m+(d-1)-1, m) = C(n+d-1, n): the hockey-stick identity with e = d-1
+        return bool(
+            base
+            and hockey_stick_step(lambda nn, ee: sympy.binomial(nn + ee, nn))
+            and sympy.simplify(sympy.binomial(n + (e + 1) - 1, n) - sympy.binomial(n + e, n)) == 0
+        )
+
+    rec.check(
+        "symmetric block size = C(n+d-1, n) for all n, d",
+        block_recursion,
+        status=Status.PROVED,
+        detail="recursion over alpha_d + hockey-stick identity (induction, symbolic n, e)",
+    )
+
+    def enumerate_blocks():
+        for dd in range(1, 5):
+            total_sym = total_ten = 0
+            for nn in range(7):
+                idx = f["multi_indices"](nn, dd)
+                brute = sorted(
+                    a for a in itertools.product(range(nn + 1), repeat=dd) if sum(a) == nn
+                )
+                if sorted(idx) != brute or len(set(idx)) != len(idx):
+                    return False
+                size = f["symmetric_block_size"](nn, dd)
+                if not (len(idx) == math.comb(nn + dd - 1, nn) == size):
+                    return False
+                tuples = sum(1 for _ in itertools.product(range(dd), repeat=nn))
+                if not (tuples == dd**nn == f["tensor_block_size"](nn, dd)):
+                    return False
+                total_sym += len(idx)
+                total_ten += tuples
+                if f["feature_count"](nn, dd, "symmetric") != total_sym:
+                    return False
+                if f["feature_count"](nn, dd, "tensor") != total_ten:
+                    return False
+        return True
+
+    rec.check(
+        "multi_indices / symmetric_block_size / tensor_block_size / feature_count by enumeration",
+        enumerate_blocks,
+        status=Status.VERIFIED,
+        detail="d = 1..4, n = 0..6: multi_indices(n, d) equals the brute-force set of "
+        "exponent vectors, without repeats; sizes equal the enumeration counts",
+    )
+
+    # -- 5. the kernel identity with symbolic entries --------------------------------------
+    rec.step(
+        "Feature maps from the exports: symmetric Phi(x)_alpha = c^(|alpha|/2) "
+        "sqrt(monomial_weight(alpha)) x^alpha, tensor Phi_n(x) = "
+        "sqrt(c^n taylor_coefficient(n)) x^(tensor n). Summing the multinomial identity "
+        "with weights c^n/n! over n <= N gives <Phi(q), Phi(k)> = kappa_N(c q.k).",
+        rec.statement["kappa_N"],
+    )
+    rec.step(
+        "Order 2: the symmetric map has weight 1/sqrt(2) on x_i^2 and 1 on x_i x_j (i < j); "
+        "an element-wise square x_i^2 alone misses the cross terms for d > 1.",
+        sympy.Tuple(sympy.sqrt(sympy.Rational(1, 2)), sympy.Integer(1)),
+    )
+    rec.check(
+        "order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",
+        lambda: (
+            sympy.sqrt(to_sympy(f["monomial_weight"]((2, 0)))) == 1 / sympy.sqrt(2)
+            and sympy.sqrt(to_sympy(f["monomial_weight"]((1, 1)))) == 1
+        ),
+        status=Status.VERIFIED,
+        detail="monomial_weight((2, 0)) and monomial_weight((1, 1))",
+    )
+
+    def kernel_identity(builder):
+        def check():
+            for dd in KERNEL_DIMS:
+                q = sympy.symbols(f"q1:{dd + 1}", real=True)
+                k = sympy.symbols(f"k1:{dd + 1}", real=True)
+                dot = sum(a * b for a, b in zip(q, k))
+                for order in KERNEL_ORDERS:
+                    lhs = sum(a * b for a, b in zip(builder(q, order, c), builder(k, order, c)))
+                    rhs = exp_taylor_polynomial(c * dot, order)
+                    if sympy.expand(lhs - rhs) != 0:
+                        return False
+            return True
+
+        return check
+
+    inst = f"symbolic q1..qd, k1..kd, c > 0; d in {KERNEL_DIMS}, N in {KERNEL_ORDERS}"
+    rec.check(
+        "symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
+        kernel_identity(f_sym),
+        status=Status.VERIFIED,
+        detail=inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
+    )
+    rec.check(
+        "tensor-power map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
+        kernel_identity(f_ten),
+        status=Status.VERIFIED,
+        detail=inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
+    )
+
+    # -- 6. the FAULTS.md #10 triggers --------------------------------------------------------
+    def triggers():
+        one = sympy.Integer(1)
+        for q, k in (((one, one), (one, one)), ((one,) * 4, (-one,) * 4)):
+            for builder in (f_sym, f_ten):
+                val = sum(a * b for a, b in zip(builder(q, 2, one), builder(k, 2, one)))
+                if sympy.nsimplify(val) != 5:
+                    return False
+        return True
+
+    rec.check(
+        "FAULTS.md #10 triggers give kappa_2 = 5",
+        triggers,
+        status=Status.VERIFIED,
+        detail="c = 1, N = 2: q = k = (1, 1) and q = (1, 1, 1, 1), k = -q (both maps)",
+    )
+    rec.exports = [
+        "taylor_coefficient",
+        "taylor_coefficients",
+        "multi_indices",
+        "monomial_weight",
+        "symmetric_block_size",
+        "tensor_block_size",
+        "feature_count",
+    ]
+    rec.tables["block_sizes_d64"] = (
+        ["order n", "symmetric C(n+63, n)", "tensor 64^n"],
+        [[k, symmetric_block_size(k, 64), tensor_block_size(k, 64)] for k in range(5)],
+    )
+    return rec
+
+
+if __name__ == "__main__":
+    from derivations._record import main_for
+
+    main_for(derive)

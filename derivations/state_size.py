@@ -1,0 +1,323 @@
+"""D5. State size of Taylor-N attention against the softmax KV cache (THEORY.md D5).
+
+The recurrent state holds, per order n, a numerator block (features x d_v) and a denominator
+block (features); order 0's denominator is the token count. With the symmetric basis
+(C(n+d-1, n) features per order) all orders up to N take
+C(N+d, N) (d_v + 1) numbers (hockey-stick identity), with the tensor-power basis
+sum_{n<=N} d^n (d_v + 1); the softmax KV cache of T tokens takes T (d + d_v). The state is
+smaller once T(d + d_v) >= state, i.e. from T* = ceil(state / (d + d_v)) on.
+
+Numeric exports (plain Python ints): ``symmetric_state_numbers``, ``tensor_state_numbers``,
+``state_numbers``, ``kv_cache_numbers``, ``crossover_ratio``, ``crossover_length``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+from derivations import feature_maps as fm
+from derivations._record import Derivation, Status
+
+#: THEORY.md D5 values at d = d_v = 64 (THEORY.md is their source)
+THEORY_BLOCKS_D64 = {2: (2_080, 4_096), 3: (45_760, 262_144), 4: (766_480, 16_777_216)}
+THEORY_CROSSOVER_D64 = {2: 1_089, 3: 24_327, 4: 413_555}
+
+
+def symmetric_state_numbers(order: int, d: int, d_v: int) -> int:
+    """Numbers in the symmetric-basis state of orders 0..N: C(N+d, N) (d_v + 1) (THEORY D5).
+
+    Args:
+        order: N >= 0; d: query/key size >= 1; d_v: value size >= 1.
+    Raises:
+        TypeError, ValueError: an argument is not an int in range.
+    """
+    fm._check_order("order", order)
+    fm._check_dim("d", d)
+    fm._check_dim("d_v", d_v)
+    return math.comb(order + d, order) * (d_v + 1)
+
+
+def tensor_state_numbers(order: int, d: int, d_v: int) -> int:
+    """Numbers in the tensor-power state of orders 0..N: sum_{n<=N} d^n (d_v + 1) (D5).
+
+    Raises:
+        TypeError, ValueError: an argument is not an int in range.
+    """
+    fm._check_order("order", order)
+    fm._check_dim("d", d)
+    fm._check_dim("d_v", d_v)
+    return sum(d**n for n in range(order + 1)) * (d_v + 1)
+
+
+def state_numbers(order: int, d: int, d_v: int, basis: str = "symmetric") -> int:
+    """State size for ``basis`` ``"symmetric"`` or ``"tensor"`` (see the two functions above).
+
+    Raises:
+        TypeError, ValueError: bad ints, or ``basis`` not one of ``("symmetric", "tensor")``.
+    """
+    if basis == "symmetric":
+        return symmetric_state_numbers(order, d, d_v)
+    if basis == "tensor":
+        return tensor_state_numbers(order, d, d_v)
+    raise ValueError(f"basis: expected one of {fm.BASES}, got {basis!r}")
+
+
+def kv_cache_numbers(T: int, d: int, d_v: int) -> int:  # noqa: N803 - T is the sequence length
+    """Numbers in a softmax KV cache of ``T`` tokens: T (d + d_v) (keys T x d, values T x d_v).
+
+    Raises:
+        TypeError, ValueError: ``T`` not an int >= 0, or ``d``/``d_v`` not an int >= 1.
+    """
+    fm._check_order("T", T)
+    fm._check_dim("d", d)
+    fm._check_dim("d_v", d_v)
+    return T * (d + d_v)
+
+
+def crossover_ratio(order: int, d: int, d_v: int, basis: str = "symmetric") -> Fraction:
+    """Exact T* = state / (d + d_v) (a ``Fraction``): the KV cache equals the state at T = T*."""
+    return Fraction(state_numbers(order, d, d_v, basis), d + d_v)
+
+
+def crossover_length(order: int, d: int, d_v: int, basis: str = "symmetric") -> int:
+    """Smallest sequence length T with T (d + d_v) >= state: ceil(T*) (THEORY.md D5).
+
+    From this length on the Taylor-N state is no larger than the KV cache. THEORY.md quotes T*
+    rounded to the nearest integer (1,089 at N = 2, d = d_v = 64, where T* = 1089.26); this
+    function rounds up (1,090), because at T = 1,089 the KV cache is still the smaller one.
+
+    Raises:
+        TypeError, ValueError: as ``state_numbers``.
+    """
+    ratio = crossover_ratio(order, d, d_v, basis)
+    return -((-ratio.numerator) // ratio.denominator)
+
+
+# ---------------------------------------------------------------------------------------------
+EXPORTS = (
+    "symmetric_state_numbers",
+    "tensor_state_numbers",
+    "state_numbers",
+    "kv_cache_numbers",
+    "crossover_ratio",
+    "crossover_length",
+)
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D5 record.
+
+    Keyword overrides (wrong-statement tests): any name in ``EXPORTS`` (e.g. a symmetric size
+    without the denominator block), or ``closed_form`` -- a sympy function ``(N, d) -> expr``
+    claimed to equal sum_{n<=N} C(n+d-1, n) (right: ``binomial(N+d, N)``).
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    import sympy
+
+    f = fm.resolve_overrides(
+        wrong,
+        {
+            "closed_form": lambda big_n, d: sympy.binomial(big_n + d, big_n),
+            **{name: globals()[name] for name in EXPORTS},
+        },
+    )
+    rec = Derivation("D5", "State size against the KV cache")
+    n, big_n = sympy.symbols("n N", integer=True, nonnegative=True)
+    d, d_v, t_len = sympy.symbols("d d_v T", integer=True, positive=True)
+    rec.statement["symmetric_state"] = sympy.Eq(
+        sympy.Sum(sympy.binomial(n + d - 1, n), (n, 0, big_n)) * (d_v + 1),
+        sympy.binomial(big_n + d, big_n) * (d_v + 1),
+    )
+    rec.statement["tensor_state"] = sympy.Eq(
+        sympy.Symbol("S_tensor"), sympy.Sum(d**n, (n, 0, big_n)) * (d_v + 1)
+    )
+    rec.statement["kv_cache"] = sympy.Eq(sympy.Symbol("KV"), t_len * (d + d_v))
+    rec.statement["crossover"] = sympy.Eq(
+        sympy.Symbol("T^*"), sympy.binomial(big_n + d, big_n) * (d_v + 1) / (d + d_v)
+    )
+
+    # -- composition of the state -------------------------------------------------------------
+    rec.step(
+        "The state of order n holds S^(n) (features x d_v) and z^(n) (features): "
+        "size(n) (d_v + 1) numbers, size(n) = C(n+d-1, n) (symmetric) or d^n (tensor), D1. "
+        "Order 0: S^(0) is the running value sum (d_v numbers), z^(0) the token count."
+    )
+
+    def composition():
+        for dd in (1, 2, 3, 4):
+            for dv in (1, 2, 5):
+                for order in range(5):
+                    sym = sum(
+                        len(fm.multi_indices(k, dd)) * dv + len(fm.multi_indices(k, dd))
+                        for k in range(order + 1)
+                    )
+                    ten = sum(
+                        sum(1 for _ in itertools.product(range(dd), repeat=k)) * (dv + 1)
+                        for k in range(order + 1)
+                    )
+                    if f["symmetric_state_numbers"](order, dd, dv) != sym:
+                        return False
+                    if f["tensor_state_numbers"](order, dd, dv) != ten:
+                        return False
+                    if f["state_numbers"](order, dd, dv, "symmetric") != sym:
+                        return False
+                    if f["state_numbers"](order, dd, dv, "tensor") != ten:
+                        return False
+        return True
+
+    rec.check(
+        "state sizes == enumeration of the numerator and denominator blocks",
+        composition,
+        status=Status.VERIFIED,
+        detail="d = 1..4, d_v in {1, 2, 5}, N = 0..4; blocks enumerated with D1's "
+        "multi_indices and itertools.product",
+    )
+
+    # -- the hockey-stick identity --------------------------------------------------------------
+    rec.step(
+        "Hockey stick: sum_{n<=N} C(n+d-1, n) = C(N+d, N), by induction on N: true at N = 0, "
+        "and C(N+d, N) + C(N+d, N+1) = C(N+d+1, N+1) (Pascal's rule).",
+        rec.statement["symmetric_state"],
+    )
+    rec.check(
+        "sum_{n<=N} C(n+d-1, n) = C(N+d, N) (all N >= 0, d >= 1)",
+        lambda: fm.hockey_stick_step(f["closed_form"]),
+        status=Status.PROVED,
+        detail="induction with symbolic N, d; sympy simplify/gammasimp of the step",
+    )
+    rec.check(
+        "sympy summation agrees: sum_{n<=N} C(n+d-1, n) -> C(N+d, N)",
+        lambda: (
+            sympy.simplify(
+                sympy.gammasimp(
+                    sympy.summation(sympy.binomial(n + d - 1, n), (n, 0, big_n))
+                    - f["closed_form"](big_n, d)
+                )
+            )
+            == 0
+        ),
+        status=Status.PROVED,
+        detail="sympy.summation with symbolic N, d",
+    )
+    rec.step(
+        "Tensor power: the geometric sum sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) for d >= 2 "
+        "and N + 1 for d = 1.",
+        rec.statement["tensor_state"],
+    )
+
+    def geometric():
+        e = sympy.Symbol("e", integer=True, nonnegative=True)  # d = e + 2 >= 2
+        total = sympy.summation(d**n, (n, 0, big_n))
+        general = sympy.simplify(total.subs(d, e + 2) - ((e + 2) ** (big_n + 1) - 1) / (e + 1))
+        return bool(general == 0 and total.subs(d, 1) == big_n + 1)
+
+    rec.check(
+        "sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) (d >= 2), N + 1 (d = 1)",
+        geometric,
+        status=Status.PROVED,
+        detail="sympy.summation with symbolic N, d",
+    )
+
+    # -- KV cache and crossover -----------------------------------------------------------------
+    rec.step(
+        "Softmax caches keys (T x d) and values (T x d_v): T (d + d_v) numbers. The state is "
+        "no larger than the cache from T* = state/(d + d_v) on; as a length, ceil(T*) is the "
+        "first T with T (d + d_v) >= state.",
+        rec.statement["crossover"],
+    )
+
+    def kv_and_crossover():
+        for dd in (1, 2, 3, 8):
+            for dv in (1, 2, 8):
+                for tt in (0, 1, 7, 100):
+                    keys = sum(1 for _ in itertools.product(range(tt), range(dd)))
+                    vals = sum(1 for _ in itertools.product(range(tt), range(dv)))
+                    if f["kv_cache_numbers"](tt, dd, dv) != keys + vals:
+                        return False
+                for order in range(4):
+                    for basis in fm.BASES:
+                        state = f["state_numbers"](order, dd, dv, basis)
+                        brute = next(tt for tt in range(state + 2) if tt * (dd + dv) >= state)
+                        if f["crossover_length"](order, dd, dv, basis) != brute:
+                            return False
+                        if f["crossover_ratio"](order, dd, dv, basis) != Fraction(state, dd + dv):
+                            return False
+        return True
+
+    rec.check(
+        "kv_cache_numbers, crossover_ratio, crossover_length (= first T with KV >= state)",
+        kv_and_crossover,
+        status=Status.VERIFIED,
+        detail="d in {1, 2, 3, 8}, d_v in {1, 2, 8}, N = 0..3, both bases; brute-force search",
+    )
+
+    # -- THEORY.md's table --------------------------------------------------------------------
+    rec.step(
+        "THEORY.md's table at d = d_v = 64. T* is not an integer (1089.26, 24326.76, "
+        "413554.88): THEORY.md quotes it rounded to the nearest integer; crossover_length "
+        "rounds up, the first length where the state is not larger (1,090 at N = 2)."
+    )
+
+    def theory_table():
+        for order, (sym_b, ten_b) in THEORY_BLOCKS_D64.items():
+            if (fm.symmetric_block_size(order, 64), fm.tensor_block_size(order, 64)) != (
+                sym_b,
+                ten_b,
+            ):
+                return False
+            if math.comb(order + 63, order) != sym_b or 64**order != ten_b:
+                return False
+        for order, stated in THEORY_CROSSOVER_D64.items():
+            ratio = f["crossover_ratio"](order, 64, 64)
+            if round(ratio) != stated:
+                return False
+            if f["crossover_length"](order, 64, 64) != math.ceil(ratio):
+                return False
+            if ratio != Fraction(math.comb(order + 64, order) * 65, 128):
+                return False
+        return True
+
+    rec.check(
+        "THEORY.md D5 table: blocks 2,080/4,096, 45,760/262,144, 766,480/16,777,216; "
+        "T* = 1,089, 24,327, 413,555 (nearest integer)",
+        theory_table,
+        status=Status.VERIFIED,
+        detail="d = d_v = 64, N = 2, 3, 4",
+    )
+    rec.exports = list(EXPORTS)
+    rec.tables["block_sizes_d64"] = (
+        ["N", "symmetric C(N+63, N)", "tensor 64^N"],
+        [[k, fm.symmetric_block_size(k, 64), fm.tensor_block_size(k, 64)] for k in (1, 2, 3, 4)],
+    )
+    rec.tables["state_vs_kv_d64"] = (
+        [
+            "N",
+            "symmetric state",
+            "tensor state",
+            "T* = state/(d+d_v)",
+            "T* (THEORY, nearest)",
+            "crossover_length (ceil)",
+        ],
+        [
+            [
+                k,
+                symmetric_state_numbers(k, 64, 64),
+                tensor_state_numbers(k, 64, 64),
+                f"{float(crossover_ratio(k, 64, 64)):.2f}",
+                round(crossover_ratio(k, 64, 64)),
+                crossover_length(k, 64, 64),
+            ]
+            for k in (1, 2, 3, 4)
+        ],
+    )
+    return rec
+
+
+if __name__ == "__main__":
+    from derivations._record import main_for
+
+    main_for(derive)
