@@ -1,0 +1,42 @@
+"""Visibility of keys for the parallel forms: causal mask and boolean ``attn_mask`` combined.
+
+A masked weight is made exactly zero with ``torch.where`` (never an additive finite sentinel,
+THEORY.md D6). Queries that see no key and keys that no query sees are replaced by zeros before any
+arithmetic, so large finite values there (e.g. 1e10, FAULTS.md 8) cannot overflow into inf and
+reach the gradients as 0 * inf.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verify.attention._validate import Dims
+
+
+def visible_mask(
+    attn_mask: torch.Tensor | None, causal: bool, dims: Dims, device: torch.device
+) -> torch.Tensor | None:
+    """Bool (B|1, H|1, T, S) of visible (query, key) pairs, or None when all are visible."""
+    vis = attn_mask
+    if vis is not None and vis.dim() < 4:
+        vis = vis.reshape((1,) * (4 - vis.dim()) + tuple(vis.shape))
+    if causal:
+        tril = torch.ones(dims.T, dims.S, dtype=torch.bool, device=device).tril()
+        vis = tril if vis is None else vis & tril
+    return vis
+
+
+def sanitize(qa, ka, va, vis):
+    """Zero the queries with no visible key and the keys/values no query sees."""
+    if vis is None:
+        return qa, ka, va
+    rows = vis.any(-1)[..., None]
+    cols = vis.any(-2)[..., None]
+    return torch.where(rows, qa, 0.0), torch.where(cols, ka, 0.0), torch.where(cols, va, 0.0)
+
+
+def visible_count(vis: torch.Tensor | None, dims: Dims, dtype, device) -> torch.Tensor:
+    """Number of visible keys per query, (B, H, T) in ``dtype`` (0 marks an empty row)."""
+    if vis is None:
+        return torch.full((dims.B, dims.H, dims.T), float(dims.S), dtype=dtype, device=device)
+    return vis.sum(-1, dtype=dtype).expand(dims.B, dims.H, dims.T)

@@ -1,0 +1,267 @@
+"""Recurrent and chunked evaluation of kernel attention in feature form (THEORY.md D2, D3).
+
+Internal engine shared by ``taylor_attention``, ``linear_attention`` and the state API. Inputs are
+already validated and in the accumulation dtype. Values are augmented with a column of ones, so
+one state ``Sa = [S | z]`` (B, H, m, d_v + 1) carries numerator S = sum_s phi(k_s) v_s^T and
+denominator z = sum_s phi(k_s), and one product ``phi(q) . Sa`` reads both. Masked keys (a
+key-padding mask) have their raw key replaced by 0 (no inf can arise), then features and values
+zeroed: exactly zero weight, and they never enter the state.
+
+The chunked form computes features in column layout (B, H, n_chunks, m, C), so that gathers and
+the state matmuls run on contiguous rows; for Taylor kernels the within-chunk weights are
+kappa_N(c q.k) on the scores (Horner), equal to phi(q~).phi(k~) by D1 at d-wide cost.
+
+Causal recurrent (the reference for step semantics): Sa_t = Sa_{t-1} + phi(k_t) va_t^T,
+out_t = phi(q_t) . Sa_t. Causal chunked, chunk size C: for chunk c with state Sa_(c) (everything
+before the chunk), out = tril(A_c) va_c + phi(q_c) Sa_(c) with A_c the within-chunk weights;
+Sa_(c) = Sa_0 + sum_{c' < c} phi(k_c')^T va_c' by a cumulative sum over chunks. Whole chunks are
+processed in one batched pass and a final partial chunk in a second one, so no padding ever enters
+the state (FAULTS.md 1, 2). Non-causal: every query reads the state after all keys.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verify.attention._kernels import taylor_kernel
+
+
+def _recurrent(fq, fk, va, Sa, causal):
+    if not causal:
+        for s in range(fk.shape[2]):
+            Sa = Sa + fk[:, :, s, :, None] * va[:, :, s, None, :]
+        return fq @ Sa, Sa
+    outs = []
+    for t in range(fk.shape[2]):
+        Sa = Sa + fk[:, :, t, :, None] * va[:, :, t, None, :]
+        outs.append((fq[:, :, t, None, :] @ Sa)[:, :, 0])
+    return torch.stack(outs, 2), Sa
+
+
+def _split(x: torch.Tensor, size: int) -> torch.Tensor:
+    """(B, H, n*size, ...) -> (B, H, n, size, ...)."""
+    return x.reshape(x.shape[:2] + (x.shape[2] // size, size) + x.shape[3:])
+
+
+def _blocks(kernel, x, c, query):
+    """Column-layout feature blocks of x (..., L, d): list of ((..., m_n, L), factors | None)."""
+    return kernel.blocks_t(x.transpose(-1, -2).contiguous(), c, query=query)
+
+
+def _zero_state(Sa, m, like):
+    if Sa is None:
+        shape = like.shape[:2] + (m, like.shape[-1])
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+    if Sa.shape[-2] != m:
+        raise ValueError(f"state: holds {Sa.shape[-2]} features, the feature map gives {m}")
+    return Sa
+
+
+def _check_sizes(fq_m: int, fk_m: int) -> None:
+    if fq_m != fk_m:
+        raise ValueError(f"feature_map: query and key features differ in size: {fq_m} vs {fk_m}")
+
+
+def _state_of(blocks, vc):
+    """sum over each chunk of phi(k) va^T, (..., m, d_v + 1): factors applied to the sums."""
+    parts = []
+    for m, w in blocks:
+        kv = m @ vc
+        parts.append(kv if w is None else kv * w[:, None])
+    return torch.cat(parts, -2) if len(parts) > 1 else parts[0]
+
+
+def _read(blocks, state, out=None):
+    """phi(q) . state for column-layout query blocks: (..., L, d_v + 1), added to ``out``."""
+    lo = 0
+    for m, w in blocks:
+        part = state[..., lo : lo + m.shape[-2], :]
+        lo += m.shape[-2]
+        if w is not None:
+            part = part * w[:, None]
+        term = m.transpose(-1, -2) @ part
+        out = term if out is None else out + term
+    return out
+
+
+def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
+    """Causal pass over n*C tokens in chunks of C; returns (out, state after the last chunk).
+
+    Masked keys need no feature masking here: their values (and the ones column) are zero, so
+    they add exactly nothing to ``kv``, and the within-chunk weights are masked below.
+    """
+    qc, kc, vc = _split(qa, C), _split(ka, C), _split(va, C)
+    Bq = _blocks(kernel, qc, c, True)  # blocks (B, H, n, m_n, C)
+    Bk = _blocks(kernel, kc, c, False)
+    m = sum(b.shape[-2] for b, _ in Bq)
+    _check_sizes(m, sum(b.shape[-2] for b, _ in Bk))
+    keep = torch.ones(C, C, dtype=torch.bool, device=qa.device).tril()
+    if km is not None:
+        keep = keep & _split(km, C)[..., None, :]
+    if kernel.order is not None:  # kappa_N on the scores == phi(q~).phi(k~) (D1)
+        A = taylor_kernel(c * (qc @ kc.transpose(-1, -2)), kernel.order)
+    else:
+        A = Bq[0][0].transpose(-1, -2) @ Bk[0][0]
+    A = torch.where(keep, A, 0.0)
+    kv = _state_of(Bk, vc)  # (B, H, n, m, d_v + 1): each chunk's contribution to the state
+    Sa = _zero_state(Sa, m, va)
+    prev = torch.cumsum(torch.cat([Sa[:, :, None], kv[:, :, :-1]], 2), 2)
+    out = _read(Bq, prev, A @ vc)
+    return out.flatten(2, 3), prev[:, :, -1] + kv[:, :, -1]
+
+
+def _segments(S: int, C: int):
+    """Whole chunks [0, main) in chunks of C, then the partial chunk [main, S) as one chunk."""
+    main = (S // C) * C
+    return [(lo, hi, size) for lo, hi, size in ((0, main, C), (main, S, S - main)) if hi > lo]
+
+
+def scan(
+    kernel,
+    c: float,
+    qa: torch.Tensor,
+    ka: torch.Tensor,
+    va: torch.Tensor,
+    Sa: torch.Tensor | None,
+    *,
+    causal: bool,
+    form: str,
+    chunk_size: int,
+    key_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Feature-form kernel attention; returns (out (B,H,T,d_v+1), final state (B,H,m,d_v+1)).
+
+    ``qa`` (B,H,T,d), ``ka`` (B,H,S,d) accumulation dtype, masked keys already zeroed; ``va``
+    (B,H,S,d_v+1) augmented values; ``Sa`` the state to resume from (None: zeros); ``key_mask``
+    (B|1,H|1,S). ``out[..., :d_v]`` is the numerator and ``out[..., d_v]`` the denominator.
+    """
+    B, H = qa.shape[:2]
+    S = ka.shape[2]
+    km = None if key_mask is None else key_mask.expand(B, H, S)
+    if km is not None:
+        va = torch.where(km[..., None], va, 0.0)
+    if form == "recurrent":
+        fq = kernel.features(qa, c, query=True)
+        fk = kernel.features(ka, c, query=False)
+        _check_sizes(fq.shape[-1], fk.shape[-1])
+        if km is not None:
+            fk = torch.where(km[..., None], fk, 0.0)
+        Sa = _zero_state(Sa, fq.shape[-1], va).expand(B, H, -1, -1)
+        return _recurrent(fq, fk, va, Sa, causal)
+    if not causal:
+        for lo, hi, size in _segments(S, chunk_size):
+            Bk = _blocks(kernel, _split(ka[:, :, lo:hi], size), c, False)  # (B, H, n, m_n, C)
+            kv = _state_of(Bk, _split(va[:, :, lo:hi], size)).sum(2)
+            Sa = _zero_state(Sa, kv.shape[-2], va) + kv
+        Bq = _blocks(kernel, qa, c, True)  # (B, H, m_n, T)
+        _check_sizes(sum(b.shape[-2] for b, _ in Bq), Sa.shape[-2])
+        return _read(Bq, Sa), Sa
+    outs = []
+    if Sa is not None:
+        Sa = Sa.expand(B, H, -1, -1)
+    for lo, hi, size in _segments(S, chunk_size):
+        sub_km = None if km is None else km[..., lo:hi]
+        out, Sa = _causal_chunks(
+            kernel, c, qa[:, :, lo:hi], ka[:, :, lo:hi], va[:, :, lo:hi], Sa, sub_km, size
+        )
+        outs.append(out)
+    return torch.cat(outs, 2) if len(outs) > 1 else outs[0], Sa
+
+
+def visible_counts(
+    n0: torch.Tensor, key_mask: torch.Tensor | None, B: int, H: int, T: int, S: int, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Number of visible keys per query (B, H, T) and after all keys (B, H), from n0 (B, H)."""
+    if key_mask is None:
+        steps = torch.ones(B, H, S, dtype=n0.dtype, device=n0.device)
+    else:
+        steps = key_mask.expand(B, H, S).to(n0.dtype)
+    if causal:
+        per_query = n0[..., None] + torch.cumsum(steps, -1)
+        return per_query, per_query[..., -1]
+    total = n0 + steps.sum(-1)
+    return total[..., None].expand(B, H, T), total
+
+
+def feature_attention(
+    kernel,
+    qa: torch.Tensor,
+    ka: torch.Tensor,
+    va: torch.Tensor,
+    c: float,
+    *,
+    causal: bool,
+    form: str,
+    chunk_size: int,
+    key_mask: torch.Tensor | None,
+    mode: str,
+    eps: float,
+    Sa0: torch.Tensor | None = None,
+    n0: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Recurrent/chunked kernel attention from accumulation-dtype q, k, v and a ``Kernel``.
+
+    ``Sa0`` (B, H, m, d_v + 1) and ``n0`` (B, H) are the state to resume from (zeros if None).
+    Returns (output (B, H, T, d_v), final augmented state, final visible-key count).
+    """
+    from verify.attention.norms import apply_denominator
+
+    B, H, T, _ = qa.shape
+    S, d_v = ka.shape[2], va.shape[-1]
+    if n0 is None:
+        n0 = torch.zeros(B, H, dtype=qa.dtype, device=qa.device)
+    counts, n_final = visible_counts(n0, key_mask, B, H, T, S, causal)
+    if key_mask is not None:
+        ka = torch.where(key_mask[..., None], ka, 0.0)
+    qa = torch.where((counts > 0)[..., None], qa, 0.0)
+    va = torch.cat([va, torch.ones_like(va[..., :1])], -1)
+    out, Sa = scan(
+        kernel,
+        c,
+        qa,
+        ka,
+        va,
+        Sa0,
+        causal=causal,
+        form=form,
+        chunk_size=chunk_size,
+        key_mask=key_mask,
+    )
+    o = apply_denominator(out[..., :d_v], out[..., d_v], counts, mode=mode, eps=eps)
+    return o, Sa, n_final
+
+
+def kernel_attention(
+    kernel, q, k, v, dims, *, causal, c, mask, form, chunk_size, mode, eps
+) -> torch.Tensor:
+    """Validated kernel attention in any form; returns (B, H, T, d_v) in the dtype of q."""
+    from verify.attention import _masks
+    from verify.attention._validate import accumulation_dtype, key_padding_mask
+    from verify.attention.norms import apply_denominator
+
+    acc = accumulation_dtype(q.dtype)
+    qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
+    if form == "parallel":
+        vis = _masks.visible_mask(mask, causal, dims, q.device)
+        qa, ka, va = _masks.sanitize(qa, ka, va, vis)
+        w = kernel.parallel_weights(qa, ka, c, vis)
+        if vis is not None:
+            w = torch.where(vis, w, 0.0)
+        count = _masks.visible_count(vis, dims, acc, q.device)
+        o = apply_denominator(w @ va, w.sum(-1), count, mode=mode, eps=eps)
+    else:
+        km = key_padding_mask(mask, dims, form)
+        o, _, _ = feature_attention(
+            kernel,
+            qa,
+            ka,
+            va,
+            c,
+            causal=causal,
+            form=form,
+            chunk_size=chunk_size,
+            key_mask=km,
+            mode=mode,
+            eps=eps,
+        )
+    return o.to(q.dtype)

@@ -1,0 +1,75 @@
+"""Softmax attention, the reference form (THEORY.md notation, D2, D6, D7)."""
+
+from __future__ import annotations
+
+import torch
+
+from verify.attention import _masks
+from verify.attention._validate import (
+    accumulation_dtype,
+    check_causal,
+    check_mask,
+    check_qkv,
+    resolve_scale,
+)
+from verify.attention.norms import apply_denominator, check_denominator, check_eps
+
+
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    attn_mask: torch.Tensor | None = None,
+    denominator: str = "sum",
+    eps: float = 0.0,
+) -> torch.Tensor:
+    """Softmax attention o_t = sum_s exp(x_ts) v_s / sum_s exp(x_ts), x_ts = c q_t.k_s.
+
+    Numerically stable: the maximum over *visible* scores of each row is subtracted before exp,
+    which is exact for every denominator mode (D6: the true N, D are e^m times the shifted ones;
+    ``norms.apply_denominator`` undoes the shift where it matters). Masked weights are exactly zero
+    (``torch.where``); a row with no visible key returns zeros with finite gradients (the
+    convention of recent SDPA versions; FAULTS.md 8).
+
+    Args:
+        q: (B, H, T, d); k: (B, H, S, d); v: (B, H, S, d_v). One float dtype, one device.
+        causal: query t sees key s iff s <= t; requires T == S.
+        scale: c, default 1/sqrt(d) (as SDPA); finite, >= 0.
+        attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
+        denominator: one of ``norms.DENOMINATORS`` (D7); ``sum`` is softmax.
+        eps: >= 0, only used by the denominator modes (see ``norms``); 0 = IEEE result.
+
+    Returns:
+        (B, H, T, d_v) in the dtype of q. float64/float32 compute in their own dtype; bf16/fp16
+        compute in float32 and round once at the end.
+
+    Raises:
+        TypeError, ValueError: any invalid argument (named in the message).
+    """
+    dims = check_qkv(q, k, v)
+    causal = check_causal(causal, dims)
+    c = resolve_scale(scale, dims.d, exp_type=True)
+    mask = check_mask(attn_mask, dims, q.device)
+    mode = check_denominator(denominator, dims.d_v)
+    eps = check_eps(eps)
+
+    acc = accumulation_dtype(q.dtype)
+    vis = _masks.visible_mask(mask, causal, dims, q.device)
+    qa, ka, va = _masks.sanitize(q.to(acc), k.to(acc), v.to(acc), vis)
+    x = c * (qa @ ka.transpose(-1, -2))
+    if vis is None:
+        m = x.amax(-1, keepdim=True)
+        w = torch.exp(x - m.detach())
+    else:
+        m = torch.where(vis, x, float("-inf")).amax(-1, keepdim=True)
+        m = torch.where(vis.any(-1, keepdim=True), m, 0.0).detach()
+        # exp of masked entries is taken at the shift itself (finite), then dropped exactly
+        w = torch.where(vis, torch.exp(torch.where(vis, x, m) - m), 0.0)
+    # m is detached: e^m * sum exp(x - m) equals sum exp(x) for any constant m, so gradients
+    # through the rest of the graph are exact
+    count = _masks.visible_count(vis, dims, acc, q.device)
+    out = apply_denominator(w @ va, w.sum(-1), count, mode=mode, eps=eps, log_shift=m.squeeze(-1))
+    return out.to(q.dtype)

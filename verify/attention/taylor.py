@@ -1,0 +1,112 @@
+"""Taylor-N attention: softmax's exp replaced by kappa_N(x) = sum_{n<=N} x^n/n! (THEORY.md D1-D4).
+
+Three forms that agree to rounding (D2):
+- ``parallel``: the masked T x S matrix kappa_N(c q.k) (Horner on the scores; no features);
+- ``recurrent``: the Taylor feature map (D1) with state S_t = S_{t-1} + phi(k_t) v_t^T,
+  z_t = z_{t-1} + phi(k_t), one token at a time (the reference for the step API);
+- ``chunked``: exact within-chunk weights kappa_N on the scores plus the state before the chunk
+  read through the feature map; chunk states by a cumulative sum over chunks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verify.attention import _scan
+from verify.attention._kernels import resolve_kernel, taylor_kernel
+from verify.attention._validate import (
+    FORMS,
+    check_causal,
+    check_choice,
+    check_int,
+    check_mask,
+    check_qkv,
+    key_padding_mask,
+    resolve_scale,
+)
+from verify.attention.feature_maps import BASES, FEATURE_BUDGET
+from verify.attention.norms import check_denominator, check_eps
+
+__all__ = ["taylor_attention", "taylor_kernel"]
+
+
+def taylor_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    order: int,
+    causal: bool = False,
+    scale: float | None = None,
+    attn_mask: torch.Tensor | None = None,
+    denominator: str = "sum",
+    form: str = "parallel",
+    basis: str = "symmetric",
+    chunk_size: int = 64,
+    eps: float = 0.0,
+    feature_budget: int = FEATURE_BUDGET,
+) -> torch.Tensor:
+    """Taylor-N attention o_t = sum_s kappa_N(x_ts) v_s / sum_s kappa_N(x_ts), x_ts = c q_t.k_s.
+
+    Args:
+        q: (B, H, T, d); k: (B, H, S, d); v: (B, H, S, d_v). One float dtype, one device.
+        order: N >= 0 (int, bool rejected). Odd N gives a signed kernel whose denominator can
+            vanish (D4): the IEEE result is returned unless ``eps`` is given.
+        causal: query t sees key s iff s <= t; requires T == S.
+        scale: c, default 1/sqrt(d), finite >= 0; absorbed as sqrt(c) on q and k in feature form.
+        attn_mask: bool, True = keep, broadcastable to (B, H, T, S). The recurrent and chunked
+            forms accept key-padding masks only (broadcastable to (B, H, 1, S)): a masked key
+            never enters the state. Other masks raise ValueError there.
+        denominator: one of ``norms.DENOMINATORS`` (D7).
+        form: ``parallel`` | ``recurrent`` | ``chunked``. Non-causal recurrent/chunked forms
+            build the full-sequence state and every query reads the final state.
+        basis: ``symmetric`` (C(n+d-1, n) features per order) or ``tensor`` (d^n); used by the
+            recurrent and chunked forms (the parallel form evaluates kappa_N on the scores).
+        chunk_size: C >= 1 (chunked form; any C, whether or not it divides T).
+        eps: >= 0, see ``norms``; 0 = IEEE result.
+        feature_budget: maximum features per token for the recurrent/chunked forms; exceeding
+            it raises ValueError before anything is built (``feature_maps.FEATURE_BUDGET``).
+
+    Returns:
+        (B, H, T, d_v) in the dtype of q (bf16/fp16 accumulate in float32).
+
+    Raises:
+        TypeError, ValueError: any invalid argument (named in the message).
+    """
+    dims = check_qkv(q, k, v)
+    order = check_int("order", order, 0)
+    causal = check_causal(causal, dims)
+    c = resolve_scale(scale, dims.d, exp_type=True)
+    mask = check_mask(attn_mask, dims, q.device)
+    mode = check_denominator(denominator, dims.d_v)
+    form = check_choice("form", form, FORMS)
+    basis = check_choice("basis", basis, BASES)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    eps = check_eps(eps)
+    check_int("feature_budget", feature_budget, 1)
+    if form != "parallel":
+        key_padding_mask(mask, dims, form)
+    kernel = resolve_kernel(
+        f"taylor:{order}",
+        name="order",
+        d=dims.d,
+        device=q.device,
+        dtype=q.dtype,
+        basis=basis,
+        feature_budget=feature_budget,
+        need_features=form != "parallel",
+    )
+    return _scan.kernel_attention(
+        kernel,
+        q,
+        k,
+        v,
+        dims,
+        causal=causal,
+        c=c,
+        mask=mask,
+        form=form,
+        chunk_size=chunk_size,
+        mode=mode,
+        eps=eps,
+    )
