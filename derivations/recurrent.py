@@ -228,7 +228,11 @@ def derive(**wrong) -> Derivation:
         "S_t - S_{t-1} = f(t) and S_0 = 0 (empty sum); the recursion has one solution, so "
         "the recurrent state is the causal prefix sum. The mask is implicit: only s <= t "
         "has entered the state.",
-        sympy.Eq(difference_delta(sympy.Sum(g(s_), (s_, 1, t)), t), g(t + 1)),
+        sympy.Eq(
+            sympy.Sum(g(s_), (s_, 1, t + 1)) - sympy.Sum(g(s_), (s_, 1, t)),
+            g(t + 1),
+            evaluate=False,
+        ),
     )
     rec.check(
         "the state recursion unrolls to the causal prefix sum (all t)",

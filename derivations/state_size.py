@@ -64,7 +64,7 @@ def state_numbers(order: int, d: int, d_v: int, basis: str = "symmetric") -> int
     raise ValueError(f"basis: expected one of {fm.BASES}, got {basis!r}")
 
 
-def kv_cache_numbers(T: int, d: int, d_v: int) -> int:  # noqa: N803 - T is the sequence length
+def kv_cache_numbers(T: int, d: int, d_v: int) -> int:
     """Numbers in a softmax KV cache of ``T`` tokens: T (d + d_v) (keys T x d, values T x d_v).
 
     Raises:
