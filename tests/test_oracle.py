@@ -612,26 +612,59 @@ def test_agrees_with_verify_attention_float64(case):
     assert (err <= bound).all(), float((err / bound).max())
 
 
-def _elu1_bound(res, q, k) -> np.ndarray:
-    """Rounding bound for float64 elu1 linear attention, denominator ``sum``, scale 1 (D10).
+def _positive_feature_bound(res, rho: float, S: int, m: int) -> np.ndarray:
+    """Rounding bound for float64 linear attention with positive features, denominator ``sum``.
 
-    Each feature phi(x) = elu(x) + 1 > 0 is computed with relative error <= r(x) =
-    4u max(1, e^-x) (e^x directly within 1 ulp, or expm1(x) + 1 whose absolute error
-    2u |e^x - 1| + u e^x is relative to e^x; x + 1 for x > 0: one rounding). With
-    rho = max (1 + r(q_i))(1 + r(k_i)) - 1, every product phi(q)_i phi(k_s)_i v_sj is summed over
-    at most S d terms in either the parallel (kernel, then S keys) or the state form (S keys, then
-    d features), so |N_hat_j - N_j| <= alpha A_j and |D_hat - D| <= alpha D with
-    alpha = (1 + rho)(1 + gamma_{S+d+1}) - 1 (all terms positive). Since |o_j| <= A_j / D:
-      |o_hat_j - o_j| <= (2 alpha (1 + u) / (1 - alpha) + u) A_j / D.
+    If every feature is computed with relative error <= r and rho = (1 + r_q)(1 + r_k) - 1 bounds
+    a product phi(q)_i phi(k_s)_i, then each product phi(q)_i phi(k_s)_i v_sj is summed over at most
+    S m terms in either the parallel (kernel, then S keys) or the state form (S keys, then m
+    features), so |N_hat_j - N_j| <= alpha A_j and |D_hat - D| <= alpha D with
+    alpha = (1 + rho)(1 + gamma_{S+m+1}) - 1 (all terms positive). Since |o_j| <= A_j / D:
+      |o_hat_j - o_j| <= (2 alpha (1 + u) / (1 - alpha) + u) A_j / D      (THEORY.md D10).
     """
-    S, d = k.shape[2], k.shape[3]
-    xs = torch.cat([q.flatten(), k.flatten()]).tolist()
-    r = max(4 * U * max(1.0, math.exp(-x)) for x in xs) * (1 + 1e-9)  # exp rounded: margin
-    rho = (1 + r) ** 2 - 1
-    alpha = (1 + rho) * (1 + _gamma(S + d + 1)) - 1
+    alpha = (1 + rho) * (1 + _gamma(S + m + 1)) - 1
     factor = 2 * alpha * (1 + U) / (1 - alpha) + U
     with mpmath.workdps(30):
         ratio = np.empty(res.shape, dtype=object)
         for idx in np.ndindex(*res.shape):
             ratio[idx] = res.abs_numerator[idx] / res.denominator[idx[:3]]
     return factor * to_float64(ratio) * (1 + 1e-12)
+
+
+def _elu1_bound(res, q, k) -> np.ndarray:
+    """elu1 (scale 1): phi(x) = elu(x) + 1 > 0 is computed with relative error <= r(x) =
+    4u max(1, e^-x) (e^x directly within 1 ulp, or expm1(x) + 1 whose absolute error
+    2u |e^x - 1| + u e^x is relative to e^x; x + 1 for x > 0: one rounding); m = d features."""
+    xs = torch.cat([q.flatten(), k.flatten()]).tolist()
+    r = max(4 * U * max(1.0, math.exp(-x)) for x in xs) * (1 + 1e-9)  # exp rounded: margin
+    return _positive_feature_bound(res, (1 + r) ** 2 - 1, k.shape[2], k.shape[3])
+
+
+def _favor_bound(res, q, k, w) -> np.ndarray:
+    """FAVOR+ phi(x)_i = exp(a_i) / sqrt(m), a_i = w_i . x~ - |x~|^2 / 2, x~ = sqrt(c) x.
+
+    x~ carries <= 4 roundings (1/sqrt(d), its sqrt, the product; gamma_4 relative), the exponent
+    a_i is a (2d+1)-term sum of products of rounded factors: |a_hat - a| <= gamma_{2d+10} P_i with
+    P_i = sum_j |w_ij x~_j| + |x~|^2 / 2; one more rounding if a stabilizing maximum is subtracted
+    (u (|a| + max |a|)); exp within 1 ulp (2u) and the division by sqrt(m) (2 roundings):
+      r <= (1 + 2u)(1 + u)^2 exp(gamma_{2d+10} P + u (|a| + max|a|)) - 1.
+    """
+    d, m = q.shape[-1], w.shape[0]
+    c = float(res.scale)
+    x = torch.cat([q.reshape(-1, d), k.reshape(-1, d)]) * math.sqrt(c)
+    P = (x.abs() @ w.abs().T + 0.5 * x.square().sum(-1, keepdim=True)).max().item()
+    a = (x @ w.T - 0.5 * x.square().sum(-1, keepdim=True)).abs().max().item()
+    r = (1 + 2 * U) * (1 + U) ** 2 * math.exp(_gamma(2 * d + 10) * P * 1.01 + U * 2.02 * a) - 1
+    return _positive_feature_bound(res, (1 + r) ** 2 - 1, k.shape[2], m)
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+def test_favor_agrees_with_verify_attention_float64(form):
+    _, _, linear_attention = _torch_attention()
+    q, k, v = _rand(1, 2, 5, 3, seed=53), _rand(1, 2, 5, 3, seed=54), _rand(1, 2, 5, 2, seed=55)
+    w = _rand(16, 3, seed=56)
+    kw = dict(causal=True, feature_map="favor", projection=w)
+    res = linear_reference(q, k, v, **kw)
+    actual = linear_attention(q, k, v, form=form, chunk_size=2, **kw)
+    err, bound = abs_error(actual, res), _favor_bound(res, q, k, w)
+    assert (err <= bound).all(), float((err / bound).max())
