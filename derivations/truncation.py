@@ -148,6 +148,8 @@ def _g_mp(order: int, x: Fraction, target: int):
 
     if x == 0:
         return mpmath.mpf(0)
+    if abs(x) <= Fraction(1, 4):
+        return _g_tail(order, x, target)
     k_exact = _kappa_exact(order, x)
     base = target + 8 + _bits(x) + 2
     work = base + _GUARD
@@ -162,6 +164,29 @@ def _g_mp(order: int, x: Fraction, target: int):
     raise ArithmeticError(
         f"relative_error: no convergence for order={order}, x={x}"
     )  # pragma: no cover
+
+
+def _g_tail(order: int, x: Fraction, target: int):
+    """g_N(x) = e^{-x} sum_{n>N} x^n/n! for |x| <= 1/4, without cancellation.
+
+    The tail's terms shrink by |x|/(n+1) <= 1/8 each, so summing until a term falls below
+    2^-(target+16) of the first term leaves a relative error below 2^-(target+15) (geometric
+    tail; for x < 0 the alternating tail is even smaller). Used where 1 - kappa_N e^{-x} would
+    cancel catastrophically (|g| ~ |x|^{N+1}/(N+1)! can be far below the working precision).
+    """
+    import mpmath
+
+    with mpmath.workprec(target + _GUARD + 16):
+        xm = _to_mpf(x, target + _GUARD + 16)
+        term = xm ** (order + 1) / mpmath.factorial(order + 1)
+        first = abs(term)
+        total = mpmath.mpf(0)
+        n = order + 1
+        while abs(term) > first * mpmath.ldexp(1, -(target + 16)):
+            total += term
+            n += 1
+            term = term * xm / n
+        return mpmath.exp(-xm) * total
 
 
 def relative_error(order: int, x):

@@ -490,3 +490,27 @@ def test_first_order_below_max_order():
     assert linear.feature_dimension("favor", 4, num_features=16) == 16
     with pytest.raises(ValueError, match="num_features"):
         linear.feature_dimension("relu", 4, num_features=16)
+
+
+@pytest.mark.parametrize("order", [1, 2, 6, 40])
+@pytest.mark.parametrize("r", [1e-300, 2.2e-308, 1e-100, 1e-5, 0.2])
+def test_delta_tiny_radius_matches_high_precision(order, r):
+    """delta_N(r) ~ r^{N+1}/(N+1)! is far below the working precision for tiny r; the
+    cancellation-free tail must still agree with a 3000-digit direct evaluation of
+    max(|g(-r)|, |g(r)|) (regression: it used to raise 'no convergence')."""
+    import mpmath
+
+    from derivations import truncation as d4
+
+    got = d4.delta(order, mpmath.mpf(r))  # an mpf at the default 53-bit precision
+    with mpmath.workdps(3000):
+        x = mpmath.mpf(r)
+
+        def g(t):
+            return 1 - sum(t**n / mpmath.factorial(n) for n in range(order + 1)) * mpmath.exp(-t)
+
+        ref = max(abs(g(x)), abs(g(-x)))
+        # exported to 53 bits: a few ulp (2^-50 relative) is the stated accuracy of the export
+        assert abs(got - ref) <= ref * mpmath.mpf(2) ** -50
+        ref_float = float(ref)  # 0.0 where delta underflows float64
+    assert abs(d4.delta(order, r) - ref_float) <= 4 * math.ulp(ref_float)
