@@ -61,8 +61,8 @@ def softmax_attention(
     qa, ka, va = _masks.sanitize(q.to(acc), k.to(acc), v.to(acc), vis)
     x = c * (qa @ ka.transpose(-1, -2))
     if vis is None:
-        m = x.amax(-1, keepdim=True)
-        w = torch.exp(x - m.detach())
+        m = x.amax(-1, keepdim=True).detach()
+        w = torch.exp(x - m)
     else:
         m = torch.where(vis, x, float("-inf")).amax(-1, keepdim=True)
         m = torch.where(vis.any(-1, keepdim=True), m, 0.0).detach()

@@ -1,0 +1,126 @@
+"""Denominator replacements of THEORY.md D7 (``verify.attention.norms``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_attention_bounds import U, assert_within, gamma, output_bound
+
+from verify.attention import (
+    DENOMINATORS,
+    apply_denominator,
+    l2_normalize,
+    layer_normalize,
+    linear_attention,
+    rms_normalize,
+    softmax_attention,
+    taylor_attention,
+)
+
+u = U[torch.float64]
+
+
+def rand(*s, seed=0):
+    return torch.randn(*s, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def test_norm_definitions():
+    """Each side of a comparison has relative error <= gamma_{d+4} per component (a sum of d
+    squares, sqrt, division; Higham Lemma 3.1) on components of size <= sqrt(d)."""
+    x = rand(4, 5)
+    n = x.norm(dim=-1, keepdim=True)
+    tol = 2 * gamma(5 + 4, u)
+    assert ((l2_normalize(x) - x / n).abs() <= tol).all()
+    assert ((rms_normalize(x) - x / (n / math.sqrt(5))).abs() <= tol * math.sqrt(5)).all()
+    assert ((l2_normalize(x, eps=2.0) - x / torch.sqrt(n**2 + 2.0)).abs() <= tol).all()
+    # LayerNorm: zero mean and unit mean square (biased variance), up to rounding of the
+    # centring (gamma_{d+1} relative to |x| + |mean|, divided by the standard deviation)
+    ln = layer_normalize(x)
+    c = x - x.mean(-1, keepdim=True)
+    sd = c.square().mean(-1).sqrt()
+    scale = (x.abs().max(-1).values + x.mean(-1).abs()) / sd
+    assert (ln.mean(-1).abs() <= gamma(2 * 5 + 8, u) * scale * math.sqrt(5)).all()
+    assert ((ln.square().mean(-1) - 1).abs() <= gamma(4 * 5 + 16, u) * scale * 5).all()
+
+
+@pytest.mark.parametrize("mode", ["l2", "rms", "layernorm"])
+def test_d7_scale_invariant_norms_of_n_equal_norms_of_o(mode):
+    """Norm(N_t) = Norm(o_t) exactly for positive D_t (even kappa_N, exp) without eps (D7)."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 6, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    fn = {"l2": l2_normalize, "rms": rms_normalize, "layernorm": layer_normalize}[mode]
+    for f, kernel in ((lambda **kw: softmax_attention(q, k, v, causal=True, **kw), "exp"),
+                      (lambda **kw: taylor_attention(q, k, v, order=2, causal=True, **kw),
+                       "taylor:2")):  # fmt: skip
+        ref, bound = output_bound(kernel, q, k, v, dtype=torch.float64, causal=True,
+                                  denominator=mode)  # fmt: skip
+        assert_within(f(denominator=mode), ref, bound, f"{kernel} {mode}(N)")
+        o = f(denominator="sum")
+        # Norm(o) evaluated on the computed o: Lipschitz bound of the norm times o's error
+        _, ob = output_bound(kernel, q, k, v, dtype=torch.float64, causal=True)
+        sc = 1.0 if mode == "l2" else math.sqrt(3)
+        extra = sc * 2 * ob.norm(dim=-1, keepdim=True) / (o if mode != "layernorm" else
+                                                         o - o.mean(-1, keepdim=True)).norm(
+            dim=-1, keepdim=True)  # fmt: skip
+        assert_within(fn(o), ref, bound + extra + gamma(8, u) * ref.abs(), f"{mode}(o)")
+
+
+def test_d7_eps_makes_the_difference_depend_on_d():
+    """LN_eps(N) = (o - mu)/sqrt(sigma^2 + eps/D^2): with eps, Norm(N) != Norm(o) (D7)."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 1, 4, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    N = taylor_attention(q, k, v, order=2, causal=True, denominator="none")
+    D = taylor_attention(q, k, torch.ones_like(v[..., :1]), order=2, causal=True,
+                         denominator="none")  # fmt: skip
+    o = N / D
+    ln_eps = taylor_attention(q, k, v, order=2, causal=True, denominator="layernorm", eps=0.5)
+    c = o - o.mean(-1, keepdim=True)
+    want = c / torch.sqrt(c.square().mean(-1, keepdim=True) + 0.5 / D**2)
+    assert ((ln_eps - want).abs() <= gamma(64, u) * 8).all()
+    assert (ln_eps - layer_normalize(o)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("mode", DENOMINATORS)
+def test_apply_denominator_log_shift_is_exact(mode):
+    """Evaluating on (N', D') with log_shift m equals evaluating on (e^m N', e^m D')."""
+    N = rand(3, 4, seed=3)
+    D = rand(3, seed=4).abs() + 0.5
+    n = torch.tensor([2.0, 3.0, 1.0], dtype=torch.float64)
+    m = torch.tensor([-1.5, 0.0, 2.0], dtype=torch.float64)
+    for eps in (0.0, 0.3):
+        a = apply_denominator(N, D, n, mode=mode, eps=eps, log_shift=m)
+        b = apply_denominator(N * m.exp()[:, None], D * m.exp(), n, mode=mode, eps=eps)
+        # both sides: the rounding of exp(m) (2u, D10) and of the products and the final
+        # evaluation (<= d_v + 6 roundings each), relative to |a| + |b| (+1 for the centring
+        # of layernorm, whose inputs are O(1) here)
+        assert ((a - b).abs() <= gamma(40, u) * (a.abs() + b.abs() + 1)).all(), eps
+
+
+@pytest.mark.parametrize("mode", DENOMINATORS)
+def test_apply_denominator_empty_rows(mode):
+    N = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    D = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    out = apply_denominator(N, D, torch.zeros(2, dtype=torch.float64), mode=mode)
+    assert (out == 0).all()
+    out.sum().backward()
+    for x in (N, D):  # D is unused by modes none/l2/rms/layernorm/count: no gradient
+        assert x.grad is None or torch.isfinite(x.grad).all()
+    assert torch.isfinite(N.grad).all()
+
+
+def test_count_mode_divides_by_visible_keys():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 1, 5, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    N = linear_attention(q, k, v, feature_map="elu1", causal=True, denominator="none")
+    out = linear_attention(q, k, v, feature_map="elu1", causal=True, denominator="count")
+    t = torch.arange(1, 6, dtype=torch.float64)[:, None]
+    assert ((out - N / t).abs() <= u * (N / t).abs()).all()  # one division, same N
+
+
+def test_zero_numerator_is_ieee_unless_eps():
+    q = torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    v = torch.zeros(1, 1, 2, 3, dtype=torch.float64)
+    assert torch.isnan(taylor_attention(q, q, v, order=2, denominator="l2")).all()
+    assert (taylor_attention(q, q, v, order=2, denominator="l2", eps=1e-3) == 0).all()

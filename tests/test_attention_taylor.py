@@ -1,0 +1,368 @@
+"""Taylor-N attention: every form, basis and denominator (THEORY.md D1, D2, D4, D7; FAULTS.md).
+
+Tolerances: ``test_attention_bounds.output_bound`` (provisional D10 model, TODO(errors.py)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_attention_bounds import U, assert_within, gamma, output_bound
+
+from derivations.feature_maps import feature_count
+from verify.attention import taylor_attention
+from verify.attention.feature_maps import FEATURE_BUDGET
+from verify.oracle import taylor_reference
+
+DENOMS = ("sum", "none", "l2", "rms", "layernorm", "count")
+DTYPES = (torch.float64, torch.float32)
+
+
+def rand(*shape, dtype=torch.float64, seed=0, scale=0.7):
+    g = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def qkv(B=2, H=2, T=7, S=None, d=3, dv=2, dtype=torch.float64, seed=0, scale=0.7):
+    S = T if S is None else S
+    return (
+        rand(B, H, T, d, dtype=dtype, seed=seed, scale=scale),
+        rand(B, H, S, d, dtype=dtype, seed=seed + 1, scale=scale),
+        rand(B, H, S, dv, dtype=dtype, seed=seed + 2, scale=1.0),
+    )
+
+
+def all_forms(T):
+    yield "parallel", {}
+    for basis in ("symmetric", "tensor"):
+        yield f"recurrent/{basis}", dict(form="recurrent", basis=basis)
+        for C in sorted({1, 2, 3, 5, T, T + 3}):
+            yield f"chunked/{basis}/C={C}", dict(form="chunked", basis=basis, chunk_size=C)
+
+
+# ------------------------------------------------------------------ against the mpmath oracle
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_parallel_matches_mpmath_every_denominator(order, causal):
+    T, S = (4, 4) if causal else (3, 5)
+    q, k, v = qkv(B=1, H=2, T=T, S=S, d=3, dv=3, seed=order)
+    for denom in DENOMS:
+        exact = taylor_reference(q, k, v, order=order, causal=causal, denominator=denom)
+        out = taylor_attention(q, k, v, order=order, causal=causal, denominator=denom)
+        _, bound = output_bound(
+            f"taylor:{order}", q, k, v, dtype=torch.float64, causal=causal, denominator=denom
+        )
+        assert torch.isfinite(bound).all()
+        assert_within(out, torch.from_numpy(exact.float64), bound, f"N={order} {denom}")
+
+
+@pytest.mark.parametrize("denom", DENOMS)
+def test_eps_and_scale_match_mpmath(denom):
+    q, k, v = qkv(B=1, H=1, T=4, d=2, dv=3, seed=3)
+    kw = dict(order=2, causal=True, denominator=denom, eps=0.25, scale=0.3)
+    exact = taylor_reference(q, k, v, **kw)
+    out = taylor_attention(q, k, v, **kw)
+    _, bound = output_bound("taylor:2", q, k, v, dtype=torch.float64, causal=True,
+                            denominator=denom, eps=0.25, scale=0.3)  # fmt: skip
+    assert_within(out, torch.from_numpy(exact.float64), bound, denom)
+
+
+# ------------------------------------------------------------------ forms agree (D2)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
+def test_all_forms_agree(order, causal, dtype):
+    """parallel == recurrent == chunked (C = 1, 2, 3, 5, T, > T), both bases (FAULTS 1, 2)."""
+    T = 7
+    q, k, v = qkv(T=T, dtype=dtype, seed=10 + order)
+    ref, bound = output_bound(f"taylor:{order}", q, k, v, dtype=dtype, causal=causal)
+    assert torch.isfinite(bound).all()
+    for name, kw in all_forms(T):
+        out = taylor_attention(q, k, v, order=order, causal=causal, **kw)
+        assert out.dtype == dtype and out.shape == (2, 2, T, 2)
+        assert_within(out, ref, bound, f"{name} N={order}")
+
+
+@pytest.mark.parametrize("denom", DENOMS)
+def test_forms_agree_every_denominator(denom):
+    q, k, v = qkv(T=6, dv=3, seed=20)
+    for order in (2, 3):
+        ref, bound = output_bound(
+            f"taylor:{order}", q, k, v, dtype=torch.float64, causal=True, denominator=denom
+        )
+        for name, kw in all_forms(6):
+            out = taylor_attention(q, k, v, order=order, causal=True, denominator=denom, **kw)
+            assert_within(out, ref, bound, f"{name} N={order} {denom}")
+
+
+def test_faults1_chunked_reads_the_state_before_the_chunk():
+    """FAULTS 1 trigger: T = 12, chunk 3, float32."""
+    q, k, v = qkv(B=1, H=1, T=12, d=4, dv=4, dtype=torch.float32, seed=5)
+    ref, bound = output_bound("taylor:2", q, k, v, dtype=torch.float32, causal=True)
+    out = taylor_attention(q, k, v, order=2, causal=True, form="chunked", chunk_size=3)
+    assert_within(out, ref, bound, "chunked C=3")
+
+
+def test_non_causal_t_not_s_all_forms():
+    q, k, v = qkv(T=3, S=8, seed=6)
+    ref, bound = output_bound("taylor:2", q, k, v, dtype=torch.float64)
+    for name, kw in all_forms(8):
+        assert_within(taylor_attention(q, k, v, order=2, **kw), ref, bound, name)
+
+
+# ------------------------------------------------------------------ low precision (D10)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+def test_low_precision_tracks_float64_on_rounded_inputs(dtype, form):
+    """Output dtype = input dtype; error <= fp32 accumulation bound + one rounding to dtype."""
+    q, k, v = qkv(T=9, dtype=dtype, seed=7)
+    ref, bound32 = output_bound("taylor:2", q, k, v, dtype=torch.float32, causal=True)
+    out = taylor_attention(q, k, v, order=2, causal=True, form=form, chunk_size=4)
+    assert out.dtype == dtype
+    bound = bound32 + U[dtype] * (ref.abs() + bound32)
+    assert_within(out, ref, bound, f"{dtype} {form}")
+
+
+def test_faults11_float16_long_sequence_stays_finite():
+    """FAULTS 11: fp16, a few thousand tokens, positive kernel: fp32 accumulation, no overflow."""
+    T = 3000
+    q, k, v = qkv(B=1, H=1, T=T, d=4, dv=2, dtype=torch.float16, seed=8, scale=1.5)
+    out = taylor_attention(q, k, v, order=2, causal=True, form="chunked")
+    assert torch.isfinite(out).all()
+    ref, bound32 = output_bound("taylor:2", q, k, v, dtype=torch.float32, causal=True)
+    assert_within(out, ref, bound32 + U[torch.float16] * (ref.abs() + bound32), "fp16 T=3000")
+
+
+# ------------------------------------------------------------------ masks (D6, FAULTS 8)
+def _key_padding(B=2, S=7):
+    m = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    m[0, ..., 2] = m[0, ..., 5] = False
+    m[1, ..., 0] = False
+    return m
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_padding_mask_every_form(form, causal):
+    q, k, v = qkv(seed=9)
+    mask = _key_padding()
+    ref, bound = output_bound("taylor:3", q, k, v, dtype=torch.float64, causal=causal,
+                              attn_mask=mask)  # fmt: skip
+    out = taylor_attention(q, k, v, order=3, causal=causal, attn_mask=mask, form=form,
+                           chunk_size=3)  # fmt: skip
+    assert_within(out, ref, bound, form)
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+def test_large_finite_masked_values_have_no_influence(form):
+    """Masked keys/values hold 1e10: the output is bitwise that of zeros there (FAULTS 8)."""
+    q, k, v = qkv(seed=11, dtype=torch.float32)
+    mask = _key_padding()
+    k2, v2 = k.clone(), v.clone()
+    hidden = ~mask.expand(2, 2, 1, 7)[:, :, 0]
+    k2[hidden] = 1e10
+    v2[hidden] = -1e10
+    k0, v0 = k.clone(), v.clone()
+    k0[hidden] = 0
+    v0[hidden] = 0
+    kw = dict(order=4, causal=True, attn_mask=mask, form=form, chunk_size=3)
+    q1 = q.clone().requires_grad_()
+    out = taylor_attention(q1, k2.requires_grad_(), v2.requires_grad_(), **kw)
+    assert torch.equal(out, taylor_attention(q, k0, v0, **kw))
+    out.sum().backward()
+    assert torch.isfinite(q1.grad).all() and torch.isfinite(k2.grad).all()
+    assert (k2.grad[hidden] == 0).all() and (v2.grad[hidden] == 0).all()
+
+
+def test_general_mask_parallel_large_values_no_influence():
+    q, k, v = qkv(B=1, H=1, T=5, seed=12)
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(0)) > 0.4
+    mask[:, 0] = True
+    k2 = k.clone()
+    k2[0, 0, 3] = 1e10  # visible to some queries only: where it is masked it has no influence
+    ref = taylor_attention(q, k, v, order=2, attn_mask=mask)
+    out = taylor_attention(q, k2, v, order=2, attn_mask=mask)
+    rows = ~mask[:, 3]
+    assert torch.equal(out[0, 0, rows], ref[0, 0, rows])
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+@pytest.mark.parametrize("denom", DENOMS)
+def test_empty_rows_give_zeros_and_finite_gradients(form, denom):
+    q, k, v = (x.requires_grad_() for x in qkv(dv=3, seed=13))
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[0] = False  # batch 0 sees nothing
+    mask[1, ..., :2] = False  # causal rows 0 and 1 of batch 1 see nothing
+    out = taylor_attention(q, k, v, order=3, causal=True, attn_mask=mask, form=form,
+                           denominator=denom, chunk_size=2)  # fmt: skip
+    assert (out[0] == 0).all() and (out[1, :, :2] == 0).all()
+    assert torch.isfinite(out).all()
+    out.square().sum().backward()
+    for x in (q, k, v):
+        assert torch.isfinite(x.grad).all()
+    assert (q.grad[0] == 0).all() and (k.grad[0] == 0).all()
+
+
+def test_state_forms_reject_query_dependent_masks():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="attn_mask.*key-padding"):
+        taylor_attention(q, k, v, order=2, form="chunked",
+                         attn_mask=torch.ones(7, 7, dtype=torch.bool).tril())  # fmt: skip
+
+
+# ------------------------------------------------------------------ causality (FAULTS 9)
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+def test_future_tokens_do_not_change_past_outputs(form):
+    q, k, v = qkv(T=8, seed=14)
+    base = taylor_attention(q, k, v, order=2, causal=True, form=form, chunk_size=3)
+    for t in range(8):
+        q2, k2, v2 = q.clone(), k.clone(), v.clone()
+        q2[:, :, t + 1 :] += 5.0
+        k2[:, :, t + 1 :] -= 3.0
+        v2[:, :, t + 1 :] *= -7.0
+        out = taylor_attention(q2, k2, v2, order=2, causal=True, form=form, chunk_size=3)
+        assert torch.equal(out[:, :, : t + 1], base[:, :, : t + 1]), t
+
+
+# ------------------------------------------------------------------ gradients
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(form="parallel"),
+        dict(form="recurrent", basis="symmetric"),
+        dict(form="recurrent", basis="tensor"),
+        dict(form="chunked", basis="symmetric", chunk_size=3),
+        dict(form="chunked", basis="tensor", chunk_size=2),
+    ],
+    ids=lambda kw: "/".join(str(x) for x in kw.values()),
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_tiny(kw, causal):
+    q, k, v = (x.requires_grad_() for x in qkv(B=1, H=1, T=4, d=2, dv=2, seed=15))
+    for order, denom in ((2, "sum"), (3, "l2"), (1, "layernorm")):
+
+        def f(q, k, v, order=order, denom=denom):
+            return taylor_attention(q, k, v, order=order, causal=causal, denominator=denom, **kw)
+
+        assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_faults5_gradients_of_every_form_match_the_parallel_reference():
+    """FAULTS 5 trigger shape; float64 autograd through the parallel form is the reference.
+
+    Calibrated bound (DESIGN.md: labelled as such): gamma_K of the forward model times the
+    gradient magnitude, K = S + m + 2N(d+2) + 13 (feature count m of the tensor basis).
+    """
+    B, T, H, d = 2, 64, 2, 8
+    g = torch.Generator().manual_seed(16)
+    q = torch.rand(B, H, T, d, generator=g, dtype=torch.float64)
+    k = torch.rand(B, H, T, d, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, T, d, generator=g, dtype=torch.float64)
+    w = torch.randn(B, H, T, d, generator=g, dtype=torch.float64)
+
+    def grads(**kw):
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        (taylor_attention(*xs, order=2, causal=True, **kw) * w).sum().backward()
+        return [x.grad for x in xs]
+
+    ref = grads()
+    K = T + (1 + d + d * d) + 2 * 2 * (d + 2) + 13
+    for kw in (dict(form="recurrent"), dict(form="chunked", chunk_size=5)):
+        for name, a, b in zip("qkv", grads(**kw), ref):
+            tol = gamma(K, U[torch.float64]) * 4 * b.abs().max()
+            assert (a - b).abs().max() <= tol, (kw, name)
+
+
+def test_single_key_output_is_v_and_dq_vanishes():
+    """FAULTS 12: one key => o = v exactly (weights kappa/kappa) and dq = 0 within rounding."""
+    q = rand(2, 2, 3, 4, seed=17).requires_grad_()
+    k, v = rand(2, 2, 1, 4, seed=18), rand(2, 2, 1, 3, seed=19)
+    for order in (0, 1, 2, 4):
+        out = taylor_attention(q, k, v, order=order)
+        assert_within(out, v.expand(2, 2, 3, 3), 2 * U[torch.float64] * v.abs(), f"N={order}")
+        if order == 0:  # kappa_0 = 1 does not depend on q at all
+            assert not out.requires_grad
+            continue
+        (dq,) = torch.autograd.grad(out.sum(), q)
+        # d o / d kappa = (v - o)/D cancels to rounding: |dq| <= gamma_4 |v| kappa'(x) c |k| / D
+        bound = gamma(8, U[torch.float64]) * 3 * v.abs().amax() * 4 * k.abs().amax()
+        assert dq.abs().max() <= bound
+
+
+# ------------------------------------------------------------------ signed kernels (D4)
+def test_odd_order_vanishing_denominator_gives_ieee_result_unless_eps():
+    """N = 1, scale 1, d = 1: scores (-2, 0) give kappa_1 = (-1, 1) and D = 0 exactly."""
+    q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    k = torch.tensor([-2.0, 0.0], dtype=torch.float64).reshape(1, 1, 2, 1)
+    v = torch.tensor([1.0, 3.0], dtype=torch.float64).reshape(1, 1, 2, 1)
+    for form in ("parallel", "recurrent", "chunked"):
+        out = taylor_attention(q, k, v, order=1, scale=1.0, form=form)
+        assert torch.isinf(out).all() and out.item() > 0  # N = 2, D = 0: +inf, no silent eps
+        out = taylor_attention(q, k, v, order=1, scale=1.0, form=form, eps=0.5)
+        assert out.item() == 4.0  # N / (D + eps) = 2 / 0.5
+
+
+def test_theory_d4_negative_weights_example():
+    """THEORY.md D4: N = 1, scores (-3, 0.5, 1) give weights (-4/3, 1, 4/3)."""
+    q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    k = torch.tensor([-3.0, 0.5, 1.0], dtype=torch.float64).reshape(1, 1, 3, 1)
+    v = torch.eye(3, dtype=torch.float64).reshape(1, 1, 3, 3)
+    out = taylor_attention(q, k, v, order=1, scale=1.0)
+    want = torch.tensor([-4 / 3, 1.0, 4 / 3], dtype=torch.float64)
+    assert_within(out[0, 0, 0], want, gamma(6, U[torch.float64]) * 4 * torch.ones(3), "D4")
+
+
+# ------------------------------------------------------------------ budget and scale
+def test_feature_budget_raises_before_building():
+    q, k, v = qkv(B=1, H=1, T=2, d=64, dv=1)
+    count = feature_count(4, 64, "tensor")  # 1 + 64 + 64^2 + 64^3 + 64^4
+    assert count == 17043521
+    with pytest.raises(ValueError, match=rf"feature_budget.*order=4, d=64.*'tensor'.*{count}"):
+        taylor_attention(q, k, v, order=4, basis="tensor", form="recurrent")
+    with pytest.raises(ValueError, match="feature_budget"):
+        taylor_attention(q, k, v, order=2, form="chunked", feature_budget=100)
+    assert FEATURE_BUDGET == 2**24
+    # the parallel form builds no features: no budget applies
+    assert torch.isfinite(taylor_attention(q, k, v, order=4, basis="tensor")).all()
+
+
+def test_default_scale_is_one_over_sqrt_d_and_applied_once():
+    q, k, v = qkv(B=1, H=1, T=3, d=4, dv=2, seed=21)
+    for form in ("parallel", "recurrent", "chunked"):
+        a = taylor_attention(q, k, v, order=3, form=form)
+        b = taylor_attention(q, k, v, order=3, form=form, scale=0.5)  # 1/sqrt(4)
+        c_ = taylor_attention(q * 0.5, k, v, order=3, form=form, scale=1.0)
+        exact = taylor_reference(q, k, v, order=3)
+        _, bound = output_bound("taylor:3", q, k, v, dtype=torch.float64)
+        for out in (a, b, c_):
+            assert_within(out, torch.from_numpy(exact.float64), 2 * bound, form)
+        assert not np.allclose(
+            taylor_attention(q, k, v, order=3, form=form, scale=0.25).numpy(), exact.float64
+        )
+
+
+def test_order_zero_is_mean_of_visible_values():
+    q, k, v = qkv(T=5, seed=22)
+    for name, kw in all_forms(5):
+        out = taylor_attention(q, k, v, order=0, causal=True, **kw)
+        want = v.cumsum(2) / torch.arange(1, 6, dtype=torch.float64)[:, None]
+        assert_within(out, want, gamma(8, U[torch.float64]) * v.abs().cumsum(2) / 1.0, name)
+
+
+def test_convergence_to_softmax_within_d4_bound():
+    """D4: |o_N - o| <= 2 delta/(1 - delta) max|v| with delta = delta_N(r), r = max |score|."""
+    from verify.attention import softmax_attention
+
+    q, k, v = qkv(B=1, H=2, T=6, d=4, dv=3, seed=23, scale=0.8)
+    r = (q @ k.transpose(-1, -2) / 2).abs().max().item()
+    sm = softmax_attention(q, k, v)
+    for N in (4, 6, 8):
+        # delta_N(r) = max(|g(-r)|, |g(r)|), g(x) = 1 - kappa_N(x) e^{-x} (THEORY.md D4)
+        kap = lambda x, N=N: sum(x**n / math.factorial(n) for n in range(N + 1))  # noqa: E731
+        delta = max(abs(1 - kap(-r) * math.exp(r)), abs(1 - kap(r) * math.exp(-r)))
+        assert delta < 0.5
+        bound = 2 * delta / (1 - delta) * v.abs().max().item() + 1e-12
+        assert (taylor_attention(q, k, v, order=N) - sm).abs().max().item() <= bound
