@@ -122,6 +122,19 @@ def test_large_finite_masked_values_have_no_influence():
     assert (v2.grad[0, 0, 4] == 0).all()
 
 
+def test_masked_weight_is_zero_even_below_any_finite_sentinel():
+    """Visible scores near -3e4 and a masked larger one: a finite "-inf" sentinel (e.g. -1e4)
+    would give the masked key weight e^{+17000} (D6); the exact answer ignores it."""
+    q = torch.tensor([[[[-300.0]]]], dtype=torch.float64)
+    k = torch.tensor([100.0, 90.0, 5.0], dtype=torch.float64).reshape(1, 1, 3, 1)
+    v = torch.tensor([[1.0, 0.0], [0.0, 1.0], [7.0, 7.0]], dtype=torch.float64)[None, None]
+    mask = torch.tensor([True, True, False])
+    out = softmax_attention(q, k, v, scale=1.0, attn_mask=mask)
+    exact = softmax_reference(q, k, v, scale=1.0, attn_mask=mask)
+    _, bound = output_bound("exp", q, k, v, dtype=torch.float64, scale=1.0, attn_mask=mask)
+    assert_within(out, torch.from_numpy(exact.float64), bound, "sentinel")
+
+
 @pytest.mark.parametrize("denom", DENOMS)
 def test_empty_rows_give_zeros_and_finite_gradients(denom):
     q, k, v = (x.requires_grad_() for x in qkv(T=4, seed=9))
