@@ -83,18 +83,15 @@ class Kernel:
         return self.features(xt.transpose(-1, -2), c, query=query).transpose(-1, -2)
 
     def blocks_t(self, xt: torch.Tensor, c: float, *, query: bool):
-        """Column-layout feature blocks as (unweighted block (..., m_n, L), factors (m_n,) | None).
+        """Column layout: (unweighted features (..., m, L), factors (m,) | None).
 
-        phi's block n is ``block * factors[:, None]``; the chunked form applies the factors to
-        the (small) chunk states instead of to every token.
+        phi = features * factors[:, None]; the chunked form applies the factors to the (small)
+        chunk states instead of to every token.
         """
         if self.order is None:
-            return [(self.features_t(xt, c, query=query), None)]
-        d = xt.shape[-2]
-        return [
-            (m, fm._weights(n, d, self.basis, c, xt.dtype, xt.device))
-            for n, m in enumerate(fm.taylor_monomials_t(xt, self.order, self.basis))
-        ]
+            return self.features_t(xt, c, query=query), None
+        mono = fm.taylor_monomials_t(xt, self.order, self.basis, concatenated=True)
+        return mono, fm.taylor_weights(self.order, xt.shape[-2], self.basis, c, xt.dtype, xt.device)
 
     def parallel_weights(self, qa, ka, c, vis):
         """Unmasked T x S weights kappa(q_t, k_s); masked entries are dropped by the caller."""

@@ -44,7 +44,7 @@ def _split(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def _blocks(kernel, x, c, query):
-    """Column-layout feature blocks of x (..., L, d): list of ((..., m_n, L), factors | None)."""
+    """Column-layout features of x (..., L, d): ((..., m, L) unweighted, factors (m,) | None)."""
     return kernel.blocks_t(x.transpose(-1, -2).contiguous(), c, query=query)
 
 
@@ -62,26 +62,26 @@ def _check_sizes(fq_m: int, fk_m: int) -> None:
         raise ValueError(f"feature_map: query and key features differ in size: {fq_m} vs {fk_m}")
 
 
-def _state_of(blocks, vc):
+def _state_of(block, vc):
     """sum over each chunk of phi(k) va^T, (..., m, d_v + 1): factors applied to the sums."""
-    parts = []
-    for m, w in blocks:
-        kv = m @ vc
-        parts.append(kv if w is None else kv * w[:, None])
-    return torch.cat(parts, -2) if len(parts) > 1 else parts[0]
+    F, w = block
+    kv = F @ vc
+    return kv if w is None else kv * w[:, None]
 
 
-def _read(blocks, state, out=None):
-    """phi(q) . state for column-layout query blocks: (..., L, d_v + 1), added to ``out``."""
-    lo = 0
-    for m, w in blocks:
-        part = state[..., lo : lo + m.shape[-2], :]
-        lo += m.shape[-2]
-        if w is not None:
-            part = part * w[:, None]
-        term = m.transpose(-1, -2) @ part
-        out = term if out is None else out + term
-    return out
+def _flat3(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, *x.shape[-2:])
+
+
+def _read(block, state, out=None):
+    """phi(q) . state for column-layout query features: (..., L, d_v + 1), added to ``out``."""
+    F, w = block
+    if w is not None:
+        state = state * w[:, None]
+    Ft = F.transpose(-1, -2)
+    if out is None:
+        return Ft @ state
+    return torch.baddbmm(_flat3(out), _flat3(Ft), _flat3(state)).reshape(out.shape)
 
 
 def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
@@ -91,18 +91,21 @@ def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
     they add exactly nothing to ``kv``, and the within-chunk weights are masked below.
     """
     qc, kc, vc = _split(qa, C), _split(ka, C), _split(va, C)
-    Bq = _blocks(kernel, qc, c, True)  # blocks (B, H, n, m_n, C)
+    Bq = _blocks(kernel, qc, c, True)  # features (B, H, n, m, C)
     Bk = _blocks(kernel, kc, c, False)
-    m = sum(b.shape[-2] for b, _ in Bq)
-    _check_sizes(m, sum(b.shape[-2] for b, _ in Bk))
+    m = Bq[0].shape[-2]
+    _check_sizes(m, Bk[0].shape[-2])
+    if kernel.order is not None:  # kappa_N on the scores == phi(q~).phi(k~) (D1)
+        A = taylor_kernel((c * qc) @ kc.transpose(-1, -2), kernel.order)
+    else:
+        A = Bq[0].transpose(-1, -2) @ Bk[0]
     keep = torch.ones(C, C, dtype=torch.bool, device=qa.device).tril()
     if km is not None:
         keep = keep & _split(km, C)[..., None, :]
-    if kernel.order is not None:  # kappa_N on the scores == phi(q~).phi(k~) (D1)
-        A = taylor_kernel(c * (qc @ kc.transpose(-1, -2)), kernel.order)
+    if km is None and not (torch.is_grad_enabled() and A.requires_grad):
+        A = A.tril_()  # no autograd: in place, the same values
     else:
-        A = Bq[0][0].transpose(-1, -2) @ Bk[0][0]
-    A = torch.where(keep, A, 0.0)
+        A = torch.where(keep, A, 0.0)
     kv = _state_of(Bk, vc)  # (B, H, n, m, d_v + 1): each chunk's contribution to the state
     Sa = _zero_state(Sa, m, va)
     prev = torch.cumsum(torch.cat([Sa[:, :, None], kv[:, :, :-1]], 2), 2)
@@ -154,7 +157,7 @@ def scan(
             kv = _state_of(Bk, _split(va[:, :, lo:hi], size)).sum(2)
             Sa = _zero_state(Sa, kv.shape[-2], va) + kv
         Bq = _blocks(kernel, qa, c, True)  # (B, H, m_n, T)
-        _check_sizes(sum(b.shape[-2] for b, _ in Bq), Sa.shape[-2])
+        _check_sizes(Bq[0].shape[-2], Sa.shape[-2])
         return _read(Bq, Sa), Sa
     outs = []
     if Sa is not None:
@@ -213,7 +216,8 @@ def feature_attention(
     counts, n_final = visible_counts(n0, key_mask, B, H, T, S, causal)
     if key_mask is not None:
         ka = torch.where(key_mask[..., None], ka, 0.0)
-    qa = torch.where((counts > 0)[..., None], qa, 0.0)
+    if key_mask is not None:  # without a mask every query sees >= 1 key
+        qa = torch.where((counts > 0)[..., None], qa, 0.0)
     va = torch.cat([va, torch.ones_like(va[..., :1])], -1)
     out, Sa = scan(
         kernel,

@@ -144,28 +144,70 @@ def _weights(n: int, d: int, basis: str, c: float, dtype: torch.dtype, device: t
     return (w * c ** (n / 2)).to(dtype=dtype, device=device)
 
 
-def taylor_monomials_t(xt: torch.Tensor, order: int, basis: str) -> list[torch.Tensor]:
+def _top_pieces(xt: torch.Tensor, prev: torch.Tensor, n: int, basis: str) -> list[torch.Tensor]:
+    """Order-n monomials as pieces whose concatenation (axis -2) is the order-n block."""
+    if n == 1:
+        return [xt]
+    if basis == "symmetric":
+        starts = _symmetric_plan(n, xt.shape[-2])[0]
+        return [xt[..., i : i + 1, :] * prev[..., s:, :] for i, s in enumerate(starts)]
+    return [(prev[..., :, None, :] * xt[..., None, :, :]).flatten(-3, -2)]
+
+
+def taylor_monomials_t(
+    xt: torch.Tensor, order: int, basis: str, *, concatenated: bool = False
+) -> list[torch.Tensor] | torch.Tensor:
     """Unweighted order blocks 0..order in column layout: xt (..., d, L) -> (..., m_n, L).
 
     Symmetric: x^alpha in ``multi_indices`` order, built order by order as x_i times a tail of
     the previous block (contiguous slices, no gathers). Tensor: x^{(x)n}, index (i_1..i_n)
     row-major. Multiply block n by ``_weights(n, ...)[:, None]`` to get the feature block.
+    ``concatenated``: one (..., m, L) tensor. Without autograd the products are written straight
+    into it (``out=``, one pass instead of product + concatenation; the same values bit for bit).
     """
-    d = xt.shape[-2]
+    if concatenated and not (torch.is_grad_enabled() and xt.requires_grad):
+        return _monomials_into(xt, order, basis)
     blocks = [torch.ones(xt.shape[:-2] + (1, xt.shape[-1]), dtype=xt.dtype, device=xt.device)]
+    for n in range(1, order):
+        blocks.append(torch.cat(_top_pieces(xt, blocks[-1], n, basis), -2))
+    if order == 0:
+        return blocks[0] if concatenated else blocks
+    top = _top_pieces(xt, blocks[-1], order, basis)
+    if concatenated:
+        return torch.cat(blocks + top, -2)
+    return blocks + [torch.cat(top, -2) if len(top) > 1 else top[0]]
+
+
+def _monomials_into(xt: torch.Tensor, order: int, basis: str) -> torch.Tensor:
+    """``taylor_monomials_t(..., concatenated=True)`` written in place (no autograd)."""
+    d, L = xt.shape[-2], xt.shape[-1]
+    sizes = taylor_block_sizes(order, d, basis)
+    out = torch.empty(xt.shape[:-2] + (sum(sizes), L), dtype=xt.dtype, device=xt.device)
+    out[..., 0, :] = 1.0
+    lo = 1
     for n in range(1, order + 1):
-        prev = blocks[-1]
+        prev = out[..., lo - sizes[n - 1] : lo, :]
+        block = out[..., lo : lo + sizes[n], :]
         if n == 1:
-            block = xt
+            block.copy_(xt)
         elif basis == "symmetric":
-            starts = _symmetric_plan(n, d)[0]
-            block = torch.cat(
-                [xt[..., i : i + 1, :] * prev[..., s:, :] for i, s in enumerate(starts)], -2
-            )
+            at = 0
+            for i, s in enumerate(_symmetric_plan(n, d)[0]):
+                rows = prev.shape[-2] - s
+                torch.mul(
+                    xt[..., i : i + 1, :], prev[..., s:, :], out=block[..., at : at + rows, :]
+                )
+                at += rows
         else:
-            block = (prev[..., :, None, :] * xt[..., None, :, :]).flatten(-3, -2)
-        blocks.append(block)
-    return blocks
+            shape = block.shape[:-2] + (sizes[n - 1], d, L)
+            torch.mul(prev[..., :, None, :], xt[..., None, :, :], out=block.view(shape))
+        lo += sizes[n]
+    return out
+
+
+def taylor_weights(order: int, d: int, basis: str, c: float, dtype, device) -> torch.Tensor:
+    """Concatenated per-feature factors of orders 0..order, (m,) in ``dtype`` on ``device``."""
+    return torch.cat([_weights(n, d, basis, c, dtype, device) for n in range(order + 1)])
 
 
 def taylor_blocks_t(xt: torch.Tensor, order: int, c: float, basis: str) -> list[torch.Tensor]:

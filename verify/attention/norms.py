@@ -97,12 +97,14 @@ def apply_denominator(
     check_choice("mode", mode, DENOMINATORS)
     eps = check_real("eps", eps, minimum=0.0)
     empty = count == 0
-    e1 = empty[..., None]
+    if not bool(empty.any()):  # no empty row: skip the guards (same values)
+        empty = None
+    e1 = None if empty is None else empty[..., None]
     if mode in ("l2", "rms", "layernorm"):
         # a stand-in with non-zero norm and variance on empty rows keeps gradients finite
         one_hot = torch.zeros(numerator.shape[-1], dtype=numerator.dtype, device=numerator.device)
         one_hot[0] = 1.0
-        safe = torch.where(e1, one_hot, numerator)
+        safe = numerator if e1 is None else torch.where(e1, one_hot, numerator)
         eps_eff = eps
         if eps != 0.0 and log_shift is not None:
             eps_eff = eps * torch.exp(-2.0 * log_shift)[..., None]
@@ -112,11 +114,16 @@ def apply_denominator(
         d = denominator
         if eps != 0.0:
             d = d + (eps if log_shift is None else eps * torch.exp(-log_shift))
-        out = numerator / torch.where(empty, torch.ones_like(d), d)[..., None]
+        out = (
+            numerator
+            / (d if empty is None else torch.where(empty, torch.ones_like(d), d))[..., None]
+        )
     elif mode == "count":
         n = count + eps if eps != 0.0 else count
         scaled = numerator if log_shift is None else numerator * torch.exp(log_shift)[..., None]
-        out = scaled / torch.where(empty, torch.ones_like(n), n)[..., None]
+        out = (
+            scaled / (n if empty is None else torch.where(empty, torch.ones_like(n), n))[..., None]
+        )
     else:  # none
         out = numerator if log_shift is None else numerator * torch.exp(log_shift)[..., None]
-    return torch.where(e1, torch.zeros_like(out), out)
+    return out if e1 is None else torch.where(e1, torch.zeros_like(out), out)
