@@ -91,10 +91,11 @@ def test_all_forms_agree(name, causal, dtype):
         assert_within(out, ref, bound, f"{name} {form}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("denom", ["none", "l2", "rms", "layernorm", "count"])
-def test_denominators_every_form(denom):
-    q, k, v = qkv(dv=3, seed=3)
-    ref, bound = bound_for("elu1", q, k, v, torch.float64, causal=True, denominator=denom)
+def test_denominators_every_form(denom, dtype):
+    q, k, v = qkv(dv=3, seed=3, dtype=dtype)
+    ref, bound = bound_for("elu1", q, k, v, dtype, causal=True, denominator=denom)
     for form, kw in FORMS:
         out = linear_attention(q, k, v, feature_map="elu1", causal=True, denominator=denom, **kw)
         assert_within(out, ref, bound, f"{denom} {form}")

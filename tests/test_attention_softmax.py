@@ -58,6 +58,16 @@ def test_matches_float64_reference_and_sdpa(dtype, causal):
     assert_within(F.scaled_dot_product_attention(q, k, v, is_causal=causal), ref, bound, "sdpa")
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("denom", DENOMS)
+def test_every_denominator_against_float64_reference(denom, dtype):
+    q, k, v = qkv(T=8, dtype=dtype, seed=14)
+    ref, bound = output_bound("exp", q, k, v, dtype=dtype, causal=True, denominator=denom)
+    out = softmax_attention(q, k, v, causal=True, denominator=denom)
+    assert out.dtype == dtype
+    assert_within(out, ref, bound, denom)
+
+
 def test_numerically_stable_for_large_scores():
     """Scores ~ 1e3: exp would overflow without the max-subtraction (D6)."""
     q, k, v = qkv(B=1, H=1, T=5, d=2, seed=4)

@@ -10,12 +10,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from test_attention_bounds import U, assert_within, gamma, output_bound
 
 from derivations.feature_maps import feature_count
 from verify.attention import taylor_attention
 from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.oracle import taylor_reference
+from verify.strategies import attention_inputs, shapes
 
 DENOMS = ("sum", "none", "l2", "rms", "layernorm", "count")
 DTYPES = (torch.float64, torch.float32)
@@ -86,12 +89,13 @@ def test_all_forms_agree(order, causal, dtype):
         assert_within(out, ref, bound, f"{name} N={order}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("denom", DENOMS)
-def test_forms_agree_every_denominator(denom):
-    q, k, v = qkv(T=6, dv=3, seed=20)
+def test_forms_agree_every_denominator(denom, dtype):
+    q, k, v = qkv(T=6, dv=3, seed=20, dtype=dtype)
     for order in (2, 3):
         ref, bound = output_bound(
-            f"taylor:{order}", q, k, v, dtype=torch.float64, causal=True, denominator=denom
+            f"taylor:{order}", q, k, v, dtype=dtype, causal=True, denominator=denom
         )
         for name, kw in all_forms(6):
             out = taylor_attention(q, k, v, order=order, causal=True, denominator=denom, **kw)
@@ -366,3 +370,39 @@ def test_convergence_to_softmax_within_d4_bound():
         assert delta < 0.5
         bound = 2 * delta / (1 - delta) * v.abs().max().item() + 1e-12
         assert (taylor_attention(q, k, v, order=N) - sm).abs().max().item() <= bound
+
+
+def test_large_norm_queries_with_small_keys_do_not_overflow_the_features():
+    """|q| ~ 1e18, |k| ~ 1e-18 in float32: the scores are O(1) but q^4 alone overflows; the
+    recurrent/chunked forms rebalance q, k by a power of two (exact) before the feature map."""
+    q, k, v = qkv(B=1, H=2, T=5, d=3, dtype=torch.float32, seed=24)
+    q, k = q * 2.0**60, k * 2.0**-60  # exact scaling: the scores are those of (q, k)
+    ref, bound = output_bound("taylor:4", q, k, v, dtype=torch.float32, causal=True)
+    for name, kw in all_forms(5):
+        out = taylor_attention(q, k, v, order=4, causal=True, **kw)
+        assert torch.isfinite(out).all(), name
+        assert_within(out, ref, bound, name)
+
+
+# ------------------------------------------------------------------ property (hypothesis)
+@given(
+    inputs=attention_inputs(
+        shapes(queries=(1, 9), dim=(1, 3), value_dim=(1, 3)),
+        dtype=[torch.float64, torch.float32],
+        radius=2.0,
+        cases=("random", "zeros", "equal_keys", "large_norm", "positive"),
+    ),
+    order=st.sampled_from([0, 2, 4]),
+    basis=st.sampled_from(["symmetric", "tensor"]),
+    chunk=st.integers(1, 11),
+)
+def test_property_forms_agree_on_drawn_inputs(inputs, order, basis, chunk):
+    """Even orders (positive kernel, D4): every form within the D10 bound of the reference."""
+    q, k, v = inputs.q, inputs.k, inputs.v
+    kw = dict(order=order, causal=inputs.causal, scale=inputs.scale)
+    ref, bound = output_bound(f"taylor:{order}", q, k, v, dtype=q.dtype, causal=inputs.causal,
+                              scale=inputs.scale)  # fmt: skip
+    assert torch.isfinite(bound).all()
+    for form in ("parallel", "recurrent", "chunked"):
+        out = taylor_attention(q, k, v, form=form, basis=basis, chunk_size=chunk, **kw)
+        assert_within(out, ref, bound, form)

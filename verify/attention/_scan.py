@@ -186,6 +186,26 @@ def visible_counts(
     return total[..., None].expand(B, H, T), total
 
 
+def _balance(qa: torch.Tensor, ka: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lam q, k / lam) per (batch, head), lam a power of two balancing max|q| and max|k|.
+
+    Each Taylor order block is homogeneous, phi_n(lam q) . phi_n(k / lam) = phi_n(q) . phi_n(k),
+    and scaling by a power of two is exact (outside the subnormal range), so the output is
+    unchanged while the features of q and of k stay representable whenever the scores are
+    (e.g. |q| ~ 1e77, |k| ~ 1e-77 would overflow x^4 in float64 without it).
+    """
+    with torch.no_grad():  # lam is a constant: the output does not depend on it
+        mq = qa.abs().amax((-2, -1), keepdim=True)
+        mk = ka.abs().amax((-2, -1), keepdim=True)
+        ok = (mq > 0) & (mk > 0) & torch.isfinite(mq) & torch.isfinite(mk)
+        half_log = 0.5 * (
+            torch.log2(torch.where(ok, mk, 1.0)) - torch.log2(torch.where(ok, mq, 1.0))
+        )
+        lam = torch.exp2(torch.round(half_log))
+        lam = torch.where(torch.isfinite(lam) & (lam > 0) & torch.isfinite(1.0 / lam), lam, 1.0)
+    return qa * lam, ka / lam
+
+
 def feature_attention(
     kernel,
     qa: torch.Tensor,
@@ -201,10 +221,12 @@ def feature_attention(
     eps: float,
     Sa0: torch.Tensor | None = None,
     n0: torch.Tensor | None = None,
+    rebalance: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recurrent/chunked kernel attention from accumulation-dtype q, k, v and a ``Kernel``.
 
     ``Sa0`` (B, H, m, d_v + 1) and ``n0`` (B, H) are the state to resume from (zeros if None).
+    ``rebalance`` (Taylor kernels, no state kept): see ``_balance``.
     Returns (output (B, H, T, d_v), final augmented state, final visible-key count).
     """
     from verify.attention.norms import apply_denominator
@@ -218,6 +240,8 @@ def feature_attention(
         ka = torch.where(key_mask[..., None], ka, 0.0)
     if key_mask is not None:  # without a mask every query sees >= 1 key
         qa = torch.where((counts > 0)[..., None], qa, 0.0)
+    if rebalance:
+        qa, ka = _balance(qa, ka)
     va = torch.cat([va, torch.ones_like(va[..., :1])], -1)
     out, Sa = scan(
         kernel,
@@ -267,5 +291,6 @@ def kernel_attention(
             key_mask=km,
             mode=mode,
             eps=eps,
+            rebalance=kernel.order is not None,
         )
     return o.to(q.dtype)

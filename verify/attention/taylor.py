@@ -6,6 +6,11 @@ Three forms that agree to rounding (D2):
   z_t = z_{t-1} + phi(k_t), one token at a time (the reference for the step API);
 - ``chunked``: exact within-chunk weights kappa_N on the scores plus the state before the chunk
   read through the feature map; chunk states by a cumulative sum over chunks.
+
+The recurrent and chunked forms first rescale (q, k) to (lam q, k / lam) per batch and head, with
+lam a power of two balancing max|q| and max|k| (exact; every order block is homogeneous), so the
+features stay representable whenever the scores are. The streaming state API cannot do this (its
+state fixes the coordinates): there, |sqrt(c) x|^N must be representable.
 """
 
 from __future__ import annotations
