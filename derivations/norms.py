@@ -1,0 +1,432 @@
+"""D7. The denominator as a norm (Mongaras & Larson; THEORY.md D7).
+
+Kernel attention writes o_t = G_t N_t with the per-query scalar G_t = 1/D_t,
+N_t = sum_s kappa(x_ts) v_s (d_v-vector), D_t = sum_s kappa(x_ts). For D_t > 0 (always for exp
+and even kappa_N) every normalization invariant to positive scaling gives Norm(N_t) = Norm(o_t)
+exactly: L2 x/||x||, RMSNorm x/rms(x), LayerNorm (x - mean)/std (population std, needs d_v >= 2).
+
+With an eps inside the square root (torch.nn.LayerNorm / RMSNorm convention) the identity is
+replaced by an exact shrink:
+
+    Norm_eps(N_t) = Norm(o_t) / sqrt(1 + t),   t = eps / (D_t^2 * stat(o_t)),
+
+with stat = ||o||^2 (L2), mean(o^2) (RMS), var(o) (LayerNorm). So
+||Norm_eps(N_t) - Norm(o_t)||_2 = ||Norm(o_t)||_2 * (1 - 1/sqrt(1+t)) <= ||Norm(o_t)||_2 * t/2,
+and ||Norm(o)||_2 = 1 (L2) or sqrt(d_v) (RMS, LayerNorm). With the clamp convention of
+``torch.nn.functional.normalize`` (x / max(||x||, eps)) the identity is exact while
+D_t ||o_t|| >= eps. The ``count`` denominator gives N_t/t = (D_t/t) o_t and ``none`` gives
+N_t = D_t o_t: neither equals o_t unless D_t = t (resp. D_t = 1).
+
+Numeric exports (plain Python floats): ``eps_relative_gap``, ``eps_relative_gap_bound``,
+``l2_eps_gap``, ``rms_eps_gap``, ``layernorm_eps_gap``, ``l2_clamp_gap``,
+``normalization_sensitivity``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from derivations._record import Derivation, Status, main_for
+
+NORM_KINDS = ("l2", "rms", "layernorm")
+
+
+# -- input validation -------------------------------------------------------------------------
+def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
+    xf = float(x)
+    if not math.isfinite(xf):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    if positive and not xf > 0:
+        raise ValueError(f"{name}: expected a positive number, got {x!r}")
+    if nonneg and not xf >= 0:
+        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
+    return xf
+
+
+def _dim(name: str, d: object, minimum: int = 1) -> int:
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(d).__name__} {d!r}")
+    if d < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {d}")
+    return d
+
+
+# -- numeric exports --------------------------------------------------------------------------
+def eps_relative_gap(t: float) -> float:
+    """1 - 1/sqrt(1 + t): exact relative size of the eps gap (THEORY.md D7).
+
+    Norm_eps(N) = Norm(o)/sqrt(1+t) with t = eps/(D^2 stat(o)), so
+    ||Norm_eps(N) - Norm(o)|| / ||Norm(o)|| equals this value. Evaluated without cancellation
+    as t / (sqrt(1+t) (1 + sqrt(1+t))).
+
+    Raises:
+        TypeError, ValueError: ``t`` not a finite non-negative real.
+    """
+    t = _real("t", t, nonneg=True)
+    r = math.sqrt(1.0 + t)
+    return t / (r * (1.0 + r))
+
+
+def eps_relative_gap_bound(t: float) -> float:
+    """t/2: proved upper bound on ``eps_relative_gap(t)`` (tight as t -> 0; THEORY.md D7).
+
+    Raises:
+        TypeError, ValueError: ``t`` not a finite non-negative real.
+    """
+    return _real("t", t, nonneg=True) / 2.0
+
+
+def l2_eps_gap(eps: float, denominator: float, o_norm: float) -> float:
+    """||L2_eps(N_t) - o_t/||o_t|| ||_2 for L2_eps(x) = x / sqrt(||x||^2 + eps), exactly.
+
+    Args:
+        eps: eps >= 0 inside the square root.
+        denominator: D_t > 0 (N_t = D_t o_t).
+        o_norm: ||o_t||_2 > 0.
+
+    Returns:
+        1 - 1/sqrt(1 + eps/(D_t^2 ||o_t||^2)) (dimensionless; the reference has norm 1).
+
+    Raises:
+        TypeError, ValueError: non-real input, eps < 0, D_t <= 0 or o_norm <= 0.
+    """
+    eps = _real("eps", eps, nonneg=True)
+    d = _real("denominator", denominator, positive=True)
+    s = _real("o_norm", o_norm, positive=True)
+    return eps_relative_gap(eps / (d * d * s * s))
+
+
+def rms_eps_gap(eps: float, denominator: float, o_rms: float, d_v: int) -> float:
+    """||RMS_eps(N_t) - o_t/rms(o_t)||_2 for RMS_eps(x) = x / sqrt(mean(x^2) + eps), exactly.
+
+    Args:
+        eps >= 0; denominator D_t > 0; o_rms = rms(o_t) = sqrt(mean_i o_ti^2) > 0; d_v >= 1.
+
+    Returns:
+        sqrt(d_v) * (1 - 1/sqrt(1 + eps/(D_t^2 rms(o_t)^2))) (the reference has norm sqrt(d_v)).
+
+    Raises:
+        TypeError, ValueError: bad arguments (named in the message).
+    """
+    eps = _real("eps", eps, nonneg=True)
+    d = _real("denominator", denominator, positive=True)
+    r = _real("o_rms", o_rms, positive=True)
+    return math.sqrt(_dim("d_v", d_v)) * eps_relative_gap(eps / (d * d * r * r))
+
+
+def layernorm_eps_gap(eps: float, denominator: float, o_std: float, d_v: int) -> float:
+    """||LN_eps(N_t) - LN(o_t)||_2 for LN_eps(x) = (x - mean x)/sqrt(var x + eps), exactly.
+
+    ``var`` is the population variance (torch.nn.LayerNorm, no affine part).
+
+    Args:
+        eps >= 0; denominator D_t > 0; o_std = sqrt(var(o_t)) > 0 (needs d_v >= 2 and a
+        non-constant o_t); d_v >= 2.
+
+    Returns:
+        sqrt(d_v) * (1 - 1/sqrt(1 + eps/(D_t^2 var(o_t)))) (LN(o_t) has norm sqrt(d_v)).
+
+    Raises:
+        TypeError, ValueError: bad arguments; d_v < 2 (LayerNorm of one entry is 0/0).
+    """
+    eps = _real("eps", eps, nonneg=True)
+    d = _real("denominator", denominator, positive=True)
+    s = _real("o_std", o_std, positive=True)
+    return math.sqrt(_dim("d_v", d_v, 2)) * eps_relative_gap(eps / (d * d * s * s))
+
+
+def l2_clamp_gap(eps: float, denominator: float, o_norm: float) -> float:
+    """||x/max(||x||, eps) at x = N_t minus o_t/||o_t|| ||_2 (torch.nn.functional.normalize).
+
+    Exact: 0 when D_t ||o_t|| >= eps, else 1 - D_t ||o_t|| / eps.
+
+    Raises:
+        TypeError, ValueError: eps < 0, D_t <= 0 or o_norm <= 0.
+    """
+    eps = _real("eps", eps, nonneg=True)
+    d = _real("denominator", denominator, positive=True)
+    s = _real("o_norm", o_norm, positive=True)
+    n = d * s
+    return 0.0 if n >= eps else 1.0 - n / eps
+
+
+def normalization_sensitivity(
+    kind: str, input_error: float, vector_norm: float, d_v: int, eps: float = 0.0
+) -> float:
+    """Bound on ||Norm_eps(y_hat) - Norm_eps(y)||_2 given ||y_hat - y||_2 <= input_error.
+
+    Derived (THEORY.md D7; ``derive`` step "sensitivity"): for g(y) = y / sqrt(||y||^2 + e),
+    ||g(y_hat) - g(y)|| <= 2 ||y_hat - y|| / sqrt(||y||^2 + e). RMS_eps = sqrt(d_v) g with
+    e = d_v eps; LN_eps(y) = sqrt(d_v) g(P y) with P the centering projection (||P|| <= 1).
+
+    Args:
+        kind: ``"l2"``, ``"rms"`` or ``"layernorm"``.
+        input_error: bound on ||y_hat - y||_2 (>= 0), e.g. the rounding bound of N_t.
+        vector_norm: ||y||_2 for l2/rms, ||y - mean(y)||_2 for layernorm (> 0, or >= 0 with
+            eps > 0), of the *reference* vector y.
+        d_v: vector length (>= 1; >= 2 for layernorm).
+        eps: eps inside the square root (>= 0).
+
+    Returns:
+        The bound (inf if vector_norm = 0 and eps = 0).
+
+    Raises:
+        TypeError, ValueError: unknown ``kind`` or bad numbers.
+    """
+    if kind not in NORM_KINDS:
+        raise ValueError(f"kind: expected one of {NORM_KINDS}, got {kind!r}")
+    delta = _real("input_error", input_error, nonneg=True)
+    y = _real("vector_norm", vector_norm, nonneg=True)
+    eps = _real("eps", eps, nonneg=True)
+    n = _dim("d_v", d_v, 2 if kind == "layernorm" else 1)
+    e = eps if kind == "l2" else n * eps
+    denom = math.sqrt(y * y + e)
+    if denom == 0.0:
+        return math.inf
+    factor = 1.0 if kind == "l2" else math.sqrt(n)
+    return factor * 2.0 * delta / denom
+
+
+# -- derivation -------------------------------------------------------------------------------
+def derive(
+    *,
+    claim_layernorm_eps_exact: bool = False,
+    gap_bound: Callable[[Any], Any] | None = None,
+    layernorm_min_dim: int = 2,
+) -> Derivation:
+    """Build the D7 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        claim_layernorm_eps_exact: also claim LN_eps(N) = LN(o) exactly (eps dropped).
+        gap_bound: replace the bound t/2 on 1 - 1/sqrt(1+t) (e.g. ``lambda t: t/4``).
+        layernorm_min_dim: claim the LayerNorm identity from this d_v on (1 is wrong).
+    """
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    rec = Derivation("D7", "The denominator as a norm (Mongaras & Larson)")
+    n = sp.Symbol("n", integer=True, positive=True)  # d_v
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    D = sp.Symbol("D", positive=True)
+    eps = sp.Symbol("epsilon", positive=True)
+    o = sp.IndexedBase("o", real=True)
+
+    def fs(e: Any) -> Any:  # pull constant factors out of finite sums (linearity)
+        return e.replace(
+            lambda z: isinstance(z, sp.Sum),
+            lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
+        )
+
+    def sq(f: Any) -> Any:
+        return sp.Sum(f**2, (j, 1, n))
+
+    # G_t = 1/D_t
+    rec.step(
+        "Kernel attention: o_t = G_t N_t with G_t = 1/D_t, a per-query scalar (it multiplies "
+        "every component of N_t); G_t > 0 iff D_t > 0 (exp, even kappa_N; odd kappa_N can give "
+        "D_t <= 0, e.g. N = 1, scores (-2, 0): D_t = -1 + 1 = 0)."
+    )
+    rec.check(
+        "odd kappa_N can vanish: kappa_1(-2) + kappa_1(0) = 0 (G_t undefined)",
+        lambda: (1 + sp.Integer(-2)) + (1 + sp.Integer(0)) == 0,
+        status=Status.VERIFIED,
+        detail="N = 1, scores (-2, 0)",
+    )
+    No = D * o[i]  # component i of N_t = D_t o_t
+
+    # L2
+    l2_N = No / sp.sqrt(fs(sq(D * o[j])))
+    l2_o = o[i] / sp.sqrt(sq(o[j]))
+    rec.statement["L2"] = sp.Eq(sp.Symbol("L2(N_t)_i"), l2_o)
+    rec.step("L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:", l2_N)
+    rec.check(
+        "L2(N_t) = L2(o_t) for D_t > 0",
+        lambda: sp.simplify(l2_N - l2_o) == 0,
+        detail="symbolic d_v = n (sympy Sum), symbolic components, D > 0",
+    )
+    # RMS
+    rms_N = No / sp.sqrt(fs(sq(D * o[j])) / n)
+    rms_o = o[i] / sp.sqrt(sq(o[j]) / n)
+    rec.statement["RMS"] = sp.Eq(sp.Symbol("RMS(N_t)_i"), rms_o)
+    rec.check(
+        "RMS(N_t) = RMS(o_t) for D_t > 0",
+        lambda: sp.simplify(rms_N - rms_o) == 0,
+        detail="symbolic d_v = n, D > 0",
+    )
+    # LayerNorm
+    mu_o = sp.Sum(o[j], (j, 1, n)) / n
+    var_o = sp.Sum((o[j] - mu_o) ** 2, (j, 1, n)) / n
+    mu_N = fs(sp.Sum(D * o[j], (j, 1, n)) / n)
+    var_N = fs(sp.Sum((D * o[j] - mu_N) ** 2, (j, 1, n)) / n)
+    ln_N = (No - mu_N) / sp.sqrt(var_N)
+    ln_o = (o[i] - mu_o) / sp.sqrt(var_o)
+    rec.statement["LayerNorm"] = sp.Eq(sp.Symbol("LN(N_t)_i"), ln_o)
+    rec.step(
+        "mean(N_t) = D mean(o_t) and var(N_t) = D^2 var(o_t) (linearity of the sum):",
+        sp.Tuple(mu_N, var_N),
+    )
+    rec.check(
+        "mean(D o) = D mean(o), var(D o) = D^2 var(o)",
+        lambda: sp.simplify(mu_N - D * mu_o) == 0 and sp.simplify(var_N - D**2 * var_o) == 0,
+        detail="symbolic d_v = n",
+    )
+    rec.check(
+        "LN(N_t) = LN(o_t) for D_t > 0 (where var(o_t) > 0)",
+        lambda: sp.simplify(ln_N - ln_o) == 0,
+        detail="symbolic d_v = n, D > 0",
+    )
+
+    def variance(dim: int) -> Any:
+        ys = sp.symbols(f"y0:{dim}", real=True)
+        mean = sum(ys) / dim
+        return sp.simplify(sum((y - mean) ** 2 for y in ys) / dim)
+
+    rec.check(
+        "d_v = 1: var(o) = 0 identically, so LN(o) is 0/0 (LayerNorm needs d_v >= 2)",
+        lambda: variance(1) == 0,
+        status=Status.VERIFIED,
+        detail="d_v = 1, symbolic component",
+    )
+    rec.check(
+        f"LayerNorm identity claimed from d_v = {layernorm_min_dim}: var(o) is not identically "
+        "0 there (the identity has content)",
+        lambda: all(variance(dim) != 0 for dim in range(layernorm_min_dim, 4)),
+        status=Status.VERIFIED,
+        detail=f"d_v in {layernorm_min_dim}..3, symbolic components",
+    )
+
+    # eps forms
+    t = sp.Symbol("t", nonnegative=True)
+    s_l2, s_rms, s_ln = sq(o[j]), sq(o[j]) / n, var_o
+    cases = {
+        "L2": (No / sp.sqrt(fs(sq(D * o[j])) + eps), o[i], s_l2),
+        "RMS": (No / sp.sqrt(fs(sq(D * o[j])) / n + eps), o[i], s_rms),
+        "LayerNorm": ((No - mu_N) / sp.sqrt(var_N + eps), o[i] - mu_o, s_ln),
+    }
+    for name, (lhs, num, stat) in cases.items():
+        rhs = num / sp.sqrt(stat + eps / D**2)
+        rec.statement[f"{name}_eps"] = sp.Eq(sp.Symbol(f"{name}_eps(N_t)_i"), rhs)
+        rec.check(
+            f"{name}_eps(N_t) = {name}-numerator(o_t) / sqrt(stat(o_t) + eps/D_t^2)",
+            lambda lhs=lhs, rhs=rhs: sp.simplify(lhs - rhs) == 0,
+            detail="symbolic d_v = n, D > 0, eps > 0",
+        )
+        rec.check(
+            f"{name}_eps(N_t) = {name}(o_t) / sqrt(1 + t), t = eps/(D_t^2 stat(o_t))",
+            lambda rhs=rhs, num=num, stat=stat: (
+                sp.simplify(rhs - (num / sp.sqrt(stat)) / sp.sqrt(1 + eps / (D**2 * stat))) == 0
+            ),
+            detail="symbolic d_v = n, D > 0, eps > 0",
+        )
+    rec.step(
+        "So Norm_eps(N_t) is Norm(o_t) shrunk by 1/sqrt(1+t): the gap is parallel to Norm(o_t) "
+        "and ||Norm_eps(N_t) - Norm(o_t)|| = ||Norm(o_t)|| (1 - 1/sqrt(1+t)), with "
+        "||Norm(o_t)|| = 1 (L2), sqrt(d_v) (RMS, LayerNorm).",
+        1 - 1 / sp.sqrt(1 + t),
+    )
+    if claim_layernorm_eps_exact:
+        lhs = cases["LayerNorm"][0]
+        rec.check(
+            "(injected) LN_eps(N_t) = LN(o_t) exactly",
+            lambda: sp.simplify(lhs - ln_o) == 0,
+            detail="symbolic d_v = n, D > 0, eps > 0",
+        )
+    bound = gap_bound(t) if gap_bound is not None else t / 2
+    h = bound - (1 - 1 / sp.sqrt(1 + t))
+    rec.statement["eps gap bound"] = sp.Le(1 - 1 / sp.sqrt(1 + t), bound)
+    rec.step("Bound: h(t) = bound - (1 - (1+t)^(-1/2)) has h(0) = 0 and h'(t) >= 0:", sp.diff(h, t))
+
+    def bound_holds() -> bool:
+        # h(0) = 0 and h' >= 0 on t >= 0: h' = 1/2 - (1+t)^(-3/2)/2 for the correct bound
+        w = sp.Symbol("w", nonnegative=True)  # sqrt(1 + t) = 1 + w
+        hp = sp.diff(h, t).subs(t, (1 + w) ** 2 - 1)
+        hp = sp.simplify(hp)
+        num, den = sp.fraction(sp.together(hp))
+        num, den = sp.expand(num), sp.expand(den)
+        pos = all(c >= 0 for c in sp.Poly(num, w).coeffs()) and all(
+            c > 0 for c in sp.Poly(den, w).coeffs()
+        )
+        return sp.simplify(h.subs(t, 0)) == 0 and pos
+
+    rec.check(
+        "1 - 1/sqrt(1+t) <= t/2 for all t >= 0",
+        bound_holds,
+        detail="h(0) = 0; h'(t) written in w = sqrt(1+t) - 1 >= 0 is a ratio of polynomials "
+        "with non-negative coefficients",
+    )
+    rec.check(
+        "the bound t/2 is tight to first order (series of 1 - (1+t)^(-1/2) at t = 0)",
+        lambda: (
+            sp.simplify(
+                sp.series(1 - 1 / sp.sqrt(1 + t), t, 0, 2).removeO()
+                - sp.series(bound, t, 0, 2).removeO()
+            )
+            == 0
+        ),
+        detail="series to O(t^2)",
+    )
+    # clamp convention (F.normalize)
+    on = sp.Symbol("r", positive=True)  # ||o||
+    rec.step(
+        "Clamp convention x/max(||x||, eps): at x = N_t = D o_t, max(D||o||, eps); when "
+        "D||o|| >= eps the result is D o/(D ||o||) = o/||o|| exactly; otherwise it is D o/eps, "
+        "of norm D||o||/eps, so the gap has norm 1 - D||o||/eps.",
+    )
+    lam = sp.Symbol("mu", positive=True)  # D||o||/eps = 1/(1 + mu) < 1
+    rec.check(
+        "clamp convention: exact when D_t ||o_t|| >= eps, gap 1 - D_t||o_t||/eps otherwise",
+        lambda: (
+            sp.simplify(D * on / (D * on) - 1) == 0
+            and sp.simplify(sp.Abs(1 / (1 + lam) - 1) - (1 - 1 / (1 + lam))) == 0
+        ),
+        detail="symbolic D, ||o||; below the clamp D||o||/eps = 1/(1+mu), mu > 0, and the gap "
+        "is ||o|| |D/eps - 1/||o||| = |D||o||/eps - 1|",
+    )
+    # sensitivity
+    a_n, b_n, e_ = sp.symbols("A B e", positive=True)
+    rec.step(
+        "Sensitivity: for g(y) = y/r(y), r(y) = sqrt(||y||^2 + e): g(b) - g(a) = (b - a)/r(a) + "
+        "g(b)(r(a) - r(b))/r(a); ||g(b)|| <= 1 and |r(a) - r(b)| <= | ||a|| - ||b|| | <= "
+        "||a - b||, so ||g(b) - g(a)|| <= 2||b - a||/r(a). RMS_eps = sqrt(d_v) g with e = d_v "
+        "eps; LN_eps(y) = sqrt(d_v) g(P y), P the centering projection (||P|| <= 1)."
+    )
+    ra, rb = sp.symbols("r_a r_b", positive=True)
+    rec.check(
+        "sensitivity: g(b) - g(a) = (b - a)/r(a) + g(b)(r(a) - r(b))/r(a) and r(y) = "
+        "h(||y||) with 0 <= h' < 1 (r is 1-Lipschitz in ||y||)",
+        lambda: (
+            sp.simplify((b_n / rb - a_n / ra) - ((b_n - a_n) / ra + (b_n / rb) * (ra - rb) / ra))
+            == 0
+            and sp.simplify(sp.diff(sp.sqrt(a_n**2 + e_), a_n) ** 2 - 1).is_negative is True
+        ),
+        detail="componentwise identity with r(a), r(b) independent symbols; h(s) = "
+        "sqrt(s^2 + e), e > 0 (e = 0 by continuity)",
+    )
+    # count and none
+    tt = sp.Symbol("t", positive=True, integer=True)
+    count = No / tt
+    rec.step("count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.", count)
+    rec.check(
+        "count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of values in "
+        "[e^-r, e^r], lies in that interval)",
+        lambda: sp.solve(sp.Eq(count, o[i]), D) == [tt],
+        detail="symbolic t, D",
+    )
+    rec.exports = [
+        "eps_relative_gap",
+        "eps_relative_gap_bound",
+        "l2_eps_gap",
+        "rms_eps_gap",
+        "layernorm_eps_gap",
+        "l2_clamp_gap",
+        "normalization_sensitivity",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)

@@ -1,0 +1,749 @@
+"""D9. Related results: injectivity, rank, total positivity, FAVOR+ (THEORY.md D9).
+
+* Injectivity (Han et al. 2024, "Bridging the Divide: Reconsidering Softmax and Linear
+  Attention", NeurIPS 2024): softmax(K q) = softmax(K q') iff K(q - q') is a multiple of the
+  all-ones vector, so q -> softmax(K q) is injective iff rank [K, 1] = d + 1 (both directions
+  derived; the collision q' = q + u, K u = c 1, is constructed when the rank is lower).
+  Normalized linear attention with a positively homogeneous feature map (ReLU) gives the same
+  weights for q and alpha q, alpha > 0 (proved): it is never injective.
+* Rank: without a causal mask phi(Q) phi(K)^T = (T x m)(m x S) has rank <= m; a causal mask can
+  raise it to T (m = 1, all-ones features: the lower-triangular ones matrix, det 1).
+  exp(q_i k_j) with sorted distinct scalars is strictly totally positive (Karlin 1968): all
+  minors of a 4 x 4 instance are certified positive with interval arithmetic.
+* FAVOR+ (Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR 2021, Lemma 1):
+  exp(x.y) = E_{w ~ N(0, I)}[e^{w.x - |x|^2/2} e^{w.y - |y|^2/2}] via the per-coordinate
+  moment generating function; the m-feature kernel estimate phi(x).phi(y) is unbiased with
+  Var = e^{2 x.y}(e^{|x+y|^2} - 1)/m; raw moments E[Z^k] = exp(k x.y + k(k-1)|x+y|^2/2).
+  Orthogonal directions do not exceed the iid variance (cited, Theorem 2; verify tests it).
+
+Numeric exports: ``softmax_injective``, ``softmax_collision_direction``,
+``exp_kernel_strictly_totally_positive``, ``favor_raw_moment``, ``favor_kernel_variance``,
+``favor_kernel_fourth_central_moment``, ``chebyshev_half_width``, ``fourth_moment_half_width``,
+``favor_confidence_half_width``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+from derivations._record import Derivation, Status, main_for
+
+HAN_2024 = (
+    "Han, Pu, Xia, Han, Song, Wan, Huang: 'Bridging the Divide: Reconsidering Softmax and "
+    "Linear Attention', NeurIPS 2024 (injectivity of softmax vs linear attention)"
+)
+PERFORMERS_2021 = (
+    "Choromanski et al.: 'Rethinking Attention with Performers', ICLR 2021 (Lemma 1: positive "
+    "random features; Lemma 2: their MSE; Theorem 2: orthogonal features)"
+)
+KARLIN_1968 = "S. Karlin, Total Positivity, Vol. I, Stanford University Press, 1968"
+
+
+# -- input validation -------------------------------------------------------------------------
+def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
+    xf = float(x)
+    if not math.isfinite(xf):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    if positive and not xf > 0:
+        raise ValueError(f"{name}: expected a positive number, got {x!r}")
+    if nonneg and not xf >= 0:
+        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
+    return xf
+
+
+def _count(name: str, n: object, minimum: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
+    if n < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
+    return n
+
+
+def _exact(name: str, x: object) -> Fraction:
+    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
+        raise TypeError(f"{name}: expected a finite real number, got {type(x).__name__} {x!r}")
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    return Fraction(x)
+
+
+def _matrix(name: str, rows: object) -> list[list[Fraction]]:
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise TypeError(f"{name}: expected a non-empty sequence of rows (n x d), got {rows!r}")
+    out = []
+    for r, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not row:
+            raise TypeError(f"{name}[{r}]: expected a non-empty sequence of reals, got {row!r}")
+        out.append([_exact(f"{name}[{r}][{c}]", v) for c, v in enumerate(row)])
+    width = len(out[0])
+    if any(len(row) != width for row in out):
+        raise ValueError(
+            f"{name}: expected rows of equal length {width}, got {[len(r) for r in out]}"
+        )
+    return out
+
+
+def _nullspace(mat: list[list[Fraction]]) -> list[list[Fraction]]:
+    """Basis of {x : mat x = 0} by exact Gauss-Jordan elimination."""
+    rows = [row[:] for row in mat]
+    ncols = len(rows[0])
+    pivots: list[int] = []
+    r = 0
+    for c in range(ncols):
+        piv = next((i for i in range(r, len(rows)) if rows[i][c] != 0), None)
+        if piv is None:
+            continue
+        rows[r], rows[piv] = rows[piv], rows[r]
+        p = rows[r][c]
+        rows[r] = [v / p for v in rows[r]]
+        for i in range(len(rows)):
+            if i != r and rows[i][c] != 0:
+                f = rows[i][c]
+                rows[i] = [a - f * b for a, b in zip(rows[i], rows[r])]
+        pivots.append(c)
+        r += 1
+        if r == len(rows):
+            break
+    basis = []
+    for free in (c for c in range(ncols) if c not in pivots):
+        vec = [Fraction(0)] * ncols
+        vec[free] = Fraction(1)
+        for i, pc in enumerate(pivots):
+            vec[pc] = -rows[i][free]
+        basis.append(vec)
+    return basis
+
+
+# -- injectivity -------------------------------------------------------------------------------
+def softmax_injective(keys: Sequence[Sequence[float]]) -> bool:
+    """Whether q -> softmax(K q) is injective: rank [K, 1] = d + 1 (Han et al. 2024; D9).
+
+    Args:
+        keys: K as n rows of d finite reals (floats taken at their exact binary values; the
+            rank is computed exactly with fractions). The scale c > 0 does not change the answer.
+
+    Raises:
+        TypeError, ValueError: ragged or non-numeric ``keys``.
+    """
+    return softmax_collision_direction(keys) is None
+
+
+def softmax_collision_direction(
+    keys: Sequence[Sequence[float]],
+) -> tuple[list[Fraction], Fraction] | None:
+    """A non-zero u with K u = c 1, or ``None`` when softmax(K q) is injective in q.
+
+    When it exists, softmax(K (q + t u)) = softmax(K q) for every q and real t (shift
+    invariance, D6): the collision that makes rank [K, 1] = d + 1 necessary.
+
+    Returns:
+        ``(u, c)`` with exact ``Fraction`` entries, or ``None``.
+
+    Raises:
+        TypeError, ValueError: ragged or non-numeric ``keys``.
+    """
+    k = _matrix("keys", keys)
+    augmented = [row + [Fraction(-1)] for row in k]  # [K, -1] (u, c) = K u - c 1
+    basis = _nullspace(augmented)
+    if not basis:
+        return None
+    vec = basis[0]
+    return vec[:-1], vec[-1]
+
+
+def exp_kernel_strictly_totally_positive(q: Sequence[float], k: Sequence[float]) -> bool:
+    """Whether every minor of [exp(q_i k_j)] is certified positive (interval arithmetic).
+
+    Each minor is evaluated by the Leibniz formula in ``mpmath.iv`` interval arithmetic (exp of
+    the exact rational product, 60 digits); ``True`` means every interval lies in (0, oo),
+    a rigorous certificate. Karlin (1968) proves strict total positivity for strictly
+    increasing q and k; this checks an instance (keep it <= 8 x 8: 12,869 minors at 8 x 8).
+
+    Args:
+        q, k: 1-D sequences of finite reals, each of length 1..8.
+
+    Raises:
+        TypeError, ValueError: bad sequences or length > 8.
+    """
+    qs = [_exact(f"q[{i}]", v) for i, v in enumerate(_seq("q", q))]
+    ks = [_exact(f"k[{j}]", v) for j, v in enumerate(_seq("k", k))]
+    if len(qs) > 8 or len(ks) > 8:
+        raise ValueError(f"q, k: expected lengths <= 8, got {len(qs)} and {len(ks)}")
+    return _minimum_minor_lower(qs, ks) > 0
+
+
+def _seq(name: str, s: object) -> Sequence[Any]:
+    if isinstance(s, (str, bytes)) or not isinstance(s, Sequence) or not s:
+        raise TypeError(f"{name}: expected a non-empty sequence of reals, got {s!r}")
+    return s
+
+
+def _minimum_minor_lower(qs: list[Fraction], ks: list[Fraction]) -> Any:
+    """Smallest certified lower end over all minors (an mpmath interval endpoint)."""
+    from mpmath import iv
+
+    iv.dps = 60
+    ent = [
+        [iv.exp(iv.mpf(a.numerator) * b.numerator / (a.denominator * b.denominator)) for b in ks]
+        for a in qs
+    ]
+    lowest = None
+    for size in range(1, min(len(qs), len(ks)) + 1):
+        for rows in itertools.combinations(range(len(qs)), size):
+            for cols in itertools.combinations(range(len(ks)), size):
+                det = iv.mpf(0)
+                for perm in itertools.permutations(range(size)):
+                    term = iv.mpf(_perm_sign(perm))
+                    for r, c in enumerate(perm):
+                        term *= ent[rows[r]][cols[c]]
+                    det += term
+                lo = det.a
+                lowest = lo if lowest is None or lo < lowest else lowest
+    return lowest
+
+
+def _perm_sign(perm: tuple[int, ...]) -> int:
+    sign, seen = 1, list(perm)
+    for i in range(len(seen)):
+        while seen[i] != i:
+            j = seen[i]
+            seen[i], seen[j] = seen[j], seen[i]
+            sign = -sign
+    return sign
+
+
+# -- FAVOR+ moments ------------------------------------------------------------------------------
+def favor_raw_moment(k: int, x_dot_y: float, x_plus_y_sq: float) -> float:
+    """E[Z^k] for one positive random feature product Z = e^{w.(x+y) - (|x|^2+|y|^2)/2}.
+
+    = exp(k x.y + k(k-1)|x+y|^2/2) (derived; w ~ N(0, I)). x, y are the *scaled* query and key
+    (the score scale already absorbed). Returns ``math.inf`` on float overflow.
+
+    Args:
+        k: int >= 0. x_dot_y: x.y. x_plus_y_sq: |x+y|^2 >= 0.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    k = _count("k", k, 0)
+    p = _real("x_dot_y", x_dot_y)
+    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    try:
+        return math.exp(k * p + k * (k - 1) * s / 2.0)
+    except OverflowError:
+        return math.inf
+
+
+def favor_kernel_variance(x_dot_y: float, x_plus_y_sq: float, m: int) -> float:
+    """Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid positive random features.
+
+    Choromanski et al. 2021 (Lemma 2) re-derived in ``derive`` (THEORY.md D9). Evaluated with
+    expm1 (no cancellation for small |x+y|); ``math.inf`` on overflow.
+
+    Args:
+        x_dot_y: x.y of the scaled query and key. x_plus_y_sq: |x+y|^2 >= 0. m: features >= 1.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    p = _real("x_dot_y", x_dot_y)
+    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    m = _count("m", m)
+    try:
+        return math.exp(2.0 * p) * math.expm1(s) / m
+    except OverflowError:
+        return math.inf
+
+
+def favor_kernel_fourth_central_moment(x_dot_y: float, x_plus_y_sq: float, m: int) -> float:
+    """E[(phi(x).phi(y) - e^{x.y})^4] for m iid positive random features (derived).
+
+    = (mu_4 + 3(m-1) sigma^4)/m^3 with sigma^2 = e^{2p}(e^s - 1) and
+    mu_4 = e^{4p}(e^{6s} - 4 e^{3s} + 6 e^s - 3), p = x.y, s = |x+y|^2 (computed with mpmath at
+    50 digits to avoid cancellation, returned as a float; ``math.inf`` beyond float range).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    p = _real("x_dot_y", x_dot_y)
+    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    m = _count("m", m)
+    import mpmath
+
+    with mpmath.workdps(50):
+        ps, ss = mpmath.mpf(p), mpmath.mpf(s)
+        e1 = mpmath.expm1(ss)
+        # e^{6s} - 4e^{3s} + 6e^{s} - 3 in terms of expm1 values (no cancellation at small s)
+        mu4_red = mpmath.expm1(6 * ss) - 4 * mpmath.expm1(3 * ss) + 6 * e1
+        mu4 = mpmath.exp(4 * ps) * mu4_red
+        sig4 = mpmath.exp(4 * ps) * e1**2
+        val = (mu4 + 3 * (m - 1) * sig4) / mpmath.mpf(m) ** 3
+        return float(val) if val < mpmath.mpf(2) ** 1023 else math.inf
+
+
+def chebyshev_half_width(variance: float, alpha: float, n_tests: int = 1) -> float:
+    """t with P(|X - E X| >= t) <= alpha/n_tests by Chebyshev: sqrt(variance n_tests/alpha).
+
+    With the Bonferroni (union) correction over ``n_tests`` simultaneous checks, all of them
+    hold together with probability >= 1 - alpha.
+
+    Args:
+        variance: Var X >= 0 (may be ``inf``). alpha: in (0, 1). n_tests: int >= 1.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    if isinstance(variance, float) and variance == math.inf:
+        return math.inf
+    v = _real("variance", variance, nonneg=True)
+    a = _alpha(alpha)
+    n = _count("n_tests", n_tests)
+    return math.sqrt(v * n / a)
+
+
+def fourth_moment_half_width(fourth_central_moment: float, alpha: float, n_tests: int = 1) -> float:
+    """t with P(|X - E X| >= t) <= alpha/n_tests by Markov on (X - E X)^4: (m4 n_tests/alpha)^(1/4).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    if isinstance(fourth_central_moment, float) and fourth_central_moment == math.inf:
+        return math.inf
+    m4 = _real("fourth_central_moment", fourth_central_moment, nonneg=True)
+    a = _alpha(alpha)
+    n = _count("n_tests", n_tests)
+    return (m4 * n / a) ** 0.25
+
+
+def favor_confidence_half_width(
+    x_dot_y: float, x_plus_y_sq: float, m: int, alpha: float, n_tests: int = 1
+) -> float:
+    """Half-width t with P(|phi(x).phi(y) - e^{x.y}| >= t) <= alpha/n_tests (m iid features).
+
+    The smaller of the second-moment (Chebyshev) and fourth-moment (Markov) widths: both are
+    fixed numbers, each with tail probability <= alpha/n_tests, so the smaller is valid too.
+    Over ``n_tests`` estimates, all lie within their widths with probability >= 1 - alpha
+    (Bonferroni). The estimator has heavy tails; no normal approximation is used.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    var = favor_kernel_variance(x_dot_y, x_plus_y_sq, m)
+    m4 = favor_kernel_fourth_central_moment(x_dot_y, x_plus_y_sq, m)
+    return min(
+        chebyshev_half_width(var, alpha, n_tests), fourth_moment_half_width(m4, alpha, n_tests)
+    )
+
+
+def _alpha(alpha: object) -> float:
+    a = _real("alpha", alpha)
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
+    return a
+
+
+# -- derivation -------------------------------------------------------------------------------
+def derive(
+    *,
+    favor_variance: Callable[[Any, Any, Any], Any] | None = None,
+    claim_injective_rank: int | None = None,
+) -> Derivation:
+    """Build the D9 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        favor_variance: (x.y, |x+y|^2, m) -> claimed variance of the m-feature estimate
+            (e.g. missing the -1 or the 1/m).
+        claim_injective_rank: claim injectivity already when rank [K, 1] equals this (< d+1).
+    """
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    rec = Derivation("D9", "Related results: injectivity, rank, total positivity, FAVOR+")
+
+    def fs(e: Any) -> Any:
+        return e.replace(
+            lambda z: isinstance(z, sp.Sum),
+            lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
+        )
+
+    # -- injectivity -------------------------------------------------------------------------
+    xi, yi = sp.symbols("x_i y_i", real=True)
+    Sx, Sy = sp.symbols("S_x S_y", positive=True)
+    rec.step(
+        "softmax(x) = softmax(y) means e^{x_i}/S_x = e^{y_i}/S_y for every i; taking logs, "
+        "x_i - y_i = log S_x - log S_y, the same for every i: x - y is a multiple of 1. The "
+        "converse is shift invariance (D6)."
+    )
+    rec.check(
+        "softmax(x) = softmax(y) => x_i - y_i = log(S_x/S_y) (independent of i)",
+        lambda: (
+            sp.simplify(
+                sp.expand_log(sp.log(sp.exp(xi) / Sx))
+                - sp.expand_log(sp.log(sp.exp(yi) / Sy))
+                - (xi - yi - sp.log(Sx) + sp.log(Sy))
+            )
+            == 0
+        ),
+        detail="symbolic x_i, y_i, S_x, S_y > 0",
+    )
+    n_, d_ = 4, 2
+    Kmat = sp.MatrixSymbol("K", n_, d_)
+    u = sp.MatrixSymbol("u", d_, 1)
+    cc = sp.Symbol("c", real=True)
+    ones = sp.ones(n_, 1)
+    rec.step(
+        "K(q - q') = c 1 iff [K, 1] (q - q', -c) = 0. If rank [K, 1] = d + 1 the only solution "
+        "is q = q' (injective). If rank [K, 1] < d + 1 a non-zero (u, -c) solves it, u != 0 "
+        "(u = 0 forces c 1 = 0, c = 0), and q' = q + u gives softmax(K q') = softmax(K q)."
+    )
+    rec.check(
+        "[K, 1] (u, -c) = K u - c 1 (block product)",
+        lambda: (
+            sp.simplify(
+                (sp.Matrix(sp.BlockMatrix([[Kmat, ones]])) * sp.Matrix([*u, -cc]))
+                - (sp.Matrix(Kmat) * sp.Matrix(u) - cc * ones)
+            )
+            == sp.zeros(n_, 1)
+        ),
+        status=Status.VERIFIED,
+        detail="n = 4, d = 2, symbolic entries (row r reads sum_i K_ri u_i - c for every n, d)",
+    )
+    k_good = [[1, 0], [0, 1], [1, 1], [2, -1]]
+    k_bad = [[1, 1], [2, 0], [0, 2], [3, -1]]  # K (1, 1) = 2 * 1
+    q1, q2 = sp.symbols("q1 q2", real=True)
+
+    def sm(kk: list[list[int]], qv: list[Any]) -> list[Any]:
+        scores = [sum(r[c] * qv[c] for c in range(len(qv))) for r in kk]
+        tot = sum(sp.exp(s) for s in scores)
+        return [sp.exp(s) / tot for s in scores]
+
+    def injectivity_instances() -> bool:
+        good = sp.Matrix([r + [1] for r in k_good]).rank() == 3 and softmax_injective(k_good)
+        coll = softmax_collision_direction(k_bad)
+        if coll is None:
+            return False
+        uv, c0 = coll
+        ok_dir = all(sum(r[i] * uv[i] for i in range(2)) == c0 for r in k_bad)
+        qv = [q1, q2]
+        qv2 = [q1 + sp.Rational(uv[0]), q2 + sp.Rational(uv[1])]
+        same = all(
+            sp.simplify(sp.expand(a - b, power_exp=True)) == 0
+            for a, b in zip(sm(k_bad, qv), sm(k_bad, qv2))
+        )
+        return bool(good and ok_dir and same and any(x != 0 for x in uv))
+
+    rec.check(
+        "instances: rank [K,1] = 3 -> injective; K = [[1,1],[2,0],[0,2],[3,-1]] has K(1,1) = 2*1 "
+        "and softmax(K q) = softmax(K (q + u)) for symbolic q",
+        injectivity_instances,
+        status=Status.VERIFIED,
+        detail="n = 4, d = 2, exact rationals",
+    )
+    if claim_injective_rank is not None:
+        r_claim = claim_injective_rank
+
+        def wrong_inj() -> bool:
+            # a K with rank [K, 1] = r_claim, claimed injective: search for a collision
+            kk = k_bad if r_claim <= 2 else k_good
+            rank = sp.Matrix([r + [1] for r in kk]).rank()
+            return rank == r_claim and softmax_injective(kk)
+
+        rec.check(
+            f"(injected) softmax(K q) injective when rank [K, 1] = {claim_injective_rank}",
+            wrong_inj,
+            detail="n = 4, d = 2",
+        )
+    rec.cite(
+        "softmax attention is injective in q iff rank [K, 1] = d + 1",
+        HAN_2024,
+        "re-derived above (both directions); Han et al. state the injectivity property",
+    )
+    # ReLU homogeneity
+    d = sp.Symbol("d", integer=True, positive=True)
+    n = sp.Symbol("n", integer=True, positive=True)
+    i, j, s_ = sp.symbols("i j s", integer=True, positive=True)
+    al = sp.Symbol("alpha", positive=True)
+    xr = sp.Symbol("x", real=True)
+    q = sp.IndexedBase("q", real=True)
+    phik = sp.IndexedBase("phi_k", nonnegative=True)  # phi(k_s)_i, any feature values
+
+    def relu(e: Any) -> Any:
+        return (e + sp.Abs(e)) / 2
+
+    dot_alpha = sp.Sum(relu(al * q[i]) * phik[s_, i], (i, 1, d))
+    dot_alpha = dot_alpha.replace(
+        lambda z: isinstance(z, sp.Sum), lambda z: sp.Sum(sp.simplify(z.function), *z.limits)
+    )
+    w_alpha = fs(dot_alpha) / fs(sp.Sum(dot_alpha.function.subs(s_, j), (j, 1, n), (i, 1, d)))
+    w_one = sp.Sum(relu(q[i]) * phik[s_, i], (i, 1, d)) / sp.Sum(
+        relu(q[i]) * phik[j, i], (j, 1, n), (i, 1, d)
+    )
+    rec.statement["ReLU linear attention"] = sp.Eq(sp.Symbol("w_s(alpha q)"), sp.Symbol("w_s(q)"))
+    rec.check(
+        "relu(alpha x) = alpha relu(x) for alpha > 0, hence the normalized linear-attention "
+        "weights of alpha q and q coincide (not injective)",
+        lambda: (
+            sp.simplify(relu(al * xr) - al * relu(xr)) == 0 and sp.simplify(w_alpha - w_one) == 0
+        ),
+        detail="symbolic d, n, alpha > 0, any key features",
+    )
+
+    # -- rank ------------------------------------------------------------------------------------
+    rec.cite(
+        "rank(A B) <= min(rank A, rank B), so phi(Q) phi(K)^T (T x m times m x S) has rank <= m",
+        "R. A. Horn and C. R. Johnson, Matrix Analysis, 2nd ed., Cambridge University Press, "
+        "2013, section 0.4.5",
+    )
+
+    def rank_instances() -> bool:
+        fq = sp.Matrix([[1, 2], [0, 1], [3, -1], [2, 2], [-1, 4]])
+        fk = sp.Matrix([[2, 1], [1, 1], [0, 3], [5, -2], [1, 0]])
+        a = fq * fk.T
+        ok = a.rank() == 2
+        for tt in range(1, 9):
+            ones_ = sp.ones(tt, 1) * sp.ones(1, tt)  # m = 1, features all one: rank 1
+            masked = sp.Matrix(tt, tt, lambda r, c, o=ones_: o[r, c] if c <= r else 0)
+            ok = ok and ones_.rank() == 1 and masked.det() == 1 and masked.rank() == tt
+        return ok
+
+    rec.check(
+        "instances: a 5x5 product of rank-2 factors has rank 2; with m = 1 all-ones features the "
+        "causal-masked matrix is the lower-triangular ones matrix: det 1, rank T",
+        rank_instances,
+        status=Status.VERIFIED,
+        detail="T = S = 5, m = 2 (exact); T = 1..8 for the causal instance",
+    )
+    # total positivity
+    q_tp = [Fraction(-1), Fraction(-1, 3), Fraction(1, 2), Fraction(1)]
+    k_tp = [Fraction(-1, 2), Fraction(0), Fraction(1, 3), Fraction(1)]
+    rec.cite(
+        "exp(q_i k_j) with q_1 < ... < q_n, k_1 < ... < k_n is strictly totally positive",
+        KARLIN_1968,
+        "the kernel e^{xy} is strictly totally positive (generalized Vandermonde); full rank "
+        "even at d = 1, but ill-conditioned fast (keep rank checks <= 8 x 8)",
+    )
+
+    tp_rows: list[list[Any]] = []
+
+    def tp_instance() -> bool:
+        lowest = _minimum_minor_lower(q_tp, k_tp)
+        tp_rows.append(["4 x 4", "69", f"{float(lowest):.6g}"])
+        return bool(lowest > 0) and exp_kernel_strictly_totally_positive(q_tp, k_tp)
+
+    rec.check(
+        "instance: all 69 minors of exp(q_i k_j), q = (-1, -1/3, 1/2, 1), k = (-1/2, 0, 1/3, 1) "
+        "are positive",
+        tp_instance,
+        status=Status.VERIFIED,
+        detail="4 x 4, exact rational exponents q_i k_j; every minor (Leibniz formula) "
+        "enclosed by interval arithmetic (mpmath.iv, 60 digits) with a positive lower end",
+    )
+    rec.tables["exp kernel total positivity"] = (
+        ["instance", "minors", "smallest certified lower end"],
+        tp_rows,
+    )
+
+    # -- FAVOR+ ----------------------------------------------------------------------------------
+    t = sp.Symbol("t", real=True)
+    w = sp.Symbol("w", real=True)
+    gauss1 = sp.exp(-(w**2) / 2) / sp.sqrt(2 * sp.pi)
+    mgf = sp.integrate(sp.exp(t * w) * gauss1, (w, -sp.oo, sp.oo), conds="none")
+    rec.step(
+        "Per coordinate, w ~ N(0, 1): E[e^{t w}] = integral e^{t w} e^{-w^2/2}/sqrt(2 pi) =",
+        sp.simplify(mgf),
+    )
+    rec.check(
+        "E[e^{t w}] = e^{t^2/2} for w ~ N(0, 1) and every real t",
+        lambda: sp.simplify(mgf - sp.exp(t**2 / 2)) == 0,
+        detail="symbolic t (sympy integral)",
+    )
+    a = sp.IndexedBase("a", real=True)
+    prod = sp.Product(sp.exp(a[i] ** 2 / 2), (i, 1, d))
+    rec.step(
+        "In R^d the coordinates of w are independent, so E[e^{w.a}] = prod_i E[e^{w_i a_i}] "
+        "(Fubini) = prod_i e^{a_i^2/2} =",
+        prod.rewrite(sp.Sum),
+    )
+    rec.check(
+        "E[e^{w.a}] = e^{|a|^2/2} for w ~ N(0, I_d), any d",
+        lambda: sp.simplify(prod.rewrite(sp.Sum) - sp.exp(sp.Sum(a[i] ** 2, (i, 1, d)) / 2)) == 0,
+        detail="symbolic d (product of the 1-D moment generating functions)",
+    )
+    x = sp.IndexedBase("x", real=True)
+    y = sp.IndexedBase("y", real=True)
+    sq = sp.Sum(sp.expand((x[i] + y[i]) ** 2), (i, 1, d)).expand()
+    sq = sq.replace(lambda z: isinstance(z, sp.Sum), lambda z: factor_sum(z))
+    nx, ny, xy = (
+        sp.Sum(x[i] ** 2, (i, 1, d)),
+        sp.Sum(y[i] ** 2, (i, 1, d)),
+        sp.Sum(x[i] * y[i], (i, 1, d)),
+    )
+    rec.check(
+        "|x + y|^2 = |x|^2 + |y|^2 + 2 x.y",
+        lambda: sp.simplify(sq - (nx + ny + 2 * xy)) == 0,
+        detail="symbolic d",
+    )
+    p, s = sp.symbols("p s", real=True)  # p = x.y, s = |x+y|^2
+    kk = sp.Symbol("k", integer=True, nonnegative=True)
+    # Z^k = e^{k w.(x+y) - k(|x|^2+|y|^2)/2}; |x|^2+|y|^2 = s - 2p; E[e^{k w.(x+y)}] = e^{k^2 s/2}
+    raw_k = sp.exp(-kk * (s - 2 * p) / 2) * sp.exp(kk**2 * s / 2)
+    rec.statement["FAVOR+ raw moments"] = sp.Eq(
+        sp.Symbol("E[Z^k]"), sp.exp(kk * p + kk * (kk - 1) * s / 2)
+    )
+    rec.step(
+        "Z = e^{w.x - |x|^2/2} e^{w.y - |y|^2/2} = e^{w.(x+y)} e^{-(|x|^2+|y|^2)/2}; so "
+        "E[Z^k] = e^{-k(s - 2p)/2} E[e^{w.(k(x+y))}] = e^{-k(s-2p)/2} e^{k^2 s/2}, "
+        "p = x.y, s = |x+y|^2:",
+        sp.simplify(raw_k),
+    )
+    rec.check(
+        "E[Z^k] = exp(k x.y + k(k-1)|x+y|^2/2); k = 1: E[Z] = e^{x.y} (unbiased, Lemma 1)",
+        lambda: (
+            sp.simplify(raw_k - sp.exp(kk * p + kk * (kk - 1) * s / 2)) == 0
+            and sp.simplify(raw_k.subs(kk, 1) - sp.exp(p)) == 0
+        ),
+        detail="symbolic k, x.y, |x+y|^2",
+    )
+    m = sp.Symbol("m", integer=True, positive=True)
+    var1 = sp.simplify(raw_k.subs(kk, 2) - raw_k.subs(kk, 1) ** 2)
+    var_m = var1 / m
+    claimed = (favor_variance or (lambda pp, ss, mm: sp.exp(2 * pp) * (sp.exp(ss) - 1) / mm))(
+        p, s, m
+    )
+    rec.statement["FAVOR+ variance"] = sp.Eq(sp.Symbol("Var[phi(x).phi(y)]"), claimed)
+    rec.step(
+        "phi(x).phi(y) = (1/m) sum_{r<=m} Z_r, Z_r iid; Var = Var(Z)/m with Var(Z) = "
+        "E[Z^2] - E[Z]^2 =",
+        var1,
+    )
+    rec.check(
+        "Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid features",
+        lambda: sp.simplify(var_m - claimed) == 0,
+        detail="symbolic x.y, |x+y|^2, m",
+    )
+    a1, a2, u1, u2 = sp.symbols("a1 a2 u1 u2", real=True)
+    xs = sp.symbols("x1 x2", real=True)
+    ys = sp.symbols("y1 y2", real=True)
+
+    def direct_integrals() -> bool:
+        # d = 1 and d = 2: integrate E[Z] and E[Z^2] over w with a = x + y as the variable
+        ok = True
+        dens2 = sp.exp(-(u1**2 + u2**2) / 2) / (2 * sp.pi)
+        for dim in (1, 2):
+            xv, yv = xs[:dim], ys[:dim]
+            av = (a1, a2)[:dim]
+            uv = (u1, u2)[:dim]
+            dens = gauss1.subs(w, u1) if dim == 1 else dens2
+            lims = [(uu, -sp.oo, sp.oo) for uu in uv]
+            const = sum(v**2 for v in xv) + sum(v**2 for v in yv)
+            p_v = sum(xa * ya for xa, ya in zip(xv, yv))
+            s_v = sum((xa + ya) ** 2 for xa, ya in zip(xv, yv))
+            for power in (1, 2):
+                e_a = sp.integrate(
+                    sp.exp(power * sum(uu * aa for uu, aa in zip(uv, av))) * dens,
+                    *lims,
+                    conds="none",
+                )
+                e_z = e_a.subs({aa: xa + ya for aa, xa, ya in zip(av, xv, yv)}) * sp.exp(
+                    -power * const / 2
+                )
+                target = sp.exp(p_v) if power == 1 else sp.exp(2 * p_v + s_v)
+                ok = ok and sp.simplify(sp.expand(e_z / target)) == 1
+            mean = sp.exp(p_v)
+            second = sp.exp(2 * p_v + s_v)
+            ok = ok and sp.simplify((second - mean**2) / m - claimed.subs({p: p_v, s: s_v})) == 0
+        return bool(ok)
+
+    rec.check(
+        "direct Gaussian integrals: E[Z] = e^{x.y} and E[Z^2] = e^{2x.y + |x+y|^2}, hence the "
+        "claimed variance, in d = 1 and d = 2",
+        direct_integrals,
+        status=Status.VERIFIED,
+        detail="d = 1, 2: sympy integrals over w in R^d with symbolic x, y",
+    )
+    mu4, sig2 = sp.symbols("mu_4 sigma^2", positive=True)
+    rec.step(
+        "Fourth central moment of the mean of m iid centred X_r: E[(sum X_r)^4] = m mu_4 + "
+        "6 C(m, 2) sigma^4 (terms with a lone X_r vanish), so E[(Xbar)^4] = (mu_4 + "
+        "3(m-1) sigma^4)/m^3; mu_4 = E[(Z - e^p)^4] = e^{4p}(e^{6s} - 4e^{3s} + 6e^s - 3)."
+    )
+
+    def fourth_moment() -> bool:
+        ok = sp.simplify(6 * sp.binomial(m, 2) - 3 * m * (m - 1)) == 0
+        mom = {kq: sp.exp(kq * p + kq * (kq - 1) * s / 2) for kq in range(5)}
+        mu4_expr = mom[4] - 4 * mom[1] * mom[3] + 6 * mom[1] ** 2 * mom[2] - 3 * mom[1] ** 4
+        ok = (
+            ok
+            and sp.simplify(
+                mu4_expr - sp.exp(4 * p) * (sp.exp(6 * s) - 4 * sp.exp(3 * s) + 6 * sp.exp(s) - 3)
+            )
+            == 0
+        )
+        for mm in range(1, 5):  # instance check of the counting argument
+            xs_ = sp.symbols(f"X0:{mm}")
+            poly = sp.Poly(sp.expand(sum(xs_) ** 4), *xs_)
+            total = 0
+            for mon, coef in poly.terms():
+                if any(e == 1 for e in mon):
+                    continue
+                term = coef
+                for e in mon:
+                    term *= {0: 1, 2: sig2, 3: 0, 4: mu4}[e]
+                total += term
+            ok = ok and sp.expand(total - (mm * mu4 + 3 * mm * (mm - 1) * sig2**2)) == 0
+        return bool(ok)
+
+    rec.check(
+        "E[(phi(x).phi(y) - e^{x.y})^4] = (mu_4 + 3(m-1) sigma^4)/m^3 with the closed-form mu_4",
+        fourth_moment,
+        detail="symbolic m (counting), closed-form mu_4 from the raw moments; expansion "
+        "re-checked for m = 1..4",
+    )
+    rec.cite(
+        "Chebyshev: P(|X - EX| >= t) <= Var X / t^2; Markov on (X - EX)^4; Bonferroni: "
+        "P(any of n events) <= sum of their probabilities",
+        "W. Feller, An Introduction to Probability Theory and Its Applications, Vol. I, 3rd ed., "
+        "Wiley, 1968 (IX.6 Chebyshev; union bound)",
+        "half-width sqrt(Var n/alpha) resp. (mu n/alpha)^(1/4) at confidence 1 - alpha over n",
+    )
+    rec.cite(
+        "FAVOR+ positive random features are unbiased for exp(x.y) with MSE e^{2x.y}(e^{|x+y|^2}"
+        " - 1)/m (re-derived above)",
+        PERFORMERS_2021,
+        "Lemma 1 and Lemma 2",
+    )
+    rec.cite(
+        "orthogonal random directions do not exceed the iid variance of the positive-feature "
+        "estimate (tested numerically by verify/)",
+        PERFORMERS_2021,
+        "Theorem 2",
+    )
+    xx = sp.Symbol("x", positive=True)
+    rec.check(
+        "the normalized output is a ratio of estimates and is biased in general: 1/x is "
+        "strictly convex, so E[1/Dhat] > 1/E[Dhat] for a non-degenerate Dhat > 0 (Jensen)",
+        lambda: sp.diff(1 / xx, xx, 2).is_positive is True,
+        detail="test unbiasedness on the kernel estimate, not on the attention output",
+    )
+    rec.exports = [
+        "softmax_injective",
+        "softmax_collision_direction",
+        "exp_kernel_strictly_totally_positive",
+        "favor_raw_moment",
+        "favor_kernel_variance",
+        "favor_kernel_fourth_central_moment",
+        "chebyshev_half_width",
+        "fourth_moment_half_width",
+        "favor_confidence_half_width",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)

@@ -1,0 +1,1081 @@
+"""D10. Floating-point error model: the "stated precision" of every comparison (THEORY.md D10).
+
+Source for the model: N. J. Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
+SIAM, 2002 (cited as "Higham"): the standard model fl(x op y) = (x op y)(1 + delta),
+|delta| <= u (eq. 2.4); Lemma 3.1 (products of n factors (1 + delta_i)^{+-1} are 1 + theta_n,
+|theta_n| <= gamma_n = n u/(1 - n u)); Lemma 3.3 (gamma arithmetic); eq. 3.5 (dot products);
+eq. 4.4 (sums); eq. 5.3 (Horner).
+
+How the pieces compose (each function's docstring states exactly what it bounds):
+
+1. Scores x = c (q . k): ``score_abs_error`` = gamma_{d + r_c} c sum_i |q_i k_i|, r_c the roundings
+   of forming and applying the scale (2 for c * fl(q.k); 5 when sqrt(c) is absorbed on q and k).
+2. Weights. exp: ``softmax_weight_relative_bound`` (the rounded score, the max subtraction and
+   the library's exp ulps); kappa_N: ``taylor_weight_relative_bound`` relative to the majorant
+   ``taylor_weight_majorant`` = kappa_N(|x| + e) >= |kappa_N(x)|; feature forms (recurrent,
+   chunked, kernel linear attention): ``feature_form_relative_bound`` relative to the majorant
+   sum_m |phi_m(q)| |phi_m(k)| (for Taylor features kappa_N(c sum_i |q_i| |k_i|)).
+3. Sums over keys: ``weighted_sum_relative_bound`` turns a weight error into the relative errors
+   num_rel, den_rel of N_t = sum_s w_s v_s and D_t = sum_s w_s, relative to
+   A = sum_s W_s |v_s| and B = sum_s W_s (W_s the majorant, W_s = |w_s| for exp).
+4. Output: ``kernel_attention_output_bound`` bounds |o_hat - o| per component from num_rel,
+   den_rel, A, B, D and the division's error; it is the conditioning-aware form (relative to
+   A/|D| = sum_s W_s |v_s| / |sum_s w_s|) that signed kernels need.
+5. Low precision (two-level model): inputs already in bf16/fp16, everything above at fp32, output
+   rounded to the input dtype: ``low_precision_output_bound``; the comparison is against float64
+   computed on the *same rounded inputs*, so input rounding is never charged.
+6. A float64 reference has its own error: the stated bound for |impl - ref| is the sum of the
+   two bounds (triangle inequality), e.g. bound(float32) + bound(float64).
+
+Library constants that cannot be derived (ulp errors of exp and division) are cited in
+``LIBRARY_EXP_ULPS`` / ``LIBRARY_DIV_ULPS`` (ulps measured from the exact result).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from derivations._record import Derivation, Status, main_for
+
+HIGHAM = "N. J. Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., SIAM, 2002"
+
+#: (total bits, exponent bits) of each binary format (IEEE 754-2008 binary64/32/16; bfloat16)
+FORMATS: dict[str, tuple[int, int]] = {
+    "float64": (64, 11),
+    "float32": (32, 8),
+    "float16": (16, 5),
+    "bfloat16": (16, 8),
+}
+FORMAT_SOURCES = (
+    "IEEE Std 754-2008, Table 3.5 (binary64, binary32, binary16); bfloat16: Intel, "
+    "'BFLOAT16 - Hardware Numerics Definition', white paper 338302-001US, 2018 (1 sign, "
+    "8 exponent, 7 stored significand bits)"
+)
+
+
+class CitedConstant(NamedTuple):
+    """A constant taken from a source rather than derived: ``value`` with its ``source``."""
+
+    value: float
+    source: str
+    note: str = ""
+
+
+#: maximum error of exp, in ulps of the exact result (relative error <= 2 * ulps * u)
+LIBRARY_EXP_ULPS: dict[str, CitedConstant] = {
+    "correctly-rounded": CitedConstant(
+        0.5, "IEEE Std 754-2008, clause 9.2 (recommended correctly rounded exp)", ""
+    ),
+    "cpu-glibc": CitedConstant(
+        1.0,
+        "GNU C Library manual, section 'Known Maximum Errors in Math Functions' (Errors in "
+        "Math Functions): table of measured maximum ulps; exp/expf on x86_64 within 1 ulp",
+        "glibc measures against the exact value; scalar torch fallback uses std::exp",
+    ),
+    "cpu-sleef-u10": CitedConstant(
+        1.0,
+        "SLEEF documentation: functions with suffix _u10 have a maximum error of 1.0 ulp; "
+        "PyTorch Vectorized<float>::exp() and Vectorized<double>::exp() call Sleef_expf8_u10 / "
+        "Sleef_expd4_u10 (aten/src/ATen/cpu/vec/vec256/vec256_float.h, vec256_double.h)",
+        "torch.exp on CPU (AVX2/AVX512 builds)",
+    ),
+    "cpu-torch-exp_u20": CitedConstant(
+        20.0,
+        "PyTorch aten/src/ATen/cpu/vec/vec256/vec256_float.h, Vectorized<float>::exp_u20(): "
+        "'A faster version of exp with ULP=20' (double and the generic fallback use exp())",
+        "fused CPU kernels (e.g. the CPU flash-attention path of SDPA) may use it in float32",
+    ),
+    "cuda-expf": CitedConstant(
+        2.5,
+        "CUDA C++ Programming Guide, appendix 'Mathematical Functions', table of single-"
+        "precision functions: expf maximum 2 ulp (full range)",
+        "CUDA states ulps from the correctly rounded result: 2 + 0.5 from the exact one; the "
+        "guide notes the bounds come from extensive but not exhaustive tests",
+    ),
+    "cuda-exp": CitedConstant(
+        1.5,
+        "CUDA C++ Programming Guide, appendix 'Mathematical Functions', double-precision "
+        "table: exp maximum 1 ulp (full range)",
+        "1 + 0.5 from the exact result",
+    ),
+}
+
+#: maximum error of division, in ulps of the exact result
+LIBRARY_DIV_ULPS: dict[str, CitedConstant] = {
+    "ieee": CitedConstant(
+        0.5,
+        "IEEE Std 754-2008, clause 5.4.1: division is correctly rounded (0.5 ulp); CPU x86 "
+        "SSE/AVX divps/divpd are IEEE operations",
+    ),
+    "cuda-prec-div": CitedConstant(
+        0.5,
+        "CUDA C++ Programming Guide, 'Mathematical Functions': x/y 0 ulp (IEEE round-to-"
+        "nearest) when compiled with -prec-div=true (the default without -use_fast_math)",
+    ),
+    "cuda-fast-div": CitedConstant(
+        2.5,
+        "CUDA C++ Programming Guide, 'Mathematical Functions': __fdividef(x, y) and x/y with "
+        "-prec-div=false: 2 ulp (for 2^-126 <= |y| <= 2^126) from the correctly rounded result",
+    ),
+}
+
+POLYNOMIAL_SCHEMES = ("horner", "powers", "term_recurrence")
+NORM_KINDS = ("l2", "rms", "layernorm")
+
+
+# -- validation -------------------------------------------------------------------------------
+def _real(name: str, x: object, *, nonneg: bool = False, positive: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
+    xf = float(x)
+    if not math.isfinite(xf):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    if nonneg and not xf >= 0:
+        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
+    if positive and not xf > 0:
+        raise ValueError(f"{name}: expected a positive number, got {x!r}")
+    return xf
+
+
+def _int(name: str, n: object, minimum: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
+    if n < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
+    return n
+
+
+def _unit(u: object) -> float:
+    uf = _real("u", u, positive=True)
+    if uf >= 1.0:
+        raise ValueError(f"u: expected a unit roundoff in (0, 1), got {u!r}")
+    return uf
+
+
+def _dtype(name: str, dtype_name: object) -> str:
+    if not isinstance(dtype_name, str):
+        raise TypeError(
+            f"{name}: expected a dtype name (str) in {tuple(FORMATS)}, got "
+            f"{type(dtype_name).__name__} {dtype_name!r}"
+        )
+    if dtype_name not in FORMATS:
+        raise ValueError(f"{name}: expected one of {tuple(FORMATS)}, got {dtype_name!r}")
+    return dtype_name
+
+
+# -- formats ---------------------------------------------------------------------------------
+def precision_bits(dtype_name: str) -> int:
+    """Significand precision p (with the implicit bit): 53, 24, 11, 8 (fp64/32/16, bf16).
+
+    Raises:
+        TypeError, ValueError: ``dtype_name`` not one of ``FORMATS`` (``"float64"``,
+        ``"float32"``, ``"float16"``, ``"bfloat16"``; torch names without ``torch.``).
+    """
+    total, exponent = FORMATS[_dtype("dtype_name", dtype_name)]
+    return total - exponent - 1 + 1  # stored significand bits + the implicit leading bit
+
+
+def unit_roundoff(dtype_name: str) -> float:
+    """Unit roundoff u = 2^-p (round to nearest; Higham Thm 2.2, u = beta^(1-t)/2).
+
+    fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8 (exact powers of two as floats).
+
+    Raises:
+        TypeError, ValueError: unknown dtype name.
+    """
+    return 2.0 ** -precision_bits(dtype_name)
+
+
+def underflow_abs_error(dtype_name: str) -> float:
+    """Absolute rounding error in the subnormal range: half the subnormal spacing.
+
+    fl(x) = x(1 + delta) + eta with |eta| <= this (Higham eq. 2.8 with gradual underflow):
+    fp64 2^-1075, fp32 2^-150, fp16 2^-25, bf16 2^-134.
+
+    Raises:
+        TypeError, ValueError: unknown dtype name.
+    """
+    total, exponent = FORMATS[_dtype("dtype_name", dtype_name)]
+    emin = 2 - 2 ** (exponent - 1)
+    return 2.0 ** (emin - precision_bits(dtype_name))
+
+
+def largest_finite(dtype_name: str) -> float:
+    """Largest finite value (2 - 2^(1-p)) 2^emax: fp16 65504, bf16 ~3.39e38, fp32 ~3.40e38.
+
+    Raises:
+        TypeError, ValueError: unknown dtype name.
+    """
+    total, exponent = FORMATS[_dtype("dtype_name", dtype_name)]
+    p = precision_bits(dtype_name)
+    emax = 2 ** (exponent - 1) - 1
+    return (2.0 - 2.0 ** (1 - p)) * 2.0 ** (emax - 1) * 2.0
+
+
+def product_exact_in(input_dtype: str, accum_dtype: str) -> bool:
+    """Whether the significand of a product of two ``input_dtype`` numbers fits ``accum_dtype``.
+
+    True iff 2 p_in <= p_acc (bf16/fp16 into fp32, fp32 into fp64): barring overflow or
+    underflow of the product (always in range for fp16 into fp32; bf16 shares fp32's exponent
+    range, so a product can leave it), the product is exact and the two-level model charges only
+    the additions.
+
+    Raises:
+        TypeError, ValueError: unknown dtype names.
+    """
+    return 2 * precision_bits(input_dtype) <= precision_bits(accum_dtype)
+
+
+# -- the gamma constant -----------------------------------------------------------------------
+def gamma(n: int, u: float) -> float:
+    """gamma_n = n u/(1 - n u) (Higham Lemma 3.1): |theta_n| <= gamma_n for n roundings.
+
+    Args:
+        n: number of rounding errors (int >= 0). u: unit roundoff in (0, 1).
+
+    Raises:
+        TypeError: non-int ``n`` or non-real ``u``.
+        ValueError: n < 0, u outside (0, 1), or n u >= 1 (the bound does not exist).
+    """
+    n = _int("n", n, 0)
+    u = _unit(u)
+    nu = n * u
+    if nu >= 1.0:
+        raise ValueError(f"n: gamma_n needs n*u < 1, got n = {n}, u = {u!r} (n*u = {nu!r})")
+    return nu / (1.0 - nu)
+
+
+def ulps_to_relative(ulps: float, u: float) -> float:
+    """Relative error bound 2 ulps u of a result within ``ulps`` ulps of the exact value.
+
+    For a normal result y in [2^e, 2^(e+1)), ulp(y) = 2^(e+1-p) <= 2^(1-p)|y| = 2u|y|
+    (derived); 0.5 ulp (correct rounding) gives u. Subnormal results: add
+    ``underflow_abs_error``.
+
+    Raises:
+        TypeError, ValueError: negative ``ulps`` or bad ``u``.
+    """
+    return 2.0 * _real("ulps", ulps, nonneg=True) * _unit(u)
+
+
+def cuda_fast_expf_ulps(x: float) -> float:
+    """Maximum ulps of CUDA's ``__expf(x)`` from the exact result: 2 + floor(|1.173 x|) + 0.5.
+
+    Source: CUDA C++ Programming Guide, appendix 'Mathematical Functions', intrinsic
+    functions table (__expf), converted from "ulps from the correctly rounded result".
+
+    Raises:
+        TypeError, ValueError: ``x`` not a finite real.
+    """
+    return 2.0 + math.floor(abs(1.173 * _real("x", x))) + 0.5
+
+
+# -- elementary bounds ---------------------------------------------------------------------
+def dot_product_bound(n: int, abs_dot: float, u: float) -> float:
+    """|fl(a.b) - a.b| <= gamma_n sum_i |a_i b_i| (Higham eq. 3.5; any summation order).
+
+    Args:
+        n: vector length (>= 1). abs_dot: sum_i |a_i b_i| (>= 0). u: unit roundoff.
+
+    Raises:
+        TypeError, ValueError: bad arguments or n u >= 1.
+    """
+    return gamma(_int("n", n, 1), u) * _real("abs_dot", abs_dot, nonneg=True)
+
+
+def sum_bound(n_terms: int, abs_sum: float, u: float) -> float:
+    """|fl(sum_i x_i) - sum_i x_i| <= gamma_{n-1} sum_i |x_i| (Higham eq. 4.4; any order).
+
+    Args:
+        n_terms: number of terms (>= 1). abs_sum: sum_i |x_i|. u: unit roundoff.
+
+    Raises:
+        TypeError, ValueError: bad arguments or (n-1) u >= 1.
+    """
+    return gamma(_int("n_terms", n_terms, 1) - 1, u) * _real("abs_sum", abs_sum, nonneg=True)
+
+
+def sum_of_products_bound(roundings: int, abs_sum: float, u: float) -> float:
+    """gamma_k sum |terms|: error of a sum of products where each term meets <= k roundings.
+
+    Each term (a product of computed factors) passes through at most ``roundings``
+    multiplications, divisions and additions on its way to the result (Higham Lemma 3.1 with
+    eqs. 3.2-3.5): e.g. a length-n dot product has k = n; recursive summation of n products,
+    each of f factors, has k = (f - 1) + n.
+
+    Raises:
+        TypeError, ValueError: bad arguments or k u >= 1.
+    """
+    return gamma(_int("roundings", roundings, 0), u) * _real("abs_sum", abs_sum, nonneg=True)
+
+
+def score_abs_error(d: int, abs_dot: float, u: float, scale_roundings: int = 2) -> float:
+    """|x_hat - x| for a score x = c (q.k): gamma_{d + r_c} c sum_i |q_i k_i|.
+
+    Args:
+        d: head dimension. abs_dot: c sum_i |q_i k_i| (the scale included).
+        u: unit roundoff of the arithmetic. scale_roundings: r_c, the roundings of forming and
+            applying the scale: 2 for c * fl(q.k) (c rounded, one product), 5 when sqrt(c) is
+            absorbed into q and k (c, sqrt, and one product on each side, squared: 1 + 2 + 2),
+            0 when the scale is a power of two applied exactly.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    return gamma(_int("d", d, 1) + _int("scale_roundings", scale_roundings, 0), u) * _real(
+        "abs_dot", abs_dot, nonneg=True
+    )
+
+
+def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> float:
+    """|fl(exp(x_hat)) - exp(x)| / exp(x) <= e^{e_x}(1 + 2 ulps u) - 1, |x_hat - x| <= e_x.
+
+    Derived: exp(x_hat) = exp(x) e^t with |t| <= e_x and |e^t - 1| <= e^{e_x} - 1; the library
+    adds a relative error <= 2 ulps u (``ulps_to_relative``). Grows with |x| through e_x.
+
+    Args:
+        score_abs_error: e_x >= 0. u: unit roundoff of the result. exp_ulps: the library's
+            ulps (``LIBRARY_EXP_ULPS[...].value``).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = _real("score_abs_error", score_abs_error, nonneg=True)
+    r = ulps_to_relative(exp_ulps, u)
+    return math.expm1(e) * (1.0 + r) + r
+
+
+def softmax_weight_relative_bound(
+    score_abs_error: float, shifted_score_abs: float, u: float, exp_ulps: float
+) -> float:
+    """Relative error of w_hat_s = fl(exp(fl(x_hat_s - m_hat))) against e^{x_s - m_hat}.
+
+    The subtracted maximum m_hat is one computed number common to every key, so it cancels
+    exactly in N/D (D6) and only the per-key error matters: the exponent carries
+    |x_hat_s - x_s| + u |x_hat_s - m_hat| (one subtraction), then ``exp_relative_bound``.
+
+    Args:
+        score_abs_error: bound on |x_hat_s - x_s|. shifted_score_abs: bound on |x_hat_s - m_hat|
+            (e.g. max_s x_hat_s - min_s x_hat_s; 0 without the subtraction).
+        u: unit roundoff. exp_ulps: library exp ulps.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = _real("score_abs_error", score_abs_error, nonneg=True)
+    sh = _real("shifted_score_abs", shifted_score_abs, nonneg=True)
+    return exp_relative_bound(e + _unit(u) * sh, u, exp_ulps)
+
+
+def polynomial_roundings(order: int, scheme: str = "horner") -> int:
+    """Roundings k per term when evaluating kappa_N(x) = sum_n x^n/n! (coefficients rounded).
+
+    ``horner``: 2N + 1 (Higham eq. 5.3 gives 2N, plus the rounded coefficients 1/n!);
+    ``powers``: x^n by n - 1 products, times fl(1/n!) (1 + 1), summed over N + 1 terms (N):
+    2N + 1; ``term_recurrence``: t_n = fl(fl(t_{n-1} x)/n) (2 per step) then the sum (N): 3N.
+
+    Raises:
+        TypeError, ValueError: bad order or unknown scheme.
+    """
+    n = _int("order", order, 0)
+    if scheme not in POLYNOMIAL_SCHEMES:
+        raise ValueError(f"scheme: expected one of {POLYNOMIAL_SCHEMES}, got {scheme!r}")
+    return 3 * n if scheme == "term_recurrence" else 2 * n + 1
+
+
+def taylor_weight_majorant(order: int, score_abs: float, score_abs_error: float) -> float:
+    """W = kappa_N(|x| + e_x) >= |kappa_N(x)|: the magnitude the kappa_N weight error scales with.
+
+    Args:
+        order: N >= 0. score_abs: |x|. score_abs_error: e_x (bound on |x_hat - x|).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    n = _int("order", order, 0)
+    y = _real("score_abs", score_abs, nonneg=True) + _real(
+        "score_abs_error", score_abs_error, nonneg=True
+    )
+    total, term = 0.0, 1.0
+    for k in range(n + 1):
+        total += term
+        term *= y / (k + 1)
+    return total
+
+
+def taylor_weight_relative_bound(
+    order: int, score_abs_error: float, u: float, scheme: str = "horner"
+) -> float:
+    """e_w with |fl(kappa_N(x_hat)) - kappa_N(x)| <= e_w kappa_N(|x| + e_x) (derived).
+
+    e_w = gamma_k + e_x: rounding (k = ``polynomial_roundings``) relative to
+    sum_n |x_hat|^n/n! <= kappa_N(|x| + e_x), plus |kappa_N(x_hat) - kappa_N(x)| <=
+    kappa_{N-1}(|x| + e_x) e_x <= kappa_N(|x| + e_x) e_x (mean value theorem, kappa_N' =
+    kappa_{N-1}). Relative to the majorant, not to |kappa_N(x)| (odd N can vanish).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    k = polynomial_roundings(order, scheme)
+    return gamma(k, u) + _real("score_abs_error", score_abs_error, nonneg=True)
+
+
+def taylor_feature_relative_error(order: int, u: float) -> float:
+    """Relative error gamma_{4N+3} of one Taylor feature c^{n/2} x^alpha/sqrt(alpha!), n <= N.
+
+    Count: each scaled entry fl(fl(sqrt(c)) x_i) carries 3 roundings (c, sqrt, product), a
+    degree-n monomial n of them plus n - 1 products, the coefficient fl(1/sqrt(alpha!)) 3 and
+    its product 1: 4n + 3 <= 4N + 3. Same count for the tensor-power basis (1/sqrt(n!)).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    return gamma(4 * _int("order", order, 0) + 3, u)
+
+
+def feature_form_relative_bound(
+    feature_rel_error: float, n_features: int, n_keys: int, u: float, with_values: bool = True
+) -> float:
+    """Relative error (to the majorant) of N_t or D_t computed from feature maps.
+
+    N_t,j = sum_s sum_m phi_m(q) phi_m(k_s) v_sj in any of the parallel-through-features,
+    recurrent (state S_t = sum_s phi(k_s) v_s^T) or chunked forms: each product term carries
+    the two feature errors (1 + e_phi)^2, two products (one without values) and at most
+    n_keys + n_features additions (keys: <= n_keys - 1 inside the state plus one per chunk
+    boundary; features: n_features - 1; + 1 joining the intra- and inter-chunk parts). Result:
+    (1 + e_phi)^2 (1 + gamma_k) - 1 with k = n_keys + n_features + 2 (1 without values),
+    relative to A = sum_s W_s |v_sj| (or B = sum_s W_s) with W_s = sum_m |phi_m(q)||phi_m(k_s)|
+    (Taylor: kappa_N(c sum_i |q_i||k_si|), derived). For a chunked form whose intra-chunk part
+    evaluates kappa_N(x) directly, use the larger of this and the parallel bound.
+
+    Args:
+        feature_rel_error: e_phi, relative error of each computed feature (e.g.
+            ``taylor_feature_relative_error``). n_features: m per query. n_keys: keys summed
+            (t for causal row t). u: unit roundoff. with_values: N_t (True) or D_t (False).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = _real("feature_rel_error", feature_rel_error, nonneg=True)
+    k = _int("n_features", n_features, 1) + _int("n_keys", n_keys, 1) + (2 if with_values else 1)
+    return (1.0 + e) ** 2 * (1.0 + gamma(k, u)) - 1.0
+
+
+def weighted_sum_relative_bound(
+    n_terms: int, weight_rel: float, u: float, with_values: bool = True
+) -> float:
+    """num_rel / den_rel of sum_s w_hat_s v_s (or sum_s w_hat_s) given weight errors.
+
+    If |w_hat_s - w_s| <= e_w W_s with W_s >= |w_s|, then
+    |fl(sum_s w_hat_s v_sj) - sum_s w_s v_sj| <= [(1 + e_w)(1 + gamma_n) - 1] sum_s W_s |v_sj|
+    (one product and n - 1 additions per term: gamma_n) and the plain sum (no values) has
+    gamma_{n-1}. Derived in ``derive``.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    n = _int("n_terms", n_terms, 1)
+    e = _real("weight_rel", weight_rel, nonneg=True)
+    return (1.0 + e) * (1.0 + gamma(n if with_values else n - 1, u)) - 1.0
+
+
+def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> float:
+    """Relative error of fl(elu(x_hat) + 1) with x_hat = fl(scale x) (one rounding).
+
+    x > 0: (x_hat + 1) rounded: (1 + u)^2 - 1; x <= 0: exp(x_hat), |x_hat - x| <= u |x|:
+    ``exp_relative_bound(u |x|_max, u, exp_ulps)``. The larger of the two.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    uu = _unit(u)
+    xm = _real("x_abs_max", x_abs_max, nonneg=True)
+    return max((1.0 + uu) ** 2 - 1.0, exp_relative_bound(uu * xm, uu, exp_ulps))
+
+
+def favor_feature_relative_error(
+    abs_projection: float, x_sq: float, d: int, u: float, exp_ulps: float
+) -> float:
+    """Relative error of one FAVOR+ feature fl(exp(w.x - |x|^2/2) / sqrt(m)).
+
+    The exponent has |error| <= gamma_{d+2} (sum_i |w_i x_i| + |x|^2/2) (two length-d dot
+    products, a halving that is exact, one subtraction); then ``exp_relative_bound``, then
+    the division by sqrt(m) (sqrt and division: 2 roundings).
+
+    Args:
+        abs_projection: sum_i |w_i x_i|. x_sq: |x|^2. d: dimension. u: unit roundoff.
+        exp_ulps: library exp ulps.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    a = _real("abs_projection", abs_projection, nonneg=True)
+    s = _real("x_sq", x_sq, nonneg=True)
+    e = gamma(_int("d", d, 1) + 2, u) * (a + s / 2.0)
+    return (1.0 + exp_relative_bound(e, u, exp_ulps)) * (1.0 + gamma(2, u)) - 1.0
+
+
+def division_relative_bound(u: float, div_ulps: float = 0.5) -> float:
+    """Relative error 2 ulps u of one division (0.5 ulp, IEEE correctly rounded: u).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    return ulps_to_relative(div_ulps, u)
+
+
+def ratio_relative_bound(num_rel: float, den_rel: float, div_rel: float = 0.0) -> float:
+    """Worst relative error of a computed ratio: (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (derived).
+
+    The supremum of |(N_hat/D_hat)(1 + delta)/(N/D) - 1| over |N_hat/N - 1| <= e_N,
+    |D_hat/D - 1| <= e_D and |delta| <= e_div; attained at a corner of that box.
+
+    Raises:
+        TypeError: non-real input. ValueError: negative input or e_D >= 1 (D_hat may vanish).
+    """
+    en = _real("num_rel", num_rel, nonneg=True)
+    ed = _real("den_rel", den_rel, nonneg=True)
+    ev = _real("div_rel", div_rel, nonneg=True)
+    if ed >= 1.0:
+        raise ValueError(
+            f"den_rel: expected < 1 (else the denominator may vanish), got {den_rel!r}"
+        )
+    return (1.0 + en) * (1.0 + ev) / (1.0 - ed) - 1.0
+
+
+def kernel_attention_output_bound(
+    *,
+    num_rel: float,
+    den_rel: float,
+    abs_numerator: float,
+    abs_denominator: float,
+    denominator: float,
+    output_abs: float,
+    div_rel: float,
+) -> float:
+    """Bound on |o_hat_j - o_j| for o_j = N_j/D computed as fl(N_hat_j/D_hat) (derived).
+
+    Hypotheses: |N_hat_j - N_j| <= num_rel * A and |D_hat - D| <= den_rel * B with
+    A = ``abs_numerator`` = sum_s W_s |v_sj|, B = ``abs_denominator`` = sum_s W_s, W_s >= |w_s|
+    (for exp W_s = w_s, so B = D), and a division with relative error <= div_rel. Then
+
+        |o_hat_j - o_j| <= (num_rel A + |o_j| den_rel B) / (|D| - den_rel B) * (1 + div_rel)
+                           + div_rel |o_j|,
+
+    from N_hat/D_hat - N/D = [(N_hat - N) - o (D_hat - D)]/D_hat and |D_hat| >= |D| - den_rel B.
+    With |o_j| <= A/|D| this is <= coefficient * A/|D|
+    (``kernel_attention_relative_coefficient``): the error is relative to
+    sum_s |kappa(x_s)| |v_sj| / |sum_s kappa(x_s)|, not to |o_j|.
+
+    All arguments keyword-only, non-negative finite reals except ``denominator`` (any sign,
+    D = sum_s w_s). ``count`` denominators: pass den_rel = 0 and D = B = t; ``none``: use
+    num_rel * A directly.
+
+    Returns:
+        The bound, or ``math.inf`` when |D| <= den_rel B (the computed denominator may vanish).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    en = _real("num_rel", num_rel, nonneg=True)
+    ed = _real("den_rel", den_rel, nonneg=True)
+    a = _real("abs_numerator", abs_numerator, nonneg=True)
+    b = _real("abs_denominator", abs_denominator, nonneg=True)
+    d = abs(_real("denominator", denominator))
+    o = _real("output_abs", output_abs, nonneg=True)
+    ev = _real("div_rel", div_rel, nonneg=True)
+    margin = d - ed * b
+    if margin <= 0.0:
+        return math.inf
+    err = (en * a + o * ed * b) / margin
+    return err * (1.0 + ev) + ev * o
+
+
+def kernel_attention_relative_coefficient(
+    num_rel: float, den_rel: float, cond: float, div_rel: float
+) -> float:
+    """C with |o_hat_j - o_j| <= C * A/|D| (A = sum_s W_s|v_sj|, D = sum_s w_s; derived).
+
+    C = (1 + div_rel)(num_rel + den_rel cond)/(1 - den_rel cond) + div_rel, cond = B/|D| >= 1
+    (= 1 for positive kernels). Increasing in cond, so the largest cond over the rows gives one
+    coefficient valid for all of them.
+
+    Returns:
+        C, or ``math.inf`` when den_rel * cond >= 1.
+
+    Raises:
+        TypeError, ValueError: bad arguments (cond < 1 included).
+    """
+    en = _real("num_rel", num_rel, nonneg=True)
+    ed = _real("den_rel", den_rel, nonneg=True)
+    c = _real("cond", cond)
+    if c < 1.0:
+        raise ValueError(f"cond: expected B/|D| >= 1, got {cond!r}")
+    ev = _real("div_rel", div_rel, nonneg=True)
+    if ed * c >= 1.0:
+        return math.inf
+    return (1.0 + ev) * (en + ed * c) / (1.0 - ed * c) + ev
+
+
+def low_precision_output_bound(accum_bound: float, output_abs: float, out_dtype: str) -> float:
+    """Two-level model: |fl_low(o_hat) - o| <= accum (1 + u_low) + u_low |o| + eta_low.
+
+    o_hat is computed at the accumulation precision (fp32) with |o_hat - o| <= accum_bound and
+    then rounded to ``out_dtype`` (relative u_low, absolute eta_low =
+    ``underflow_abs_error`` in the subnormal range). o is the exact result on the *same
+    rounded inputs* (compare against float64 on those inputs, cast up exactly).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    a = _real("accum_bound", accum_bound, nonneg=True)
+    o = _real("output_abs", output_abs, nonneg=True)
+    ul = unit_roundoff(out_dtype)
+    return a * (1.0 + ul) + ul * o + underflow_abs_error(out_dtype)
+
+
+def normalization_rounding_bound(
+    kind: str, d_v: int, u: float, mean_abs_over_std: float | None = None
+) -> float:
+    """||fl(Norm(y)) - Norm(y)||_2 for an exactly known vector y (derived; eps allowed).
+
+    l2 (x/sqrt(sum x^2 + eps)): per-component relative error
+    rho_k = (1 + u)/(sqrt(1 - gamma_k)(1 - u)) - 1 with k = d_v + 1 (squares and sum: d_v,
+    eps addition: 1; then sqrt and the division: the two (1 + u) factors); norm of Norm(y): 1.
+    rms: k = d_v + 2 (the mean's division), scaled by sqrt(d_v).
+    layernorm (two-pass: mean, then centred sum of squares): centring error
+    eta = gamma_{d_v}(1 + u) mean|y|/std(y) + u (relative to ||y - mean||), propagated by the
+    D7 sensitivity 2 sqrt(d_v) eta, plus sqrt(d_v) rho_{d_v+2}. Needs ``mean_abs_over_std``.
+
+    Raises:
+        TypeError, ValueError: unknown kind, bad numbers, missing mean_abs_over_std.
+    """
+    if kind not in NORM_KINDS:
+        raise ValueError(f"kind: expected one of {NORM_KINDS}, got {kind!r}")
+    n = _int("d_v", d_v, 2 if kind == "layernorm" else 1)
+    uu = _unit(u)
+
+    def rho(k: int) -> float:
+        g = gamma(k, uu)
+        if g >= 1.0:
+            return math.inf
+        return (1.0 + uu) / (math.sqrt(1.0 - g) * (1.0 - uu)) - 1.0
+
+    if kind == "l2":
+        return rho(n + 1)
+    if kind == "rms":
+        return math.sqrt(n) * rho(n + 2)
+    if mean_abs_over_std is None:
+        raise ValueError("mean_abs_over_std: required for kind='layernorm', got None")
+    ratio = _real("mean_abs_over_std", mean_abs_over_std, nonneg=True)
+    eta = gamma(n, uu) * (1.0 + uu) * ratio + uu
+    return math.sqrt(n) * (2.0 * eta + rho(n + 2))
+
+
+# -- exact rounding (for the instance checks in derive) ----------------------------------------
+def _round_to_precision(x: Any, p: int) -> Any:
+    """Round a Fraction to p significant bits, nearest-even, unbounded exponent."""
+    from fractions import Fraction
+
+    if x == 0:
+        return Fraction(0)
+    sign = -1 if x < 0 else 1
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    scale = Fraction(2) ** (p - 1 - e)  # a * scale in [2^(p-1), 2^p)
+    m = a * scale
+    q, r = divmod(m.numerator, m.denominator)
+    twice = 2 * r
+    if twice > m.denominator or (twice == m.denominator and q % 2 == 1):
+        q += 1
+    return sign * Fraction(q) / scale
+
+
+# -- derivation -------------------------------------------------------------------------------
+def derive(
+    *,
+    gamma_fn: Callable[[Any, Any], Any] | None = None,
+    unit_roundoffs: Mapping[str, Any] | None = None,
+) -> Derivation:
+    """Build the D10 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        gamma_fn: (n, u) -> claimed gamma_n (e.g. ``lambda n, u: n*u``, no denominator).
+        unit_roundoffs: claimed u per dtype name (e.g. ``{"bfloat16": 2**-11}``).
+    """
+    import random
+    from fractions import Fraction
+
+    import sympy as sp
+
+    rec = Derivation("D10", "Floating-point error model (stated precision)")
+    n = sp.Symbol("n", positive=True)
+    u = sp.Symbol("u", positive=True)
+    gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
+
+    def nonneg_rational(expr: Any, syms: list[Any]) -> bool:
+        """Certificate: expr = P/Q with P, Q polynomials with non-negative coefficients in
+        positive symbols (Q not identically 0) -> expr >= 0."""
+        num, den = sp.fraction(sp.together(sp.expand(expr)))
+        num, den = sp.expand(num), sp.expand(den)
+        if den.is_number:
+            den_ok = bool(den > 0)
+        else:
+            den_ok = all(c >= 0 for c in sp.Poly(den, *syms).coeffs())
+            if not den_ok:
+                den_ok = all(c <= 0 for c in sp.Poly(den, *syms).coeffs())
+                num = -num
+        if num == 0:
+            return den_ok
+        if num.is_number:
+            return den_ok and bool(num > 0)
+        return den_ok and all(c >= 0 for c in sp.Poly(num, *syms).coeffs())
+
+    # -- unit roundoff --------------------------------------------------------------------------
+    claimed_u = {name: sp.Integer(2) ** -precision_bits(name) for name in FORMATS}
+    if unit_roundoffs:
+        claimed_u.update({k: sp.nsimplify(v) for k, v in unit_roundoffs.items()})
+    rec.cite(
+        "binary formats (total, exponent bits): "
+        + ", ".join(f"{k} {v}" for k, v in FORMATS.items()),
+        FORMAT_SOURCES,
+    )
+    rows = []
+
+    def unit_roundoffs_ok() -> bool:
+        ok = True
+        for name, (total, exponent) in FORMATS.items():
+            p = total - exponent - 1 + 1
+            derived = sp.Rational(1, 2) * sp.Integer(2) ** (1 - p)  # u = beta^(1-t)/2
+            rows.append([name, total, exponent, p, str(claimed_u[name])])
+            ok = ok and sp.simplify(claimed_u[name] - derived) == 0
+        return ok
+
+    rec.check(
+        "u = 2^(1-p)/2 = 2^-p with p = total - exponent - sign + implicit bits: fp64 2^-53, "
+        "fp32 2^-24, fp16 2^-11, bf16 2^-8",
+        unit_roundoffs_ok,
+        detail="all four formats, exact (Higham Thm 2.2, round to nearest)",
+    )
+    rec.tables["unit roundoff"] = (["dtype", "bits", "exponent bits", "p", "u"], rows)
+    rec.statement["u"] = sp.Tuple(*[claimed_u[k] for k in FORMATS])
+
+    # -- Lemma 3.1 ------------------------------------------------------------------------------
+    g_n, g_n1 = gam(n, u), gam(n + 1, u)
+    rec.statement["gamma_n"] = sp.Eq(sp.Symbol("gamma_n"), g_n)
+    rec.cite(
+        "Lemma 3.1: |delta_i| <= u, rho_i = +-1, n u < 1 => prod (1 + delta_i)^rho_i = 1 + theta_n,"
+        " |theta_n| <= gamma_n",
+        HIGHAM,
+        "Lemma 3.1 (p. 63); re-checked below by induction",
+    )
+    # induction in positive variables: n u < 1 written as u = 1/((n+1)(1+r)) covers (n+1)u < 1
+    r = sp.Symbol("r", positive=True)
+    sub = {u: 1 / ((n + 1) * (1 + r))}
+    base_ok = lambda: sp.simplify(gam(1, u) - u / (1 - u)) == 0  # noqa: E731
+    rec.step(
+        "Base: (1 + delta)^{-1} - 1 = -delta/(1 + delta) has modulus <= u/(1 - u) = gamma_1; "
+        "(1 + delta) - 1 has modulus <= u.",
+        gam(1, u),
+    )
+    rec.check("base case gamma_1 = u/(1 - u)", base_ok, detail="symbolic u")
+    mult_gap = g_n1 - (g_n + u + g_n * u)
+    div_gap = g_n1 - (g_n + u) / (1 - u)
+    rec.step(
+        "Induction: (1 + theta_n)(1 + delta) - 1 has modulus <= gamma_n + u + gamma_n u, and "
+        "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}:",
+        sp.Tuple(sp.simplify(mult_gap), sp.simplify(div_gap)),
+    )
+    rec.check(
+        "induction step: gamma_{n+1} >= gamma_n + u + gamma_n u and >= (gamma_n + u)/(1 - u) "
+        "for all n > 0, u > 0 with (n+1) u < 1",
+        lambda: (
+            nonneg_rational(mult_gap.subs(sub), [n, r])
+            and nonneg_rational(div_gap.subs(sub), [n, r])
+        ),
+        detail="symbolic n, u; (n+1)u < 1 parametrized as u = 1/((n+1)(1+r)), r > 0; "
+        "certificate: numerator and denominator polynomials with non-negative coefficients",
+    )
+    rec.check(
+        "first order: gamma_n = n u + O(u^2)",
+        lambda: sp.simplify(sp.series(g_n, u, 0, 2).removeO() - n * u) == 0,
+        detail="series in u",
+    )
+
+    # -- elementary operations ------------------------------------------------------------------
+    rec.cite(
+        "dot product |fl(a.b) - a.b| <= gamma_n sum |a_i b_i| (any order); sum of n terms "
+        "gamma_{n-1} sum |x_i|; Horner |p - fl(p)| <= gamma_{2N} sum |a_i||x|^i",
+        HIGHAM,
+        "eq. 3.5 (from fl(a.b) = sum a_i b_i (1 + theta_n^(i)), Lemma 3.1), eq. 4.4, eq. 5.3",
+    )
+    e_, t_, rr = sp.symbols("e t r", nonnegative=True)
+    A = sp.exp(e_)
+    rec.step(
+        "exp of a rounded score: exp(x + t) = exp(x) e^t with |t| <= e; |e^t - 1| <= "
+        "max(e^e - 1, 1 - e^-e) = e^e - 1 since (e^e - 1) - (1 - e^-e) = (e^(e/2) - "
+        "e^(-e/2))^2 >= 0. With the library's relative error r = 2 ulps u: the worst case is "
+        "e^e (1 + r) - 1 (the lower side 1 - e^-e (1 - r) is smaller):",
+        A * (1 + rr) - 1,
+    )
+    rec.check(
+        "exp bound: (e^e - 1) - (1 - e^-e) = (e^(e/2) - e^(-e/2))^2 and "
+        "[e^e(1+r) - 1] - [1 - e^-e(1-r)] = (e^(e/2) - e^(-e/2))^2 + r(e^e - e^-e) >= 0",
+        lambda: (
+            sp.simplify((A - 1) - (1 - 1 / A) - (sp.exp(e_ / 2) - sp.exp(-e_ / 2)) ** 2) == 0
+            and sp.simplify(
+                (A * (1 + rr) - 1)
+                - (1 - (1 - rr) / A)
+                - ((sp.exp(e_ / 2) - sp.exp(-e_ / 2)) ** 2 + rr * (A - 1 / A))
+            )
+            == 0
+            and sp.simplify(A - 1 / A - 2 * sp.sinh(e_)) == 0
+            and sp.sinh(e_).is_nonnegative is True
+        ),
+        detail="symbolic e, r >= 0; e^e - e^-e = 2 sinh(e) >= 0",
+    )
+    rec.check(
+        "first order: e^e (1 + r) - 1 = e + r + O(2)",
+        lambda: (
+            sp.simplify(
+                sp.series(sp.exp(t_ * e_) * (1 + t_ * rr) - 1, t_, 0, 2).removeO() - t_ * (e_ + rr)
+            )
+            == 0
+        ),
+        detail="series along (e, r) = t (e, r)",
+    )
+    ee = sp.Symbol("E", integer=True)
+    pp = sp.Symbol("p", integer=True, positive=True)
+    rec.check(
+        "k ulps => relative error <= 2 k u: ulp(y) = 2^(E+1-p) <= 2^(1-p) |y| = 2u|y| for "
+        "|y| in [2^E, 2^(E+1))",
+        lambda: sp.simplify(2 ** (ee + 1 - pp) / 2**ee - 2 * 2 ** (-pp)) == 0,
+        detail="symbolic exponent E and precision p (normal range)",
+    )
+    rows_c = [[k, v.value, v.source] for k, v in LIBRARY_EXP_ULPS.items()]
+    rows_c += [[f"div:{k}", v.value, v.source] for k, v in LIBRARY_DIV_ULPS.items()]
+    rec.tables["cited library ulps (from the exact result)"] = (
+        ["constant", "ulps", "source"],
+        rows_c,
+    )
+    rec.cite(
+        "library exp: 1 ulp (glibc, SLEEF u10 as used by torch.exp on CPU), 20 ulp "
+        "(torch Vectorized<float>::exp_u20), 2 ulp (CUDA expf; 2.5 from the exact result)",
+        "; ".join(v.source for v in LIBRARY_EXP_ULPS.values()),
+    )
+    rec.cite(
+        "division: IEEE 754 correctly rounded (0.5 ulp); CUDA __fdividef 2 ulp",
+        "; ".join(v.source for v in LIBRARY_DIV_ULPS.values()),
+    )
+
+    # -- ratio -----------------------------------------------------------------------------------
+    en, ed, dv = sp.symbols("e_N e_D e_div", nonnegative=True)
+    f_max = (1 + en) * (1 + dv) / (1 - ed) - 1
+    f_min = 1 - (1 - en) * (1 - dv) / (1 + ed)
+    rec.statement["ratio"] = sp.Le(sp.Symbol("|Nhat/Dhat (1+delta)/(N/D) - 1|"), f_max)
+    rec.step(
+        "Ratio: (1 + a)(1 + delta)/(1 + b) is increasing in a, delta and decreasing in b on the "
+        "box, so its extremes are at the corners; the upper excess exceeds the lower one:",
+        sp.factor(sp.together(f_max - f_min)),
+    )
+    ed2 = sp.Symbol("s", positive=True)  # 1 - e_D = 1/(1 + s), e_D in [0, 1)
+
+    def ratio_ok() -> bool:
+        # g = P F / C with P = 1 + e_N, F = 1 + delta, C = 1 + b, all positive on the box
+        P, F, C = sp.symbols("P F C", positive=True)
+        g = P * F / C
+        mono = (
+            sp.diff(g, P).is_positive is True
+            and sp.diff(g, F).is_positive is True
+            and sp.diff(g, C).is_negative is True
+        )
+        gap = (f_max - f_min).subs(ed, ed2 / (1 + ed2))
+        return mono and nonneg_rational(gap, [en, ed2, dv])
+
+    rec.check(
+        "|ratio error| <= (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (attained at a corner)",
+        ratio_ok,
+        detail="symbolic e_N, e_div >= 0, 0 <= e_D < 1; certificate of f_max - f_min >= 0",
+    )
+    rec.check(
+        "first order: ratio bound = e_N + e_D + e_div + O(2)",
+        lambda: (
+            sp.simplify(
+                sp.series(f_max.subs({en: t_ * en, ed: t_ * ed, dv: t_ * dv}), t_, 0, 2).removeO()
+                - t_ * (en + ed + dv)
+            )
+            == 0
+        ),
+        detail="series along a ray",
+    )
+
+    # -- kernel attention output --------------------------------------------------------------
+    Nh, Nn, Dh, Dd = sp.symbols("Nhat N Dhat D", real=True, nonzero=True)
+    rec.step(
+        "Output: Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat; with |Nhat - N| <= "
+        "num_rel A, |Dhat - D| <= den_rel B and |Dhat| >= |D| - den_rel B: "
+        "|Nhat/Dhat - o| <= (num_rel A + |o| den_rel B)/(|D| - den_rel B); the division adds "
+        "div_rel |Nhat/Dhat| <= div_rel(|o| + that).",
+    )
+    rec.check(
+        "identity Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat",
+        lambda: sp.simplify(Nh / Dh - Nn / Dd - ((Nh - Nn) - (Nn / Dd) * (Dh - Dd)) / Dh) == 0,
+        detail="symbolic",
+    )
+    ew, gs, W, w_, v_ = sp.symbols("e_w gamma_S W w v", real=True)
+    rec.step(
+        "Weighted sums: |fl(sum w_hat v) - sum w v| <= sum |w_hat - w||v| + gamma_S sum |w_hat||v|"
+        " <= (e_w + gamma_S (1 + e_w)) sum W |v|, since |w_hat| <= |w| + e_w W <= (1 + e_w) W:",
+        sp.expand((1 + ew) * (1 + gs) - 1),
+    )
+    rec.check(
+        "weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",
+        lambda: sp.expand(ew + gs * (1 + ew) - ((1 + ew) * (1 + gs) - 1)) == 0,
+        detail="symbolic",
+    )
+    del W, w_, v_
+    # Taylor weights
+    N = sp.Symbol("N", integer=True, positive=True)
+    k = sp.Symbol("k", integer=True, nonnegative=True)
+    xx = sp.Symbol("x", real=True)
+    kapN = sp.Sum(xx**k / sp.factorial(k), (k, 0, N))
+    kapN1 = sp.Sum(xx**k / sp.factorial(k), (k, 0, N - 1))
+    rec.check(
+        "kappa_N' = kappa_{N-1} (mean value theorem: |kappa_N(x_hat) - kappa_N(x)| <= "
+        "kappa_{N-1}(|x| + e) e <= kappa_N(|x| + e) e)",
+        lambda: sp.simplify(kapN.diff(xx) - kapN1) == 0,
+        detail="symbolic N (sympy Sum)",
+    )
+
+    def majorant_instances() -> bool:
+        from derivations.feature_maps import monomial_weight, multi_indices
+
+        ok = True
+        for d in (1, 2, 3):
+            qa = sp.symbols(f"a0:{d}", nonnegative=True)  # |q_i|
+            ka = sp.symbols(f"b0:{d}", nonnegative=True)  # |k_i|
+            for order in range(0, 5):
+                lhs = 0
+                for nn in range(order + 1):
+                    for alpha in multi_indices(nn, d):
+                        wgt = monomial_weight(alpha)
+                        mono = sp.Integer(1)
+                        for i, ai in enumerate(alpha):
+                            mono *= (qa[i] * ka[i]) ** ai
+                        lhs += sp.Rational(wgt.numerator, wgt.denominator) * mono
+                s_abs = sum(qa[i] * ka[i] for i in range(d))
+                rhs = sum(s_abs**nn / sp.factorial(nn) for nn in range(order + 1))
+                ok = ok and sp.expand(lhs - rhs) == 0
+        return ok
+
+    rec.check(
+        "feature-form majorant: sum_alpha |Phi_alpha(q) Phi_alpha(k)| = kappa_N(sum_i |q_i||k_i|)",
+        majorant_instances,
+        status=Status.VERIFIED,
+        detail="d = 1..3, N = 0..4 (scale 1; multinomial theorem on |q_i||k_i|)",
+    )
+    # two-level model
+    o_, a_, ul = sp.symbols("o a u_low", nonnegative=True)
+    rec.step(
+        "Two-level model: fl_low(o_hat) = o_hat (1 + delta), |delta| <= u_low, so "
+        "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| <= a (1 + u_low) + u_low |o|.",
+        a_ * (1 + ul) + ul * o_,
+    )
+    rec.check(
+        "bf16 x bf16 and fp16 x fp16 products are exact in fp32 (2p <= 24); fp32 x fp32 exact "
+        "in fp64 (48 <= 53)",
+        lambda: (
+            product_exact_in("bfloat16", "float32")
+            and product_exact_in("float16", "float32")
+            and product_exact_in("float32", "float64")
+            and not product_exact_in("float64", "float64")
+        ),
+        detail="precision bits 8, 11, 24, 53",
+    )
+
+    # -- instance check on a toy format -----------------------------------------------------------
+    ratios: list[float] = []
+
+    def toy_format() -> bool:
+        rng = random.Random(20240607)
+        p = 5
+        uu = Fraction(1, 2**p)
+        ok = True
+        for _ in range(1500):
+            length = rng.randint(1, 6)
+            a = [
+                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
+                for _ in range(length)
+            ]
+            b = [
+                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
+                for _ in range(length)
+            ]
+            acc = Fraction(0)
+            for ai, bi in zip(a, b):
+                acc = _round_to_precision(acc + _round_to_precision(ai * bi, p), p)
+            exact = sum(ai * bi for ai, bi in zip(a, b))
+            absd = sum(abs(ai * bi) for ai, bi in zip(a, b))
+            g = length * uu / (1 - length * uu)
+            bound = g * absd
+            err = abs(acc - exact)
+            ok = ok and err <= bound
+            if bound:
+                ratios.append(float(err / bound))
+        return ok
+
+    rec.check(
+        "instances: recursive dot products in a toy binary format (p = 5, exact rounding to "
+        "nearest even) obey |fl(a.b) - a.b| <= gamma_n sum |a_i b_i|",
+        toy_format,
+        status=Status.VERIFIED,
+        detail="1500 random dot products, n = 1..6, exact rational arithmetic",
+    )
+    if ratios:
+        rec.tables["toy-format dot products"] = (
+            ["instances", "max observed error / bound"],
+            [[len(ratios), f"{max(ratios):.3f}"]],
+        )
+    rec.exports = [
+        "FORMATS",
+        "LIBRARY_EXP_ULPS",
+        "LIBRARY_DIV_ULPS",
+        "CitedConstant",
+        "precision_bits",
+        "unit_roundoff",
+        "underflow_abs_error",
+        "largest_finite",
+        "product_exact_in",
+        "gamma",
+        "ulps_to_relative",
+        "cuda_fast_expf_ulps",
+        "dot_product_bound",
+        "sum_bound",
+        "sum_of_products_bound",
+        "score_abs_error",
+        "exp_relative_bound",
+        "softmax_weight_relative_bound",
+        "polynomial_roundings",
+        "taylor_weight_majorant",
+        "taylor_weight_relative_bound",
+        "taylor_feature_relative_error",
+        "feature_form_relative_bound",
+        "weighted_sum_relative_bound",
+        "elu1_feature_relative_error",
+        "favor_feature_relative_error",
+        "division_relative_bound",
+        "ratio_relative_bound",
+        "kernel_attention_output_bound",
+        "kernel_attention_relative_coefficient",
+        "low_precision_output_bound",
+        "normalization_rounding_bound",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)

@@ -1,0 +1,474 @@
+"""D8. Why softmax separates what linear attention cannot (Deng, Song & Zhou 2023, reformulated).
+
+THEORY.md D8. For one row of scores z in R^n: softmax(z)_i = e^{z_i}/sum_j e^{z_j} and, for
+z > 0, normalized linear attention lin(z)_i = z_i/sum_j z_j.
+
+* A. If z_{i*} >= z_j + gap for all j != i*: softmax(z)_{i*} >= 1/(1 + (n-1) e^{-gap})
+  (tight: equality when every other entry is z_{i*} - gap); gap >= log(3(n-1)) gives >= 3/4.
+* B. If all z_j in [0, a]: max_i softmax(z)_i <= e^a/(e^a + n - 1) (tight at (a, 0, ..., 0)).
+* Separation: D_0 = U[0,1]^n, D_1 = D_0 with one entry set to 1 + log(3n). Over the supports,
+  sup peak(D_0) = e/(e + n - 1) and inf peak(D_1) = 3n/(4n - 1) > 3/4, so the fixed threshold
+  1/2 separates them (every sample, not only with high probability) iff n >= 4; for n <= 3 a
+  set of D_0 samples of positive probability has peak > 1/2.
+* C. lin on entries in [m, M] (m > 0) with one entry M + gap: peak <= (M+gap)/((n-1)m + M + gap)
+  -> 0 as n -> oo, so every fixed threshold fails for large n. An n-scaled threshold separates
+  this construction for every n >= 2 iff gap > M(M - m)/m (derived exactly).
+* D. lin(c z) = lin(z) for c > 0; for non-constant z the softmax peak is strictly increasing in
+  c (d peak/dc = peak (z_max - sum_j w_j z_j) > 0). Power attention z^beta/sum z^beta: the peak
+  for one entry r times the (n - 1) others is r^beta/(r^beta + n - 1) exactly.
+
+Numeric exports (plain Python floats): ``softmax_peak_lower_bound``,
+``softmax_peak_upper_bound``, ``separating_gap``, ``separation_threshold_interval``,
+``smallest_separating_n``, ``linear_peak_upper_bound``, ``linear_peak_lower_bound``,
+``linear_separation_interval``, ``linear_separating_gap``, ``power_attention_peak``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from derivations._record import Derivation, Status, main_for
+
+
+# -- input validation -------------------------------------------------------------------------
+def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
+    xf = float(x)
+    if not math.isfinite(xf):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    if positive and not xf > 0:
+        raise ValueError(f"{name}: expected a positive number, got {x!r}")
+    if nonneg and not xf >= 0:
+        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
+    return xf
+
+
+def _count(name: str, n: object, minimum: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
+    if n < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
+    return n
+
+
+def _range(m: object, big_m: object) -> tuple[float, float]:
+    lo = _real("m", m, positive=True)
+    hi = _real("M", big_m, positive=True)
+    if hi < lo:
+        raise ValueError(f"M: expected M >= m = {lo!r}, got {big_m!r}")
+    return lo, hi
+
+
+# -- numeric exports --------------------------------------------------------------------------
+def softmax_peak_lower_bound(n: int, gap: float) -> float:
+    """1/(1 + (n-1) e^{-gap}): lower bound on softmax(z)_{i*} when z_{i*} >= z_j + gap, j != i*.
+
+    THEORY.md D8 A (proved in ``derive``; attained when every other score is z_{i*} - gap).
+
+    Args:
+        n: row length (keys), int >= 1. gap: finite real (any sign).
+
+    Raises:
+        TypeError, ValueError: bad ``n`` or ``gap``.
+    """
+    n = _count("n", n)
+    g = _real("gap", gap)
+    if n == 1:
+        return 1.0
+    return 1.0 / (1.0 + (n - 1) * math.exp(-g))
+
+
+def softmax_peak_upper_bound(n: int, a: float) -> float:
+    """e^a/(e^a + n - 1): upper bound on max_i softmax(z)_i when every z_j lies in [0, a].
+
+    THEORY.md D8 B (proved; attained at z = (a, 0, ..., 0)). Evaluated as 1/(1 + (n-1)e^{-a}).
+
+    Args:
+        n: int >= 1. a: width of the score range, finite and >= 0.
+
+    Raises:
+        TypeError, ValueError: bad ``n`` or ``a``.
+    """
+    n = _count("n", n)
+    a = _real("a", a, nonneg=True)
+    return 1.0 / (1.0 + (n - 1) * math.exp(-a))
+
+
+def separating_gap(n: int, level: float = 0.75) -> float:
+    """Smallest gap for which bound A guarantees softmax peak >= ``level``: log((n-1) p/(1-p)).
+
+    For the default level 3/4 this is log(3(n-1)) (THEORY.md D8 A). The D_1 construction uses
+    one entry 1 + log(3n), whose gap log(3n) over entries in [0, 1] exceeds it.
+
+    Args:
+        n: int >= 2. level: p in (0, 1).
+
+    Raises:
+        TypeError, ValueError: bad ``n`` or ``level``.
+    """
+    n = _count("n", n, 2)
+    p = _real("level", level)
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    return math.log((n - 1) * p / (1.0 - p))
+
+
+def separation_threshold_interval(n: int) -> tuple[float, float]:
+    """(sup of the softmax peak over D_0's support, inf over D_1's support) for row length n.
+
+    D_0 = U[0,1]^n, D_1 = D_0 with one entry set to 1 + log(3n) (THEORY.md D8): the values are
+    e/(e + n - 1) (at (1, 0, ..., 0)) and 3n/(4n - 1) (other entries all 1). A threshold tau
+    with sup < tau <= inf classifies every sample correctly (peak >= tau -> D_1).
+
+    Raises:
+        TypeError, ValueError: ``n`` not an int >= 1.
+    """
+    n = _count("n", n)
+    return softmax_peak_upper_bound(n, 1.0), 3.0 * n / (4.0 * n - 1.0)
+
+
+def smallest_separating_n(threshold: float = 0.5) -> int:
+    """Smallest n for which ``threshold`` separates D_0 and D_1 on their supports (THEORY.md D8).
+
+    Requires e/(e + n - 1) < threshold <= 3n/(4n - 1); for threshold 1/2 the answer is 4
+    (derived exactly in ``derive``: 1 + e < n). Comparisons use mpmath at 50 digits.
+
+    Args:
+        threshold: tau in (0, 1).
+
+    Raises:
+        TypeError, ValueError: bad threshold, or no n separates (tau > 3/4 with the D_1 bound
+        failing before the D_0 bound holds).
+    """
+    tau = _real("threshold", threshold)
+    if not 0.0 < tau < 1.0:
+        raise ValueError(f"threshold: expected a number in (0, 1), got {threshold!r}")
+    import mpmath
+
+    with mpmath.workdps(50):
+        t = mpmath.mpf(tau)
+        e = mpmath.e
+        # D_0 side: e/(e + n - 1) < t  <=>  n > 1 + e (1 - t)/t
+        n = max(1, int(mpmath.floor(1 + e * (1 - t) / t)) + 1)
+        while e / (e + n - 1) >= t:  # guard against the floor at an exact integer
+            n += 1
+        if mpmath.mpf(3 * n) / (4 * n - 1) < t:
+            raise ValueError(
+                f"threshold: {threshold!r} separates D_0 and D_1 for no n (the D_1 infimum "
+                f"3n/(4n-1) is already below it at the first n = {n} where the D_0 supremum is)"
+            )
+        return n
+
+
+def linear_peak_upper_bound(n: int, m: float, M: float, gap: float) -> float:
+    """(M+gap)/((n-1)m + M + gap): upper bound on the normalized-linear peak weight.
+
+    Entries z_j in [m, M] (m > 0) for j != i*, and z_{i*} = M + gap (THEORY.md D8 C); attained
+    when every other entry equals m. Tends to 0 as n -> oo.
+
+    Raises:
+        TypeError, ValueError: n < 1, m <= 0, M < m, gap < 0.
+    """
+    n = _count("n", n)
+    lo, hi = _range(m, M)
+    g = _real("gap", gap, nonneg=True)
+    return (hi + g) / ((n - 1) * lo + hi + g)
+
+
+def linear_peak_lower_bound(n: int, m: float, M: float, gap: float) -> float:
+    """(M+gap)/((n-1)M + M + gap): lower bound (attained with the others at M) on that peak.
+
+    Raises:
+        TypeError, ValueError: as ``linear_peak_upper_bound``.
+    """
+    n = _count("n", n)
+    lo, hi = _range(m, M)
+    g = _real("gap", gap, nonneg=True)
+    return (hi + g) / ((n - 1) * hi + hi + g)
+
+
+def linear_separation_interval(n: int, m: float, M: float, gap: float) -> tuple[float, float]:
+    """(sup of the linear peak with all entries in [m, M], inf with one entry M + gap).
+
+    = (M/(M + (n-1)m), (M+gap)/((n-1)M + M + gap)). An n-scaled threshold in between separates
+    the two sets iff the first is smaller, i.e. (n >= 2) iff gap > M(M-m)/m (THEORY.md D8 C).
+
+    Raises:
+        TypeError, ValueError: as ``linear_peak_upper_bound``.
+    """
+    n = _count("n", n)
+    lo, hi = _range(m, M)
+    return hi / (hi + (n - 1) * lo), linear_peak_lower_bound(n, lo, hi, gap)
+
+
+def linear_separating_gap(m: float, M: float) -> float:
+    """M(M - m)/m: gaps strictly above it make the linear construction n-scaled separable.
+
+    Raises:
+        TypeError, ValueError: m <= 0 or M < m.
+    """
+    lo, hi = _range(m, M)
+    return hi * (hi - lo) / lo
+
+
+def power_attention_peak(r: float, beta: float, n: int) -> float:
+    """r^beta/(r^beta + n - 1): power-attention peak when one entry is r times the n-1 others.
+
+    Power attention z_i^beta / sum_j z_j^beta on positive entries (THEORY.md D8 D; exact).
+
+    Args:
+        r: ratio > 0. beta: finite real exponent. n: int >= 1.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    rr = _real("r", r, positive=True)
+    b = _real("beta", beta)
+    n = _count("n", n)
+    # r^beta/(r^beta + n - 1) = 1/(1 + (n-1) r^{-beta}), computed in logs to avoid overflow
+    if n == 1:
+        return 1.0
+    return 1.0 / (1.0 + math.exp(math.log(n - 1) - b * math.log(rr)))
+
+
+# -- derivation -------------------------------------------------------------------------------
+def derive(
+    *,
+    peak_lower_bound: Callable[[Any, Any], Any] | None = None,
+    peak_upper_bound: Callable[[Any, Any], Any] | None = None,
+    separating_n: int = 4,
+) -> Derivation:
+    """Build the D8 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        peak_lower_bound: (n, gap) -> claimed bound A (e.g. ``1/(1 + (n-1) exp(+gap))``).
+        peak_upper_bound: (n, a) -> claimed bound B.
+        separating_n: claimed smallest n for the threshold-1/2 separation (correct: 4).
+    """
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    rec = Derivation("D8", "Why softmax separates what linear attention cannot (Deng, Song & Zhou)")
+    n = sp.Symbol("n", integer=True, positive=True)
+    j = sp.Symbol("j", integer=True, positive=True)
+    gap = sp.Symbol("Delta", real=True)
+    zs = sp.Symbol("z_star", real=True)
+    a = sp.Symbol("a", nonnegative=True)
+    S = sp.Symbol("S", nonnegative=True)
+
+    lower = (peak_lower_bound or (lambda nn, g: 1 / (1 + (nn - 1) * sp.exp(-g))))(n, gap)
+    upper = (peak_upper_bound or (lambda nn, aa: sp.exp(aa) / (sp.exp(aa) + nn - 1)))(n, a)
+
+    # -- A --------------------------------------------------------------------------------------
+    rec.statement["A"] = sp.Implies(
+        sp.Symbol("z_{i*} >= z_j + Delta (j != i*)"), sp.Ge(sp.Symbol("softmax(z)_{i*}"), lower)
+    )
+    rec.step(
+        "softmax(z)_{i*} = 1/(1 + S), S = sum_{j != i*} e^{z_j - z_{i*}}; each term is <= "
+        "e^{-Delta} (exp increasing), so S <= (n-1) e^{-Delta}; 1/(1+S) is decreasing in S:",
+        sp.diff(1 / (1 + S), S),
+    )
+    rec.check(
+        "1/(1+S) is decreasing in S >= 0",
+        lambda: sp.diff(1 / (1 + S), S).is_negative is True,
+        detail="symbolic S >= 0",
+    )
+    # extremal row: all other entries z* - Delta (n - 1 of them)
+    extremal = sp.exp(zs) / (
+        sp.exp(zs) + factor_sum(sp.Sum(sp.exp(zs - gap), (j, 1, n - 1)).doit())
+    )
+    rec.check(
+        "A holds and is tight: at z_j = z_{i*} - Delta (all j != i*) the peak equals the bound",
+        lambda: sp.simplify(extremal - lower) == 0,
+        detail="symbolic n, Delta, z_{i*}",
+    )
+    at_sep = sp.simplify(lower.subs(gap, sp.log(3 * (n - 1))))
+    rec.step("At Delta = log(3(n-1)) (n >= 2) the bound is", at_sep)
+    rec.check(
+        "Delta >= log(3(n-1)) gives softmax(z)_{i*} >= 3/4 (bound increasing in Delta)",
+        lambda: (
+            sp.simplify(at_sep - sp.Rational(3, 4)) == 0
+            and sp.simplify(sp.diff(lower, gap) * (1 + (n - 1) * sp.exp(-gap)) ** 2 / (n - 1))
+            == sp.exp(-gap)
+        ),
+        detail="symbolic n >= 2",
+    )
+
+    # -- B --------------------------------------------------------------------------------------
+    x, c = sp.symbols("x c", positive=True)
+    rec.statement["B"] = sp.Implies(
+        sp.Symbol("z_j in [0, a] for all j"), sp.Le(sp.Symbol("max_i softmax(z)_i"), upper)
+    )
+    rec.step(
+        "peak = e^{z_i}/(e^{z_i} + sum_{j != i} e^{z_j}) <= e^{z_i}/(e^{z_i} + n - 1) "
+        "(each e^{z_j} >= 1) <= e^a/(e^a + n - 1) since x/(x + c) is increasing in x:",
+        sp.simplify(sp.diff(x / (x + c), x)),
+    )
+    corner = sp.exp(a) / (sp.exp(a) + factor_sum(sp.Sum(sp.exp(0), (j, 1, n - 1)).doit()))
+    rec.check(
+        "B holds and is tight: x/(x+c) increasing; at z = (a, 0, ..., 0) the peak equals the bound",
+        lambda: (
+            sp.simplify(sp.diff(x / (x + c), x)).is_positive is True
+            and sp.simplify(corner - upper) == 0
+        ),
+        detail="symbolic n, a >= 0",
+    )
+
+    # -- separation D_0 vs D_1 ----------------------------------------------------------------
+    nn = sp.Symbol("n", positive=True)
+    sup0 = sp.E / (sp.E + nn - 1)
+    inf1 = 1 / (1 + (nn - 1) * sp.exp(-sp.log(3 * nn)))
+    rec.statement["separation"] = sp.Eq(sp.Symbol("smallest n (threshold 1/2)"), separating_n)
+    rec.step(
+        "D_0 = U[0,1]^n: sup peak = e/(e+n-1) (B with a = 1, attained at (1,0,...,0)); D_1: "
+        "one entry 1 + log(3n), the rest in [0,1]: gap >= log(3n), inf peak (rest all 1) =",
+        sp.simplify(inf1),
+    )
+    rec.check(
+        "inf peak(D_1) = 3n/(4n-1) > 3/4 > 1/2 for every n >= 1",
+        lambda: (
+            sp.simplify(inf1 - 3 * nn / (4 * nn - 1)) == 0
+            and sp.simplify(3 * nn / (4 * nn - 1) - sp.Rational(3, 4) - 3 / (4 * (4 * nn - 1))) == 0
+        ),
+        detail="symbolic n (3n/(4n-1) - 3/4 = 3/(4(4n-1)) > 0)",
+    )
+    sol = sp.solve_univariate_inequality(sup0 < sp.Rational(1, 2), nn, relational=False).intersect(
+        sp.Interval.open(0, sp.oo)
+    )
+    rec.step("sup peak(D_0) = e/(e+n-1) < 1/2 solved for n > 0:", sol)
+    k = separating_n
+    rec.check(
+        f"threshold 1/2 separates every sample iff n >= {k}: e/(e+n-1) < 1/2 iff n > 1 + e, "
+        f"and the smallest such integer is {k}",
+        lambda: (
+            sol == sp.Interval.open(1 + sp.E, sp.oo)
+            and bool(sup0.subs(nn, k) < sp.Rational(1, 2))
+            and bool(sup0.subs(nn, k - 1) > sp.Rational(1, 2))
+        ),
+        detail="exact comparison with e (sympy)",
+    )
+    rec.step(
+        "For n <= 3 the D_0 peak at (1, 0, ..., 0) is e/(e+n-1) > 1/2 and the peak is "
+        "continuous, so a neighbourhood of that corner (positive probability under U[0,1]^n) "
+        "is misclassified: threshold 1/2 does not separate."
+    )
+    rows = []
+    for m_ in range(2, 9):
+        lo_, hi_ = separation_threshold_interval(m_)
+        rows.append([m_, f"{lo_:.6f}", f"{hi_:.6f}", lo_ < 0.5 <= hi_])
+    rec.tables["softmax separation interval"] = (
+        ["n", "sup peak D_0 = e/(e+n-1)", "inf peak D_1 = 3n/(4n-1)", "1/2 separates"],
+        rows,
+    )
+    rec.check(
+        f"exported smallest_separating_n(1/2) == {k}",
+        lambda: smallest_separating_n(0.5) == k,
+        status=Status.VERIFIED,
+        detail="mpmath, 50 digits",
+    )
+
+    # -- C: normalized linear attention ----------------------------------------------------------
+    m, M, D = sp.symbols("m M Delta_lin", positive=True)
+    lin_up = (M + D) / ((n - 1) * m + M + D)
+    rec.statement["C"] = sp.Le(sp.Symbol("lin peak"), lin_up)
+    rec.step("lin peak = (M+Delta)/(sum_{j != i*} z_j + M + Delta) with sum >= (n-1) m:", lin_up)
+    rec.check(
+        "C: the bound is attained at z_j = m and tends to 0 as n -> oo",
+        lambda: (
+            sp.limit(lin_up, n, sp.oo) == 0
+            and sp.diff((M + D) / (S + M + D), S).is_negative is True
+        ),
+        detail="symbolic m, M, Delta > 0, n",
+    )
+    tau = sp.Symbol("tau", positive=True)
+    n_fail = 1 + (M + D) * (1 - tau) / (tau * m)
+    rec.check(
+        "any fixed threshold tau in (0,1) fails: the bound equals tau at n = 1 + (M+Delta)"
+        "(1-tau)/(tau m) and is decreasing in n",
+        lambda: (
+            sp.simplify(lin_up.subs(n, n_fail) - tau) == 0
+            and sp.simplify(sp.diff(lin_up, n) + m * (M + D) / ((n - 1) * m + M + D) ** 2) == 0
+        ),
+        detail="symbolic tau, m, M, Delta",
+    )
+    sup_lin0 = M / (M + (n - 1) * m)
+    inf_lin1 = (M + D) / ((n - 1) * M + M + D)
+    diff_ = sp.factor(sp.together(inf_lin1 - sup_lin0))
+    rec.step(
+        "n-scaled threshold: all entries in [m, M] give peak <= M/(M+(n-1)m); one entry M+Delta "
+        "gives peak >= (M+Delta)/((n-1)M + M + Delta); their difference is",
+        diff_,
+    )
+    target = (n - 1) * ((M + D) * m - M**2) / ((M + (n - 1) * m) * ((n - 1) * M + M + D))
+    rec.check(
+        "C': an n-scaled threshold separates the linear construction for every n >= 2 iff "
+        "Delta > M(M-m)/m (the sign of the difference is that of (M+Delta) m - M^2)",
+        lambda: sp.simplify(diff_ - target) == 0,
+        detail="symbolic n, m, M, Delta; this construction is separable, with tau_n ~ 1/n",
+    )
+
+    # -- D: scale (in)variance ------------------------------------------------------------------
+    cz = sp.Symbol("c", positive=True)
+    z = sp.IndexedBase("z", positive=True)
+    i = sp.Symbol("i", integer=True, positive=True)
+    lin_c = cz * z[i] / factor_sum(sp.Sum(cz * z[j], (j, 1, n)))
+    rec.check(
+        "lin(c z) = lin(z) for c > 0 (no readout of lin separates {z} from {c z})",
+        lambda: sp.simplify(lin_c - z[i] / sp.Sum(z[j], (j, 1, n))) == 0,
+        detail="symbolic n, c > 0",
+    )
+    zr = sp.IndexedBase("z", real=True)
+    zm = sp.Symbol("z_max", real=True)
+    Sc = sp.Sum(sp.exp(cz * zr[j]), (j, 1, n))
+    peak = sp.exp(cz * zm) / Sc
+    mean_w = sp.Sum(zr[j] * sp.exp(cz * zr[j]), (j, 1, n)) / Sc
+    rec.step(
+        "Softmax peak p(c) = e^{c z_max}/sum_j e^{c z_j}; dp/dc = p (z_max - zbar_c), zbar_c = "
+        "sum_j w_j z_j; z_max - zbar_c = sum_j w_j (z_max - z_j) > 0 for non-constant z (all "
+        "w_j > 0, every term >= 0, one > 0):",
+        sp.diff(peak, cz),
+    )
+    w_j = sp.exp(cz * zr[j]) / Sc
+    rec.check(
+        "d peak/dc = peak (z_max - sum_j w_j z_j) and z_max - zbar = sum_j w_j (z_max - z_j)",
+        lambda: (
+            sp.simplify(sp.diff(peak, cz) - peak * (zm - mean_w)) == 0
+            and sp.simplify(
+                factor_sum(sp.Sum(sp.expand(w_j * (zm - zr[j])), (j, 1, n)))
+                - (zm * factor_sum(sp.Sum(w_j, (j, 1, n))) - mean_w)
+            )
+            == 0
+        ),
+        detail="symbolic n, c; sum_j w_j = 1",
+    )
+    r_, b_, z0 = sp.symbols("r beta z_0", positive=True)
+    pw = (r_ * z0) ** b_ / ((r_ * z0) ** b_ + (n - 1) * z0**b_)
+    rec.statement["power attention"] = sp.Eq(sp.Symbol("power peak"), r_**b_ / (r_**b_ + n - 1))
+    rec.check(
+        "power attention peak = r^beta/(r^beta + n - 1) exactly (-> 1 as beta -> oo, r > 1)",
+        lambda: (
+            sp.simplify(sp.expand_power_base(pw) - r_**b_ / (r_**b_ + n - 1)) == 0
+            and sp.limit((sp.Integer(2)) ** b_ / (2**b_ + n - 1), b_, sp.oo) == 1
+        ),
+        detail="symbolic r, beta, z_0 > 0, n; limit at r = 2",
+    )
+    rec.exports = [
+        "softmax_peak_lower_bound",
+        "softmax_peak_upper_bound",
+        "separating_gap",
+        "separation_threshold_interval",
+        "smallest_separating_n",
+        "linear_peak_upper_bound",
+        "linear_peak_lower_bound",
+        "linear_separation_interval",
+        "linear_separating_gap",
+        "power_attention_peak",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)

@@ -1,0 +1,487 @@
+"""D6. Shift invariance and stabilization (THEORY.md D6).
+
+Results derived here:
+
+* softmax(x + a*1) = softmax(x) for every finite a (proved for a symbolic n-vector), so
+  max-subtraction is exact for exp.
+* The truncated kernel kappa_N(x) = sum_{n<=N} x^n/n! is *not* shift-invariant for N >= 1: the
+  coefficient of x^(N-1) in kappa_N(x+a) - kappa_N(x) is a/(N-1)! != 0, so kappa_N(x+a) is not a
+  constant multiple of kappa_N(x), and two-key weights change under a shift except on a proper
+  algebraic subset of score pairs (proved for symbolic N; exact counterexamples for N <= 6).
+* A masked key must get exactly zero weight whatever the other scores. An additive finite
+  sentinel -M does not do that: for exp the masked weight is e^{-M}/(e^{-M} + S) > 0, and it
+  tends to 1 when the visible scores fall below the sentinel; for kappa_N (N >= 1)
+  |kappa_N(-M)| -> oo, so the masked key takes almost *all* the weight as M grows (for even N a
+  huge positive weight; for odd N a huge negative kernel value that still yields weight -> 1).
+  An additive -inf works for exp (e^{-inf} = 0) but gives kappa_N(-inf) = +-inf and NaN weights.
+
+Numeric exports (plain Python; exact ``Fraction`` arithmetic for kappa_N, mpmath for exp):
+``taylor_kernel_value``, ``kernel_weights``, ``taylor_shift_gap``, ``sentinel_leak_weight``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+from derivations._record import Derivation, Status, main_for
+from derivations.feature_maps import taylor_coefficients
+
+#: orders checked exactly on instances (the general statements are proved for symbolic N)
+INSTANCE_ORDERS = (1, 2, 3, 4, 5, 6)
+
+
+# -- input validation -------------------------------------------------------------------------
+def _check_order(name: str, order: object, *, allow_none: bool) -> int | None:
+    if order is None and allow_none:
+        return None
+    if isinstance(order, bool) or not isinstance(order, int):
+        what = "a non-negative int or None (exp)" if allow_none else "a non-negative int"
+        raise TypeError(f"{name}: expected {what}, got {type(order).__name__} {order!r}")
+    if order < 0:
+        raise ValueError(f"{name}: expected a non-negative int, got {order}")
+    return order
+
+
+def _exact(name: str, x: object) -> Fraction:
+    """A finite real number as an exact Fraction (floats are converted exactly)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
+        raise TypeError(f"{name}: expected a finite real number, got {type(x).__name__} {x!r}")
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
+    return Fraction(x)
+
+
+def _scores(name: str, scores: object) -> list[Fraction]:
+    if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence):
+        raise TypeError(f"{name}: expected a sequence of finite reals, got {type(scores).__name__}")
+    return [_exact(f"{name}[{i}]", s) for i, s in enumerate(scores)]
+
+
+# -- numeric exports --------------------------------------------------------------------------
+def taylor_kernel_value(order: int, x: int | float | Fraction) -> Fraction:
+    """kappa_N(x) = sum_{n<=N} x^n/n! evaluated exactly (THEORY.md D1, D6).
+
+    Args:
+        order: N >= 0.
+        x: a finite real score (a float is taken at its exact binary value).
+
+    Returns:
+        The exact value as a ``Fraction``.
+
+    Raises:
+        TypeError, ValueError: ``order`` not a non-negative int; ``x`` not a finite real.
+    """
+    _check_order("order", order, allow_none=False)
+    xv = _exact("x", x)
+    value, power = Fraction(0), Fraction(1)
+    for coeff in taylor_coefficients(order):
+        value += coeff * power
+        power *= xv
+    return value
+
+
+def kernel_weights(order: int | None, scores: Sequence[float]) -> list:
+    """Normalized weights kappa(x_s) / sum_j kappa(x_j) of one row of scores.
+
+    Args:
+        order: N for the Taylor kernel kappa_N (exact ``Fraction`` weights), or ``None`` for
+            exp (softmax; ``mpmath.mpf`` weights at 60 digits).
+        scores: the row's scores (finite reals), length >= 1.
+
+    Raises:
+        TypeError, ValueError: bad ``order`` or ``scores``; ``ZeroDivisionError``-free:
+        a vanishing kappa_N denominator (odd N) raises ``ValueError``.
+    """
+    _check_order("order", order, allow_none=True)
+    xs = _scores("scores", scores)
+    if not xs:
+        raise ValueError("scores: expected at least one score, got an empty sequence")
+    if order is None:
+        import mpmath
+
+        with mpmath.workdps(60):
+            vals = [mpmath.exp(mpmath.mpf(x.numerator) / x.denominator) for x in xs]
+            total = mpmath.fsum(vals)
+            return [v / total for v in vals]
+    vals = [taylor_kernel_value(order, x) for x in xs]
+    total = sum(vals)
+    if total == 0:
+        raise ValueError(
+            f"scores: the kappa_{order} denominator vanishes exactly for scores {list(scores)!r} "
+            "(odd orders can cancel, THEORY.md D4)"
+        )
+    return [v / total for v in vals]
+
+
+def taylor_shift_gap(
+    order: int, scores: Sequence[float], shift: int | float | Fraction
+) -> Fraction:
+    """max_s |w_s(x + a*1) - w_s(x)| for the kappa_N weights of one row, exactly.
+
+    Zero for every input when kappa is exp (D6); for kappa_N with N >= 1 it is positive except
+    on a proper algebraic subset of scores (derived in ``derive``). ``verify`` uses it to pick
+    inputs whose shift effect exceeds the rounding bound before asserting non-invariance.
+
+    Args:
+        order: N >= 0. scores: finite reals (length >= 1). shift: the finite shift a.
+
+    Raises:
+        TypeError, ValueError: bad arguments, or a vanishing denominator before or after the shift.
+    """
+    a = _exact("shift", shift)
+    xs = _scores("scores", scores)
+    before = kernel_weights(order, xs)
+    after = kernel_weights(order, [x + a for x in xs])
+    return max(abs(p - q) for p, q in zip(after, before))
+
+
+def sentinel_leak_weight(
+    order: int | None, sentinel: int | float | Fraction, scores: Sequence[float]
+) -> float:
+    """Weight a masked key receives when it is masked by an *additive finite sentinel*.
+
+    The masked key's score is replaced by ``sentinel`` (e.g. -1e4 or the dtype's lowest finite
+    value) and the visible keys keep ``scores``; the returned value is the masked key's
+    normalized weight kappa(sentinel) / (kappa(sentinel) + sum_s kappa(scores_s)). A correct
+    mask gives exactly 0; THEORY.md D6 derives that every finite sentinel gives a non-zero
+    weight (for exp: > 0 always, -> 1 as the visible scores drop below the sentinel; for
+    kappa_N, N >= 1: -> 1 as the sentinel -> -oo).
+
+    Args:
+        order: N for kappa_N (computed exactly with fractions), or ``None`` for exp (mpmath at
+            60 digits; the exact value is > 0 even where the float result underflows to 0.0).
+        sentinel: finite real used as the masked score.
+        scores: finite reals, the visible keys' scores (may be empty).
+
+    Returns:
+        The weight as a Python float (nearest double of the exact value).
+
+    Raises:
+        TypeError, ValueError: bad arguments, or a kappa_N denominator that vanishes exactly.
+    """
+    s = _exact("sentinel", sentinel)
+    xs = _scores("scores", scores)
+    weights = kernel_weights(order, [s, *xs])
+    w = weights[0]
+    return float(w) if isinstance(w, Fraction) else float(w)
+
+
+# -- derivation -------------------------------------------------------------------------------
+def _kappa_poly(order: int, x: Any) -> Any:
+    import sympy as sp
+
+    return sum(
+        sp.Rational(c.numerator, c.denominator) * x**n
+        for n, c in enumerate(taylor_coefficients(order))
+    )
+
+
+def derive(
+    *,
+    claim_shift_invariant_order: int | None = None,
+    claim_sentinel_masks: bool = False,
+    softmax_kernel: Callable[[Any], Any] | None = None,
+) -> Derivation:
+    """Build the D6 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        claim_shift_invariant_order: also claim kappa_N (this N) is shift-invariant.
+        claim_sentinel_masks: also claim an additive finite sentinel gives zero weight (exp).
+        softmax_kernel: replace exp in the shift-invariance proof (e.g. ``lambda x: x**2``).
+    """
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    rec = Derivation("D6", "Shift invariance and stabilization")
+    kern = softmax_kernel if softmax_kernel is not None else sp.exp
+
+    n = sp.Symbol("n", integer=True, positive=True)
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    a = sp.Symbol("a", real=True)
+    x = sp.IndexedBase("x", real=True)
+
+    def factor_sums(e: Any) -> Any:
+        return e.replace(
+            lambda z: isinstance(z, sp.Sum),
+            lambda z: factor_sum(
+                sp.Sum(sp.factor(sp.expand(z.function, power_exp=True)), *z.limits)
+            ),
+        )
+
+    # -- A. softmax is shift invariant --------------------------------------------------------
+    w_shift = kern(x[i] + a) / sp.Sum(kern(x[j] + a), (j, 1, n))
+    w = kern(x[i]) / sp.Sum(kern(x[j]), (j, 1, n))
+    rec.statement["softmax shift invariance"] = sp.Eq(w_shift, w)
+    rec.step("Softmax weight of key i in a row of n scores, shifted by a:", w_shift)
+    rec.step(
+        "e^{x_j + a} = e^a e^{x_j}; the finite sum is linear, so e^a factors out of the "
+        "denominator and cancels with the numerator:",
+        factor_sums(sp.expand(w_shift, power_exp=True)),
+    )
+    rec.check(
+        "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a",
+        lambda: sp.simplify(factor_sums(sp.expand(w_shift, power_exp=True)) - w) == 0,
+        detail="symbolic n (sympy Sum), symbolic a",
+    )
+    rec.step(
+        "Hence subtracting m = max_s x_s (any common constant) before exp is exact in real "
+        "arithmetic; in floating point it only changes rounding (D10)."
+    )
+
+    # -- B. kappa_N is not shift invariant ------------------------------------------------------
+    N = sp.Symbol("N", integer=True, positive=True)
+    xs = sp.Symbol("x", real=True)
+    anz = sp.Symbol("a", real=True, nonzero=True)
+    # binomial theorem: the x^k coefficient of (x+a)^m/m! is C(m, k) a^(m-k) / m!
+    lead = sp.binomial(N, N) / sp.factorial(N)
+    sub = (
+        sp.binomial(N - 1, N - 1) / sp.factorial(N - 1)
+        + sp.binomial(N, N - 1) * anz / sp.factorial(N)
+        - 1 / sp.factorial(N - 1)
+    )
+    rec.statement["kappa_N shift"] = sp.Eq(
+        sp.Symbol("[x^{N-1}](kappa_N(x+a) - kappa_N(x))"), anz / sp.factorial(N - 1)
+    )
+    rec.step(
+        "If kappa_N(x + a) = c kappa_N(x) for all x, the x^N coefficients give c = 1: only "
+        "(x+a)^N/N! contributes to x^N in kappa_N(x+a), with coefficient",
+        lead,
+    )
+    rec.check(
+        "x^N coefficient of kappa_N(x+a) is 1/N! (forces c = 1)",
+        lambda: sp.simplify(lead - 1 / sp.factorial(N)) == 0,
+        detail="symbolic N >= 1",
+    )
+    rec.step(
+        "The x^(N-1) coefficient of kappa_N(x+a) - kappa_N(x) gets C(N-1,N-1)/(N-1)! from "
+        "(x+a)^(N-1)/(N-1)!, C(N,N-1) a/N! from (x+a)^N/N!, minus 1/(N-1)! from kappa_N(x):",
+        sp.combsimp(sub),
+    )
+    rec.check(
+        "[x^(N-1)] (kappa_N(x+a) - kappa_N(x)) = a/(N-1)! != 0 for a != 0 (not a multiple)",
+        lambda: (
+            sp.simplify(sp.combsimp(sub) - anz / sp.factorial(N - 1)) == 0
+            and sp.combsimp(sub).is_zero is False
+        ),
+        detail="symbolic N >= 1, symbolic a != 0",
+    )
+    # two-key weights: P(x1, x2) = kappa(x1+a) kappa(x2) - kappa(x2+a) kappa(x1)
+    coef_p = (1 / sp.factorial(N - 1) + anz / sp.factorial(N - 1)) / sp.factorial(N) - (
+        1 / sp.factorial(N)
+    ) * (1 / sp.factorial(N - 1))
+    rec.step(
+        "Two keys with scores x1, x2: the shifted and unshifted weights agree iff "
+        "P = kappa(x1+a) kappa(x2) - kappa(x2+a) kappa(x1) = 0. The coefficient of "
+        "x1^(N-1) x2^N in P is [(1 + a)/(N-1)!]/N! - (1/N!)(1/(N-1)!):",
+        sp.simplify(coef_p),
+    )
+    rec.check(
+        "P is a non-zero polynomial (coefficient a/((N-1)! N!)), so kappa_N weights change "
+        "under a shift except on a proper algebraic subset of score pairs",
+        lambda: (
+            sp.simplify(coef_p - anz / (sp.factorial(N - 1) * sp.factorial(N))) == 0
+            and sp.simplify(coef_p).is_zero is False
+        ),
+        detail="symbolic N >= 1; a row with more keys reduces to the ratio of two weights",
+    )
+
+    def poly_instances() -> bool:
+        for order in INSTANCE_ORDERS:
+            diff = sp.Poly(sp.expand(_kappa_poly(order, xs + a) - _kappa_poly(order, xs)), xs)
+            if diff.degree() != order - 1:
+                return False
+            if sp.simplify(diff.LC() - a / sp.factorial(order - 1)) != 0:
+                return False
+        return True
+
+    rec.check(
+        "instances: kappa_N(x+a) - kappa_N(x) has degree N-1 and leading coefficient a/(N-1)!",
+        poly_instances,
+        status=Status.VERIFIED,
+        detail=f"N in {INSTANCE_ORDERS}, symbolic a (exact polynomial expansion)",
+    )
+    rows: list[list[Any]] = []
+
+    def counterexamples() -> bool:
+        ok = True
+        for order in INSTANCE_ORDERS:
+            before = kernel_weights(order, [0, 1])
+            after = kernel_weights(order, [1, 2])
+            rows.append([order, "(0, 1)", 1, str(before[0]), str(after[0])])
+            ok = ok and before != after
+        return ok
+
+    rec.check(
+        "exact counterexample: scores (0, 1) shifted by a = 1 change the kappa_N weights",
+        counterexamples,
+        status=Status.VERIFIED,
+        detail=f"N in {INSTANCE_ORDERS}, exact rationals; e.g. N=2: 2/7 -> 1/3",
+    )
+    rec.tables["kappa_N shift counterexample"] = (
+        ["N", "scores", "shift a", "w_0 before", "w_0 after"],
+        rows,
+    )
+    if claim_shift_invariant_order is not None:
+        order = claim_shift_invariant_order
+        y1, y2 = sp.symbols("y1 y2", real=True)
+
+        def wrong() -> Any:
+            k1, k2 = _kappa_poly(order, y1), _kappa_poly(order, y2)
+            k1a, k2a = _kappa_poly(order, y1 + a), _kappa_poly(order, y2 + a)
+            return sp.simplify(k1a / (k1a + k2a) - k1 / (k1 + k2)) == 0
+
+        rec.check(
+            f"(injected) kappa_{order} weights are shift-invariant",
+            wrong,
+            detail="symbolic two-key row",
+        )
+
+    # -- C. masking: a finite sentinel is not a mask ----------------------------------------
+    M = sp.Symbol("M", positive=True)
+    S = sp.Symbol("S", positive=True)  # sum of the visible kernel values (exp: > 0)
+    b = sp.Symbol("b", positive=True)
+    nv = sp.Symbol("n_v", integer=True, positive=True)
+    leak = sp.exp(-M) / (sp.exp(-M) + S)
+    rec.statement["exp sentinel leak"] = sp.Eq(sp.Symbol("w_masked"), leak)
+    rec.step(
+        "Masking by an additive sentinel -M gives the masked key the softmax weight "
+        "e^{-M}/(e^{-M} + S), S = sum of the visible keys' e^{x_s} > 0:",
+        leak,
+    )
+    rec.check(
+        "exp: the masked key's weight is > 0 for every finite sentinel -M and every S > 0",
+        lambda: leak.is_positive is True,
+        detail="symbolic M > 0, S > 0",
+    )
+    leak_low = sp.exp(-M) / (sp.exp(-M) + nv * sp.exp(-M - b))
+    rec.step(
+        "'Whatever the other scores': if the n_v visible scores all equal -M - b, the masked "
+        "weight is",
+        sp.simplify(leak_low),
+    )
+    rec.check(
+        "exp: with visible scores -M - b the masked weight is 1/(1 + n_v e^{-b}) -> 1 (b -> oo)",
+        lambda: (
+            sp.simplify(leak_low - 1 / (1 + nv * sp.exp(-b))) == 0
+            and sp.limit(1 / (1 + nv * sp.exp(-b)), b, sp.oo) == 1
+        ),
+        detail="symbolic M, b > 0, n_v >= 1",
+    )
+    if claim_sentinel_masks:
+        rec.check(
+            "(injected) a finite sentinel gives the masked key exactly zero weight (exp)",
+            lambda: sp.simplify(leak) == 0,
+            detail="symbolic M, S",
+        )
+    lower = M ** (N - 1) * (M / sp.factorial(N) - sp.E)
+    rec.step(
+        "kappa_N at a sentinel -M, N >= 1, M >= 1: |kappa_N(-M)| >= M^N/N! - sum_{n<N} M^n/n! "
+        ">= M^N/N! - M^(N-1) sum_{n<N} 1/n! >= M^(N-1) (M/N! - e), since sum_n 1/n! = e:",
+        lower,
+    )
+    nn = sp.Symbol("n", integer=True, nonnegative=True)
+    rec.check(
+        "|kappa_N(-M)| >= M^(N-1)(M/N! - e) -> oo as M -> oo (any N >= 1)",
+        lambda: (
+            sp.summation(1 / sp.factorial(nn), (nn, 0, sp.oo)) == sp.E
+            and sp.limit(lower, M, sp.oo) is sp.oo
+        ),
+        detail="symbolic N >= 1",
+    )
+    Kv = sp.Symbol("K", real=True, nonzero=True)  # kappa_N(-M)
+    Sr = sp.Symbol("S", real=True)  # sum of visible kappa_N values (any sign for odd N)
+    wk = Kv / (Kv + Sr)
+    rec.step(
+        "The masked key's kappa_N weight is K/(K + S) with K = kappa_N(-M); as |K| -> oo "
+        "(either sign) for fixed visible scores:",
+        sp.Eq(sp.Limit(wk, Kv, sp.oo), sp.limit(wk, Kv, sp.oo)),
+    )
+    rec.check(
+        "kappa_N, N >= 1: the masked weight -> 1 as the sentinel -> -oo (K -> +oo or -oo)",
+        lambda: sp.limit(wk, Kv, sp.oo) == 1 and sp.limit(wk, Kv, -sp.oo) == 1,
+        detail="symbolic K, S",
+    )
+    leak_rows: list[list[Any]] = []
+
+    def sentinel_instances() -> bool:
+        ok = True
+        for order in INSTANCE_ORDERS:
+            for sentinel in (-(10**4), -(10**9)):
+                kv = taylor_kernel_value(order, sentinel)
+                wv = sentinel_leak_weight(order, sentinel, [0, 0])
+                leak_rows.append([order, sentinel, f"{float(kv):.6g}", f"{wv:.12g}"])
+                ok = ok and kv != 0 and wv != 0.0
+            if order % 2 == 0:  # even order: kappa_N has no real root (positive everywhere)
+                poly = sp.Poly(_kappa_poly(order, xs), xs)
+                ok = ok and not sp.real_roots(poly) and poly.eval(0) > 0
+        return ok
+
+    rec.check(
+        "instances: finite sentinels -1e4, -1e9 give kappa_N(-M) != 0 and a non-zero masked "
+        "weight (even N: kappa_N > 0 everywhere, so a huge positive weight)",
+        sentinel_instances,
+        status=Status.VERIFIED,
+        detail=f"N in {INSTANCE_ORDERS}, visible scores (0, 0), exact rationals; "
+        "even-N positivity by exact real-root isolation",
+    )
+    rec.tables["finite sentinel leak"] = (
+        ["N", "sentinel", "kappa_N(sentinel)", "masked weight (visible scores 0, 0)"],
+        leak_rows,
+    )
+    rec.step(
+        "In float32 the lowest finite value -3.4e38 is itself a sentinel: kappa_2(-3.4e38) "
+        "~ 5.8e76 overflows to inf and the weights become inf/inf = NaN."
+    )
+
+    def neg_inf_limits() -> bool:
+        return (
+            all(
+                sp.limit(_kappa_poly(order, xs), xs, -sp.oo)
+                == (sp.oo if order % 2 == 0 else -sp.oo)
+                for order in INSTANCE_ORDERS
+            )
+            and sp.limit(sp.exp(xs), xs, -sp.oo) == 0
+        )
+
+    rec.check(
+        "additive -inf: e^{-inf} = 0 (exact for exp) but kappa_N(-inf) = (-1)^N inf (NaN weights)",
+        neg_inf_limits,
+        status=Status.VERIFIED,
+        detail=f"N in {INSTANCE_ORDERS}",
+    )
+    # correct masking: select, never add
+    x1, x2, x3 = sp.symbols("x1 x2 x3", real=True)
+    mask = (1, 1, 0)
+
+    def select_mask() -> bool:
+        ok = True
+        for kernel in [sp.exp] + [lambda t, o=o: _kappa_poly(o, t) for o in (2, 3)]:
+            vals = [kernel(t) if m else sp.Integer(0) for t, m in zip((x1, x2, x3), mask)]
+            ws = [v / sum(vals) for v in vals]
+            ok = ok and ws[2] == 0 and all(sp.diff(wi, x3) == 0 for wi in ws)
+        return ok
+
+    rec.step(
+        "A correct mask selects: w_s = m_s kappa(x_s) / sum_j m_j kappa(x_j) with m in {0,1} "
+        "(where(mask, kappa, 0), never a multiplication of a possibly infinite value by 0)."
+    )
+    rec.check(
+        "selection mask: the masked weight is exactly 0 and no weight depends on the masked score",
+        select_mask,
+        status=Status.VERIFIED,
+        detail="3 keys, mask (1, 1, 0), kernels exp, kappa_2, kappa_3",
+    )
+    rec.exports = [
+        "taylor_kernel_value",
+        "kernel_weights",
+        "taylor_shift_gap",
+        "sentinel_leak_weight",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)
