@@ -203,6 +203,8 @@ def _balance(qa: torch.Tensor, ka: torch.Tensor) -> tuple[torch.Tensor, torch.Te
         )
         lam = torch.exp2(torch.round(half_log))
         lam = torch.where(torch.isfinite(lam) & (lam > 0) & torch.isfinite(1.0 / lam), lam, 1.0)
+        if bool((lam == 1.0).all()):  # the common case: nothing to do
+            return qa, ka
     return qa * lam, ka / lam
 
 
