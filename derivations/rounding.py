@@ -27,6 +27,22 @@ How the pieces compose (each function's docstring states exactly what it bounds)
 6. A float64 reference has its own error: the stated bound for |impl - ref| is the sum of the
    two bounds (triangle inequality), e.g. bound(float32) + bound(float64).
 
+Recipes (the tests in tests/test_derivations_d6_d10.py run each against mpmath):
+
+* softmax, parallel: e_x = max_s score_abs_error(d, c|q|.|k_s|, u, 2);
+  e_w = softmax_weight_relative_bound(e_x, max x_hat - min x_hat, u, exp ulps);
+  num_rel / den_rel = weighted_sum_relative_bound(S, e_w, u, True / False);
+  kernel_attention_output_bound(A = sum_s p_s |v_sj|, B = D = 1) with p the exact weights.
+* kappa_N, parallel: e_w = taylor_weight_relative_bound(N, e_x, u, scheme);
+  W_s = taylor_weight_majorant(N, |x_s|, e_s); A = sum_s W_s |v_sj|, B = sum_s W_s,
+  D = sum_s kappa_N(x_s) (signed).
+* kappa_N recurrent / chunked, kernel linear attention: e_phi = taylor_feature_relative_error
+  (or the map's own feature error); num_rel / den_rel = feature_form_relative_bound(e_phi, m,
+  t, u, True / False); W_s = kappa_N(c sum_i |q_i||k_si|) (Taylor) or sum |phi(q)||phi(k_s)|.
+* bf16/fp16 inputs: the fp32 bound above, then low_precision_output_bound(., |o|, dtype).
+* tensors: kernel_attention_relative_coefficient(num_rel, den_rel, max cond, div_rel) gives one
+  C with |o_hat - o| <= C A/|D| elementwise.
+
 Library constants that cannot be derived (ulp errors of exp and division) are cited in
 ``LIBRARY_EXP_ULPS`` / ``LIBRARY_DIV_ULPS`` (ulps measured from the exact result).
 """

@@ -427,6 +427,21 @@ def derive(
         detail=f"N in {INSTANCE_ORDERS}, visible scores (0, 0), exact rationals; "
         "even-N positivity by exact real-root isolation",
     )
+
+    def odd_roots() -> bool:
+        ok = True
+        for order in (1, 3, 5):
+            roots = sp.real_roots(sp.Poly(_kappa_poly(order, xs), xs))
+            ok = ok and len(roots) == 1 and bool(roots[0] < 0) and bool(roots[0] > -10)
+        return ok
+
+    rec.check(
+        "odd N: kappa_N has exactly one real root r_N (negative), so kappa_N(-M) = 0 only at "
+        "M = -r_N (e.g. N = 1, M = 1); every other finite sentinel leaks",
+        odd_roots,
+        status=Status.VERIFIED,
+        detail="N in (1, 3, 5), exact real-root isolation; |r_N| < 10, far from -1e4",
+    )
     rec.tables["finite sentinel leak"] = (
         ["N", "sentinel", "kappa_N(sentinel)", "masked weight (visible scores 0, 0)"],
         leak_rows,
