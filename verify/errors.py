@@ -1,0 +1,624 @@
+"""The error model: a stated, derived bound for every numeric comparison (THEORY.md D10).
+
+Every bound here is composed from the functions that ``derivations.rounding`` (D10),
+``derivations.norms`` (D7) and ``derivations.feature_maps`` (D1) export; nothing is retyped.
+The recipe is the one in ``derivations/rounding.py``'s module docstring:
+
+1. score error e_x = gamma_{d + r_c} c sum_i |q_i k_i| (r_c = 5 covers both scale conventions);
+2. per-key weight error relative to a majorant W_s >= |w_s|: exp (shift by the row maximum,
+   library exp ulps), kappa_N evaluated on scores (parallel form) or through features
+   (recurrent/chunked forms: W_s = kappa_N(c sum_i |q_i||k_si|)); for a computation whose form
+   is not known (a third-party variant) the larger of the two per key;
+3. sums over keys -> num_rel, den_rel relative to A = sum_s W_s |v_sj|, B = sum_s W_s;
+4. the output: ``kernel_attention_output_bound`` (conditioning-aware, so signed kernels are
+   bounded relative to sum_s |kappa| |v| / |sum_s kappa|), or the D7 normalizations via
+   ``normalization_sensitivity`` + ``normalization_rounding_bound``;
+5. bf16/fp16 inputs: the fp32 accumulation bound, then ``low_precision_output_bound`` (two-level
+   model, compared against the exact result on the *same rounded inputs*).
+
+Majorants (A, B, |D| lower bound) are computed in float64 and inflated by their own float64
+rounding bound, so they stay upper (lower) bounds. Comparisons are made in float64 space against
+the mpmath oracle (``verify.oracle``): |actual - exact| is measured exactly and rounded once.
+
+A bound is labelled ``derived``. :func:`compare` turns (actual, bound) into an
+``Observation`` (observed error, bound, observed/bound, error in units of roundoff, where).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from derivations import feature_maps as d1
+from derivations import norms as d7
+from derivations import rounding as d10
+
+#: roundings of forming and applying the score scale: 5 when sqrt(c) is absorbed on q and k
+#: (the larger of the two conventions of ``derivations.rounding.score_abs_error``)
+SCALE_ROUNDINGS = 5
+ACCUMULATION = {
+    "float64": "float64",
+    "float32": "float32",
+    "bfloat16": "float32",
+    "float16": "float32",
+}
+DEFAULT_EXP_LIBRARY = {"cpu": "cpu-sleef-u10", "cuda": "cuda-expf"}
+DEFAULT_DIV_LIBRARY = {"cpu": "ieee", "cuda": "ieee"}
+_U64 = d10.unit_roundoff("float64")
+
+
+@dataclass
+class ErrorBound:
+    """Elementwise bound on |computed - exact| for one attention computation.
+
+    Attributes:
+        bound: (B, H, T, d_v) float64, the stated bound per output element.
+        exact_float64: (B, H, T, d_v) the exact output rounded once to float64 (or None).
+        dtype: computation dtype name; accumulation: the dtype sums run in.
+        cond: largest B/|D| over rows (1 for positive kernels; inf if a denominator may vanish).
+        description: how the bound was composed (for reports).
+    """
+
+    bound: np.ndarray
+    exact_float64: np.ndarray | None
+    dtype: str
+    accumulation: str
+    cond: float
+    description: str
+    kind: str = "derived"
+    notes: list[str] = field(default_factory=list)
+
+
+def _np64(x: Any, name: str) -> np.ndarray:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64).numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    return arr
+
+
+def _visible(T: int, S: int, causal: bool, attn_mask: Any, lead: tuple[int, ...]) -> np.ndarray:
+    vis = np.ones((*lead, T, S), dtype=bool)
+    if causal:
+        if T != S:
+            raise ValueError(f"causal: requires T == S, got T={T}, S={S}")
+        vis &= np.tril(np.ones((T, S), dtype=bool))
+    if attn_mask is not None:
+        m = (
+            attn_mask.detach().cpu().numpy()
+            if hasattr(attn_mask, "detach")
+            else np.asarray(attn_mask)
+        )
+        if m.dtype != np.bool_:
+            raise TypeError(f"attn_mask: expected a bool tensor, got dtype {m.dtype}")
+        vis &= np.broadcast_to(m, vis.shape)
+    return vis
+
+
+def _inflate(x: np.ndarray, n: int) -> np.ndarray:
+    """Turn a float64-computed non-negative sum of <= n-rounding terms into an upper bound."""
+    return x * (1.0 + d10.gamma(n, _U64))
+
+
+def _vec(fn, *arrays: np.ndarray) -> np.ndarray:
+    """Apply a scalar derivation function elementwise (they validate scalar inputs)."""
+    flat = np.broadcast_arrays(*arrays)
+    out = np.empty(flat[0].shape, dtype=np.float64)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fn(*(float(a[idx]) for a in flat))
+    return out
+
+
+def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
+    """'softmax' | 'exp' | 'taylor:N' | 'linear:MAP' -> (family, order, map)."""
+    if kernel in ("softmax", "exp"):
+        return "exp", None, None
+    if kernel.startswith("taylor:"):
+        return "taylor", int(kernel.split(":")[1]), None
+    if kernel.startswith("linear:"):
+        m = kernel.split(":", 1)[1]
+        if m.startswith("taylor:"):
+            return "taylor-features", int(m.split(":")[1]), None
+        if m in ("identity", "elu1", "relu", "favor"):
+            return "linear", None, m
+    raise ValueError(f"kernel: expected softmax, taylor:N or linear:MAP, got {kernel!r}")
+
+
+def _terms(
+    family: str,
+    order: int | None,
+    fmap: str | None,
+    q: np.ndarray,
+    k: np.ndarray,
+    vis: np.ndarray,
+    c: float,
+    u: float,
+    *,
+    form: str,
+    basis: str | None,
+    exp_ulps: float,
+    projection: np.ndarray | None,
+    shifted: bool,
+):
+    """Per key: signed kernel w (float64), majorant W >= |w| (inflated) and the per-row
+    relative coefficients num_rel, den_rel (relative to A = sum W|v|, B = sum W)."""
+    d = q.shape[-1]
+    n_keys = np.maximum(vis.sum(-1), 1)  # (..., T)
+    abs_dot = c * np.einsum("...ti,...si->...ts", np.abs(q), np.abs(k))
+    abs_dot = _inflate(abs_dot, d + 2)
+    x = c * np.einsum("...ti,...si->...ts", q, k)
+    e_x = d10.gamma(d + SCALE_ROUNDINGS, u) * abs_dot
+
+    if family == "exp":
+        xm = np.where(vis, x, -np.inf)
+        m = np.max(xm, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        w = np.where(vis, np.exp(np.where(vis, x, m) - m), 0.0)  # shifted weights, w_max = 1
+        W = _inflate(w, 4)  # float64 exp (<= 1 ulp) of a rounded argument: a few roundings
+        # the argument error: score error + the subtraction of the (common) maximum
+        shift = np.abs(np.where(vis, x - m, 0.0)) + e_x
+        e_w = _vec(
+            lambda ex, sh: d10.softmax_weight_relative_bound(ex, sh, u, exp_ulps),
+            np.where(vis, e_x, 0.0),
+            shift,
+        )
+        if not shifted:  # unnormalized modes: w = e^{x - m} e^{m}: one more exp and a product
+            extra = d10.exp_relative_bound(0.0, u, exp_ulps)
+            e_w = (1 + e_w) * (1 + extra) * (1 + u) - 1
+            W = W * np.exp(m)
+            w = w * np.exp(m)
+        e_row = np.max(np.where(vis, e_w, 0.0), axis=-1)
+        num_rel = _vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+        )
+        den_rel = _vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+        )
+        return w, W, num_rel, den_rel, "exp weights (shifted by the row maximum)"
+
+    if family in ("taylor", "taylor-features"):
+        N = int(order)
+        w = np.where(vis, sum(float(d1.taylor_coefficient(n)) * x**n for n in range(N + 1)), 0.0)
+        # feature forms: W_feat = kappa_N(c sum |q||k|) = sum_alpha |phi_alpha(q)||phi_alpha(k)|
+        W_feat = _vec(lambda a: d10.taylor_weight_majorant(N, a, 0.0), abs_dot)
+        W_feat = _inflate(W_feat, 2 * N + 2)
+        bases = (basis,) if basis else ("symmetric", "tensor")
+        m = max(d1.feature_count(N, d, b) for b in bases)
+        e_phi = d10.taylor_feature_relative_error(N, u)
+        feat_num = _vec(
+            lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys
+        )
+        feat_den = _vec(
+            lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys
+        )
+        if family == "taylor-features" or form in ("recurrent",):
+            W = np.where(vis, W_feat, 0.0)
+            return w, W, feat_num, feat_den, f"kappa_{N} through {m} features"
+        # parallel: kappa_N(x_hat) by a polynomial scheme (the worst of the three)
+        W_par = _vec(lambda xa, ex: d10.taylor_weight_majorant(N, xa, ex), np.abs(x), e_x)
+        W_par = _inflate(W_par, 2 * N + 2)
+        e_w = np.where(
+            vis,
+            _vec(
+                lambda ex: max(
+                    d10.taylor_weight_relative_bound(N, ex, u, s) for s in d10.POLYNOMIAL_SCHEMES
+                ),
+                e_x,
+            ),
+            0.0,
+        )
+        e_row = np.max(e_w, axis=-1)
+        par_num = _vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+        )
+        par_den = _vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+        )
+        if form == "parallel":
+            W = np.where(vis, W_par, 0.0)
+            return w, W, par_num, par_den, f"kappa_{N} evaluated on scores"
+        # chunked or unknown: each key is charged the larger of the two per-key errors
+        W = np.where(vis, np.maximum(W_par, W_feat), 0.0)
+        return (
+            w,
+            W,
+            np.maximum(par_num, feat_num),
+            np.maximum(par_den, feat_den),
+            f"kappa_{N}: the larger of the score and {m}-feature evaluations per key",
+        )
+
+    # kernel linear attention with an elementwise map or FAVOR+
+    if fmap in ("identity", "relu", "elu1"):
+        qs = c * q
+        phi = {
+            "identity": lambda t: t,
+            "relu": lambda t: np.maximum(t, 0.0),
+            "elu1": lambda t: np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0))),
+        }[fmap]
+        pq, pk = phi(qs), phi(k)
+        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
+        W = np.where(
+            vis, _inflate(np.einsum("...tm,...sm->...ts", np.abs(pq), np.abs(pk)), d + 2), 0.0
+        )
+        if fmap == "elu1":
+            xmax = float(max(np.max(np.abs(qs), initial=0.0), np.max(np.abs(k), initial=0.0)))
+            e_phi = d10.elu1_feature_relative_error(xmax, u, exp_ulps)
+        else:
+            e_phi = u  # the scale product on q (relu and the identity are exact)
+        m = d
+    elif fmap == "favor":
+        if projection is None:
+            raise ValueError("projection: required for the favor feature map")
+        P = np.asarray(projection, dtype=np.float64)
+        m = P.shape[0]
+        sc = math.sqrt(c)
+
+        def feats(z):
+            zs = sc * z
+            sq = np.sum(zs * zs, axis=-1, keepdims=True)
+            return np.exp(zs @ P.T - sq / 2) / math.sqrt(m), np.abs(zs) @ np.abs(P).T, sq
+
+        pq, aq, sq_q = feats(q)
+        pk, ak, sq_k = feats(k)
+        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
+        W = np.where(vis, _inflate(w, m + 2 * d + 8), 0.0)
+        e_q = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), aq, sq_q)
+        e_k = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), ak, sq_k)
+        e_phi = float(max(np.max(e_q, initial=0.0), np.max(e_k, initial=0.0)))
+    else:  # pragma: no cover - _parse_kernel rejects
+        raise ValueError(f"kernel: unknown feature map {fmap!r}")
+    num_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
+    den_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
+    return w, W, num_rel, den_rel, f"{fmap} features (m = {m})"
+
+
+def attention_error_bound(
+    kernel: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    dtype: str,
+    exact: Any = None,
+    causal: bool = False,
+    attn_mask: Any = None,
+    scale: float | None = None,
+    denominator: str = "sum",
+    eps: float = 0.0,
+    projection: Any = None,
+    form: str = "any",
+    basis: str | None = None,
+    device: str = "cpu",
+    exp_library: str | None = None,
+    div_library: str | None = None,
+) -> ErrorBound:
+    """Elementwise bound on |o_hat - o| for kernel attention computed in ``dtype``.
+
+    Args:
+        kernel: ``softmax``, ``taylor:N`` (kappa_N on scores or features), ``linear:MAP``
+            (identity, elu1, relu, favor, taylor:N).
+        q, k, v: the inputs the implementation received, (B, H, T, d), (B, H, S, d),
+            (B, H, S, d_v), torch or numpy; bf16/fp16 tensors are cast up exactly.
+        dtype: the implementation's input dtype name (bf16/fp16: fp32 accumulation, then the
+            output rounded to the input dtype: the two-level model).
+        exact: the exact output -- an ``OracleResult`` (``verify.oracle``) or an array of the
+            exact values rounded once to float64. If None, the comparison is meant against a
+            float64 direct evaluation: the bound then adds that reference's own float64 bound
+            (D10 recipe 6) and uses |o| <= sum_s W_s |v_s| / |D| instead of the exact |o|.
+        causal, attn_mask, scale, denominator, eps, projection: as the implementation
+            (THEORY.md conventions; scale None = 1/sqrt(d) for exp-type kernels, 1 otherwise).
+        form: ``parallel``, ``recurrent``, ``chunked`` or ``any`` (the worst of them per key).
+        basis: ``symmetric`` / ``tensor`` for Taylor feature forms; None = the larger.
+        device: selects the cited library ulps (``cpu`` or ``cuda``).
+        exp_library, div_library: keys of ``derivations.rounding.LIBRARY_EXP_ULPS`` /
+            ``LIBRARY_DIV_ULPS`` overriding the device default (cited constants).
+
+    Returns:
+        :class:`ErrorBound` (``bound`` is 0 on rows with no visible key: zeros are required).
+
+    Raises:
+        ValueError, TypeError: unknown kernel/denominator/dtype/form, bad shapes.
+    """
+    family, order, fmap = _parse_kernel(kernel)
+    if dtype not in ACCUMULATION:
+        raise ValueError(f"dtype: expected one of {tuple(ACCUMULATION)}, got {dtype!r}")
+    if denominator not in DENOMINATORS:
+        raise ValueError(f"denominator: expected one of {DENOMINATORS}, got {denominator!r}")
+    if form not in FORMS:
+        raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
+    dev = "cuda" if str(device).startswith("cuda") else "cpu"
+    exp_ulps = d10.LIBRARY_EXP_ULPS[exp_library or DEFAULT_EXP_LIBRARY[dev]].value
+    div_ulps = d10.LIBRARY_DIV_ULPS[div_library or DEFAULT_DIV_LIBRARY[dev]].value
+    acc = ACCUMULATION[dtype]
+
+    qn, kn, vn = _np64(q, "q"), _np64(k, "k"), _np64(v, "v")
+    for name, arr in (("q", qn), ("k", kn), ("v", vn)):
+        if arr.ndim != 4:
+            raise ValueError(f"{name}: expected a 4-d (B, H, T, d) array, got shape {arr.shape}")
+    lead = np.broadcast_shapes(qn.shape[:2], kn.shape[:2], vn.shape[:2])
+    T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
+    vis = _visible(T, S, causal, attn_mask, lead)
+    exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
+    c = float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
+    # exp weights are shifted by the row maximum unless the mode sees their absolute size
+    shifted = denominator == "sum" or (denominator in ("l2", "rms", "layernorm") and not eps)
+    proj = None if projection is None else _np64(projection, "projection")
+    setup = dict(
+        family=family,
+        order=order,
+        fmap=fmap,
+        q=qn,
+        k=kn,
+        v=vn,
+        vis=vis,
+        c=c,
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        div_ulps=div_ulps,
+        projection=proj,
+        shifted=shifted,
+        denominator=denominator,
+        eps=float(eps),
+    )
+    o_abs = None
+    if exact is not None:
+        o_exact = np.asarray(getattr(exact, "float64", exact), dtype=np.float64)
+        o_abs = np.abs(o_exact)
+    else:
+        o_exact = None
+    bound, cond, how = _core_bound(u=d10.unit_roundoff(acc), o_abs=o_abs, **setup)
+    desc = how
+    n_vis = vis.sum(-1)
+    if dtype != acc:
+        o_for_round = o_abs if o_abs is not None else _output_majorant(**setup)
+        bound = _vec(lambda b, oa: d10.low_precision_output_bound(b, oa, dtype), bound, o_for_round)
+        desc += f"; two-level model: {acc} accumulation, output rounded to {dtype}"
+    notes = []
+    if exact is None:
+        ref, _, _ = _core_bound(u=_U64, o_abs=None, **setup)
+        bound = bound + ref
+        notes.append("includes the float64 reference's own bound (D10 recipe 6)")
+    bound = np.where(n_vis[..., None] == 0, 0.0, bound)
+    return ErrorBound(
+        bound=bound,
+        exact_float64=o_exact,
+        dtype=dtype,
+        accumulation=acc,
+        cond=cond,
+        description=desc,
+        notes=notes,
+    )
+
+
+DENOMINATORS = ("sum", "none", "count", "l2", "rms", "layernorm")
+FORMS = ("parallel", "recurrent", "chunked", "any")
+
+
+def _output_majorant(
+    *,
+    family,
+    order,
+    fmap,
+    q,
+    k,
+    v,
+    vis,
+    c,
+    form,
+    basis,
+    exp_ulps,
+    div_ulps,
+    projection,
+    shifted,
+    denominator,
+    eps,
+) -> np.ndarray:
+    """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
+    and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
+    w, W, _, _, _ = _terms(
+        family,
+        order,
+        fmap,
+        q,
+        k,
+        vis,
+        c,
+        _U64,
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        projection=projection,
+        shifted=shifted,
+    )
+    S = k.shape[-2]
+    d_v = v.shape[-1]
+    A = _inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    B = _inflate(W.sum(-1), S)
+    n_vis = vis.sum(-1)
+    if denominator == "sum":
+        D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0) + eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(D_low[..., None] > 0, A / D_low[..., None], np.inf)
+    if denominator == "count":
+        return A / (np.maximum(n_vis, 1) + eps)[..., None]
+    if denominator == "none":
+        return A
+    return np.full(A.shape, 1.0 if denominator == "l2" else math.sqrt(d_v))
+
+
+def _core_bound(
+    *,
+    u,
+    o_abs,
+    family,
+    order,
+    fmap,
+    q,
+    k,
+    v,
+    vis,
+    c,
+    form,
+    basis,
+    exp_ulps,
+    div_ulps,
+    projection,
+    shifted,
+    denominator,
+    eps,
+):
+    """(bound array, cond, description) for arithmetic with unit roundoff ``u``."""
+    w, W, num_rel, den_rel, how = _terms(
+        family,
+        order,
+        fmap,
+        q,
+        k,
+        vis,
+        c,
+        u,
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        projection=projection,
+        shifted=shifted,
+    )
+    S = k.shape[-2]
+    d_v = v.shape[-1]
+    n_vis = vis.sum(-1)
+    # A_j = sum_s W_s |v_sj|, B = sum_s W_s (upper bounds); |D| >= |D_f| - gamma_S B (lower)
+    A = _inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    B = _inflate(W.sum(-1), S)
+    D_f = w.sum(-1)
+    D_low = np.maximum(np.abs(D_f) - d10.gamma(max(S, 1), _U64) * B, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cond_rows = np.where(D_low > 0, B / np.where(D_low > 0, D_low, 1.0), np.inf)
+    cond = float(np.max(np.where(n_vis == 0, 1.0, cond_rows), initial=1.0))
+    div_rel = d10.division_relative_bound(u, div_ulps)
+    if o_abs is None:
+        o_abs = _output_majorant(
+            family=family,
+            order=order,
+            fmap=fmap,
+            q=q,
+            k=k,
+            v=v,
+            vis=vis,
+            c=c,
+            form=form,
+            basis=basis,
+            exp_ulps=exp_ulps,
+            div_ulps=div_ulps,
+            projection=projection,
+            shifted=shifted,
+            denominator=denominator,
+            eps=eps,
+        )
+    if denominator == "sum":
+        # eps is added to the computed D: one more rounding, relative to B + eps
+        den_rel_e = (1 + den_rel) * (1 + u) - 1 if eps else den_rel
+        bound = _vec(
+            lambda en, ed, a, b, dd, oa: d10.kernel_attention_output_bound(
+                num_rel=en,
+                den_rel=ed,
+                abs_numerator=a,
+                abs_denominator=b,
+                denominator=dd,
+                output_abs=oa,
+                div_rel=div_rel,
+            ),
+            num_rel[..., None],
+            den_rel_e[..., None],
+            A,
+            (B + eps)[..., None],
+            (D_low + eps)[..., None],
+            np.minimum(o_abs, 1e300),
+        )
+        return bound, cond, f"{how}; kernel_attention_output_bound (D10, conditioning-aware)"
+    if denominator == "none":
+        return num_rel[..., None] * A, cond, f"{how}; numerator only: num_rel * A (D10)"
+    if denominator == "count":
+        n = (np.maximum(n_vis, 1) + eps)[..., None]
+        bound = num_rel[..., None] * A / n * (1 + div_rel) + div_rel * o_abs
+        return bound, cond, f"{how}; divided by the visible-key count (D7, D10)"
+    # l2 | rms | layernorm of N_t: D7 sensitivity to the numerator error + D10 rounding
+    N_f = np.einsum("...ts,...sj->...tj", w, v)
+    err_N = np.sqrt(np.sum((num_rel[..., None] * A) ** 2, axis=-1))  # ||N_hat - N||_2
+    A_norm = np.sqrt(np.sum(A * A, axis=-1))
+    ref_err = d10.gamma(S + d_v + 2, _U64) * A_norm  # float64 error of N_f and its norm
+    if denominator == "layernorm":
+        yc = N_f - N_f.mean(-1, keepdims=True)
+        norm_low = np.maximum(np.sqrt(np.sum(yc * yc, axis=-1)) - 2 * ref_err, 0.0)
+        mean_abs = np.abs(N_f.mean(-1)) + ref_err
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(norm_low > 0, mean_abs * math.sqrt(d_v) / norm_low, np.inf)
+        rnd = _vec(
+            lambda r: (
+                d10.normalization_rounding_bound("layernorm", d_v, u, r)
+                if math.isfinite(r)
+                else math.inf
+            ),
+            ratio,
+        )
+    else:
+        norm_low = np.maximum(np.sqrt(np.sum(N_f * N_f, axis=-1)) - ref_err, 0.0)
+        rnd = np.full(norm_low.shape, d10.normalization_rounding_bound(denominator, d_v, u))
+    sens = _vec(
+        lambda e, ny: d7.normalization_sensitivity(denominator, e, ny, d_v, eps),
+        err_N,
+        norm_low,
+    )
+    bound = np.broadcast_to((sens + rnd)[..., None], A.shape).copy()
+    return bound, cond, f"{how}; {denominator}(N_t): D7 sensitivity + D10 normalization rounding"
+
+
+def roundoff_units(observed: float, reference_abs: float, dtype: str) -> float:
+    """Error in units of roundoff of ``dtype``, relative to max(|reference|, tiny)."""
+    u = d10.unit_roundoff(dtype)
+    scale = max(abs(reference_abs), d10.underflow_abs_error(dtype))
+    return observed / (u * scale)
+
+
+def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "output"):
+    """Observed |actual - exact| against ``eb.bound``, elementwise; the worst element decides.
+
+    Args:
+        actual: the computed tensor/array (any float dtype; cast up exactly).
+        eb: the stated bound (computed *before* ``actual`` is looked at).
+        exact: an ``OracleResult`` (measured exactly in mpmath and rounded once) or a float64
+            reference array; default ``eb.exact_float64``.
+        what: label for messages.
+
+    Returns:
+        ``verify.properties.base.Observation`` (observed, bound, kind, where, detail with the
+        ratio in units of roundoff).
+    """
+    from verify.properties.base import Observation
+
+    if exact is not None and hasattr(exact, "exact"):
+        from verify.oracle import abs_error
+
+        err = abs_error(actual, exact)
+        ref = np.asarray(exact.float64, dtype=np.float64)
+    else:
+        ref = np.asarray(eb.exact_float64 if exact is None else exact, dtype=np.float64)
+        err = np.abs(_np64(actual, "actual") - ref)
+    bound = eb.bound
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
+    ratio = np.where(np.isnan(err), np.inf, ratio)
+    if ratio.size == 0:
+        return Observation(0.0, 0.0, "derived", "", f"{what}: empty")
+    idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    obs, bnd = float(err[idx]), float(bound[idx])
+    units = roundoff_units(obs, float(ref[idx]), eb.dtype)
+    detail = (
+        f"{what}: max error {obs:.3e} vs bound {bnd:.3e} at {tuple(int(i) for i in idx)} "
+        f"({units:.3g} u of {eb.dtype} relative to |o|); cond {eb.cond:.3g}"
+    )
+    return Observation(obs, bnd, eb.kind, str(tuple(int(i) for i in idx)), detail)
