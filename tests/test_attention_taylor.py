@@ -102,6 +102,24 @@ def test_forms_agree_every_denominator(denom, dtype):
             assert_within(out, ref, bound, f"{name} N={order} {denom}")
 
 
+@pytest.mark.parametrize("group_elements", [1, 200])
+def test_chunk_groups_carry_the_state(monkeypatch, group_elements):
+    """Long inputs are processed in cache-sized groups of chunks; force tiny groups here."""
+    from verify.attention import _scan
+
+    monkeypatch.setattr(_scan, "GROUP_ELEMENTS", group_elements)
+    q, k, v = qkv(T=11, seed=25)
+    mask = torch.ones(2, 1, 1, 11, dtype=torch.bool)
+    mask[0, ..., 4] = False
+    ref, bound = output_bound("taylor:2", q, k, v, dtype=torch.float64, causal=True,
+                              attn_mask=mask)  # fmt: skip
+    for basis in ("symmetric", "tensor"):
+        for C in (1, 2, 3):
+            out = taylor_attention(q, k, v, order=2, causal=True, form="chunked", basis=basis,
+                                   chunk_size=C, attn_mask=mask)  # fmt: skip
+            assert_within(out, ref, bound, f"{basis} C={C}")
+
+
 def test_faults1_chunked_reads_the_state_before_the_chunk():
     """FAULTS 1 trigger: T = 12, chunk 3, float32."""
     q, k, v = qkv(B=1, H=1, T=12, d=4, dv=4, dtype=torch.float32, seed=5)

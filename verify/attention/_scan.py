@@ -15,8 +15,9 @@ Causal recurrent (the reference for step semantics): Sa_t = Sa_{t-1} + phi(k_t) 
 out_t = phi(q_t) . Sa_t. Causal chunked, chunk size C: for chunk c with state Sa_(c) (everything
 before the chunk), out = tril(A_c) va_c + phi(q_c) Sa_(c) with A_c the within-chunk weights;
 Sa_(c) = Sa_0 + sum_{c' < c} phi(k_c')^T va_c' by a cumulative sum over chunks. Whole chunks are
-processed in one batched pass and a final partial chunk in a second one, so no padding ever enters
-the state (FAULTS.md 1, 2). Non-causal: every query reads the state after all keys.
+processed in batched passes over cache-sized groups of chunks (``GROUP_ELEMENTS``), the state
+carried from group to group, and a final partial chunk in a pass of its own, so no padding ever
+enters the state (FAULTS.md 1, 2). Non-causal: every query reads the state after all keys.
 """
 
 from __future__ import annotations
@@ -113,10 +114,19 @@ def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
     return out.flatten(2, 3), prev[:, :, -1] + kv[:, :, -1]
 
 
-def _segments(S: int, C: int):
-    """Whole chunks [0, main) in chunks of C, then the partial chunk [main, S) as one chunk."""
+#: feature elements per group of chunks processed in one batched pass (cache-sized, ~2 MB fp32)
+GROUP_ELEMENTS = 2**19
+
+
+def _segments(S: int, C: int, group: int | None = None):
+    """Whole chunks in groups of ``group`` chunks of C, then the partial chunk as one chunk.
+
+    Returns (lo, hi, chunk size) triples covering [0, S); no padding anywhere.
+    """
     main = (S // C) * C
-    return [(lo, hi, size) for lo, hi, size in ((0, main, C), (main, S, S - main)) if hi > lo]
+    step = main if group is None else group * C
+    out = [(lo, min(lo + step, main), C) for lo in range(0, main, max(step, 1))]
+    return out + ([(main, S, S - main)] if S > main else [])
 
 
 def scan(
@@ -162,7 +172,10 @@ def scan(
     outs = []
     if Sa is not None:
         Sa = Sa.expand(B, H, -1, -1)
-    for lo, hi, size in _segments(S, chunk_size):
+    sizes = kernel.block_sizes(qa.shape[-1])
+    m = sum(sizes) if sizes else qa.shape[-1]
+    group = max(1, GROUP_ELEMENTS // (B * H * m * chunk_size))
+    for lo, hi, size in _segments(S, chunk_size, group):
         sub_km = None if km is None else km[..., lo:hi]
         out, Sa = _causal_chunks(
             kernel, c, qa[:, :, lo:hi], ka[:, :, lo:hi], va[:, :, lo:hi], Sa, sub_km, size
