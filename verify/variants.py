@@ -82,6 +82,13 @@ class AttentionVariant:
         forms: optional alternative forward functions that must agree with ``forward`` (e.g.
             ``{"recurrent": f, "chunked": g}``).
         supports_mask: ``forward`` accepts ``attn_mask=`` (bool, True = keep, (B, H, T, S)).
+        denominators: D7 modes ``forward`` accepts through ``denominator=`` (the checks then
+            cover each); empty means the claimed ``normalized`` convention only.
+        projection: for ``linear:favor`` variants, ``projection(d, dtype, device) -> (m, d)``
+            returning the random directions the variant uses (enables exact oracle checks).
+        exp_library: key of ``derivations.rounding.LIBRARY_EXP_ULPS`` naming the exp the
+            variant uses (a cited constant, e.g. ``cpu-torch-exp_u20`` for fused CPU kernels);
+            None = the device default.
         length_multiple: sequence lengths must be a multiple of this (a declared restriction).
         tolerances: per-dtype :class:`Tolerance` overrides (each with its reason).
         description: one line for the report card.
@@ -106,6 +113,9 @@ class AttentionVariant:
     state_api: StateAPI | None = None
     forms: dict[str, Callable[..., Any]] = field(default_factory=dict)
     supports_mask: bool = False
+    denominators: tuple[str, ...] = ()
+    projection: Callable[..., Any] | None = None
+    exp_library: str | None = None
     length_multiple: int = 1
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     description: str = ""
@@ -140,6 +150,12 @@ class AttentionVariant:
         _one_of("feature_scale", self.feature_scale, ("sqrt", "none"))
         if not isinstance(self.length_multiple, int) or self.length_multiple < 1:
             raise ValueError(f"length_multiple: expected an int >= 1, got {self.length_multiple!r}")
+        for mode in self.denominators:
+            _one_of("denominators", mode, ("sum", "none", "l2", "rms", "layernorm", "count"))
+        if self.exp_library is not None:
+            from derivations.rounding import LIBRARY_EXP_ULPS
+
+            _one_of("exp_library", self.exp_library, tuple(LIBRARY_EXP_ULPS))
         for dt, tol in self.tolerances.items():
             _one_of("tolerances", dt, DTYPES)
             if not isinstance(tol, Tolerance):

@@ -1,0 +1,204 @@
+"""The project's own implementations, registered as :class:`~verify.variants.AttentionVariant`.
+
+They are what ``attn-theory verify`` and the report run the catalogue on, and the correct twins
+the faulty variants in the tests are compared with. Each Taylor-N variant carries its other
+forms (recurrent and chunked, both bases, chunk sizes that do not divide T) and its streaming
+state API, so the form-agreement and state properties cover them.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from verify.variants import AttentionVariant, StateAPI, register
+
+TAYLOR_ORDERS = tuple(range(7))  # N = 0..6 (issue: oracle checks for N = 0...6)
+ALL_DENOMINATORS = ("sum", "none", "l2", "rms", "layernorm", "count")
+LINEAR_MAPS = ("identity", "elu1", "relu", "favor")
+FAVOR_FEATURES = 64
+FAVOR_SEED = 1234
+#: chunk sizes of the registered chunked forms: 1, one that divides no small T, one larger
+CHUNK_SIZES = (1, 3, 64)
+
+
+def _softmax(q, k, v, *, causal, attn_mask=None, denominator="sum"):
+    from verify.attention import softmax_attention
+
+    return softmax_attention(q, k, v, causal=causal, attn_mask=attn_mask, denominator=denominator)
+
+
+def _taylor(
+    q,
+    k,
+    v,
+    *,
+    causal,
+    attn_mask=None,
+    denominator="sum",
+    order,
+    form="parallel",
+    basis="symmetric",
+    chunk_size=64,
+):
+    from verify.attention import taylor_attention
+
+    return taylor_attention(
+        q,
+        k,
+        v,
+        order=order,
+        causal=causal,
+        attn_mask=attn_mask,
+        denominator=denominator,
+        form=form,
+        basis=basis,
+        chunk_size=chunk_size,
+    )
+
+
+def favor_projection_for(d: int, dtype, device):
+    """The fixed FAVOR+ directions of the registered ``linear-favor`` variant at dimension d."""
+    import torch
+
+    from verify.attention import favor_projection
+
+    gen = torch.Generator(device="cpu").manual_seed(FAVOR_SEED + d)
+    proj = favor_projection(d, FAVOR_FEATURES, orthogonal=True, generator=gen, dtype=torch.float64)
+    return proj.to(device=device, dtype=dtype)
+
+
+def _linear(
+    q,
+    k,
+    v,
+    *,
+    causal,
+    attn_mask=None,
+    denominator="sum",
+    feature_map,
+    form="parallel",
+    chunk_size=64,
+):
+    from verify.attention import linear_attention
+    from verify.attention._validate import accumulation_dtype
+
+    kw = {}
+    if feature_map == "favor":
+        kw["projection"] = favor_projection_for(q.shape[-1], accumulation_dtype(q.dtype), q.device)
+    return linear_attention(
+        q,
+        k,
+        v,
+        feature_map=feature_map,
+        causal=causal,
+        attn_mask=attn_mask,
+        denominator=denominator,
+        form=form,
+        chunk_size=chunk_size,
+        **kw,
+    )
+
+
+def _state_api(kernel: str, **init) -> StateAPI:
+    from verify.attention import state as st
+
+    def prefill(q, k, v, state=None):
+        extra = {} if state is not None else dict(init)
+        if kernel == "favor" and state is None:
+            from verify.attention._validate import accumulation_dtype
+
+            extra["projection"] = favor_projection_for(
+                q.shape[-1], accumulation_dtype(q.dtype), q.device
+            )
+        return st.prefill(q, k, v, kernel=kernel, state=state, **extra)
+
+    def step(state, q_t, k_t, v_t):
+        return st.step(state, q_t, k_t, v_t)
+
+    return StateAPI(prefill=prefill, step=step)
+
+
+@register("softmax")
+def softmax_variant() -> AttentionVariant:
+    return AttentionVariant(
+        name="softmax",
+        forward=_softmax,
+        kernel="softmax",
+        supports_mask=True,
+        denominators=ALL_DENOMINATORS,
+        dtypes=("float64", "float32", "bfloat16", "float16"),
+        devices=("cpu", "cuda"),
+        description="verify.attention.softmax_attention (max-subtracted exp, boolean masks)",
+    )
+
+
+def taylor_variant(order: int) -> AttentionVariant:
+    """Taylor-N attention: parallel form, with recurrent/chunked forms in both bases."""
+    forms = {}
+    for basis in ("symmetric", "tensor"):
+        forms[f"recurrent/{basis}"] = partial(_taylor, order=order, form="recurrent", basis=basis)
+        for c in CHUNK_SIZES:
+            forms[f"chunked/{basis}/C={c}"] = partial(
+                _taylor, order=order, form="chunked", basis=basis, chunk_size=c
+            )
+    return AttentionVariant(
+        name=f"taylor-{order}",
+        forward=partial(_taylor, order=order),
+        kernel=f"taylor:{order}",
+        supports_mask=True,
+        denominators=ALL_DENOMINATORS,
+        forms=forms,
+        state_api=_state_api(f"taylor:{order}"),
+        feature_map=partial(_taylor_features, order=order),
+        dtypes=("float64", "float32", "bfloat16", "float16"),
+        devices=("cpu", "cuda"),
+        description=f"verify.attention.taylor_attention(order={order}), parallel, "
+        "recurrent and chunked forms, symmetric and tensor bases",
+    )
+
+
+def _taylor_features(x, *, order):
+    from verify.attention import taylor_features
+
+    return taylor_features(x, order, basis="symmetric")
+
+
+for _n in TAYLOR_ORDERS:
+    register(f"taylor-{_n}")(partial(taylor_variant, _n))
+
+
+def linear_variant(feature_map: str) -> AttentionVariant:
+    """Kernel linear attention with a named feature map: parallel, recurrent, chunked forms."""
+    forms = {"recurrent": partial(_linear, feature_map=feature_map, form="recurrent")}
+    for c in CHUNK_SIZES:
+        forms[f"chunked/C={c}"] = partial(
+            _linear, feature_map=feature_map, form="chunked", chunk_size=c
+        )
+    fmap = None
+    if feature_map in ("elu1", "relu", "identity"):
+        from verify.attention import feature_maps as fm
+
+        fmap = {
+            "elu1": fm.elu1_features,
+            "relu": fm.relu_features,
+            "identity": fm.identity_features,
+        }[feature_map]
+    return AttentionVariant(
+        name=f"linear-{feature_map}",
+        forward=partial(_linear, feature_map=feature_map),
+        kernel=f"linear:{feature_map}",
+        supports_mask=True,
+        denominators=ALL_DENOMINATORS,
+        forms=forms,
+        state_api=_state_api(feature_map),
+        feature_map=fmap,
+        feature_scale="none",
+        projection=favor_projection_for if feature_map == "favor" else None,
+        dtypes=("float64", "float32", "bfloat16", "float16"),
+        devices=("cpu", "cuda"),
+        description=f"verify.attention.linear_attention(feature_map={feature_map!r})",
+    )
+
+
+for _m in LINEAR_MAPS:
+    register(f"linear-{_m}")(partial(linear_variant, _m))
