@@ -16,6 +16,7 @@ Layout (B, H, T, d) for queries, (B, H, S, d) keys, (B, H, S, d_v) values; SDPA-
 from __future__ import annotations
 
 from verify.attention._kernels import taylor_kernel
+from verify.attention._validate import accumulation_dtype
 from verify.attention.feature_maps import (
     FEATURE_BUDGET,
     elu1_features,
@@ -44,6 +45,7 @@ __all__ = [
     "DENOMINATORS",
     "FEATURE_BUDGET",
     "AttentionState",
+    "accumulation_dtype",
     "apply_denominator",
     "elu1_features",
     "favor_features",
