@@ -105,11 +105,23 @@ def _inflate(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def _vec(fn, *arrays: np.ndarray) -> np.ndarray:
-    """Apply a scalar derivation function elementwise (they validate scalar inputs)."""
+    """Apply a scalar derivation function elementwise (they validate scalar inputs).
+
+    The bound functions are increasing in every argument they are given here, so an infinite
+    or undefined (NaN: e.g. an exactly vanishing denominator) input gives an infinite bound:
+    the comparison then says nothing about that element, and callers skip it.
+    """
     flat = np.broadcast_arrays(*arrays)
     out = np.empty(flat[0].shape, dtype=np.float64)
     for idx in np.ndindex(out.shape):
-        out[idx] = fn(*(float(a[idx]) for a in flat))
+        args = [float(a[idx]) for a in flat]
+        if not all(math.isfinite(a) for a in args):
+            out[idx] = math.inf
+            continue
+        try:
+            out[idx] = fn(*args)
+        except OverflowError:  # e.g. e^{huge} in an exp bound: the bound is not finite
+            out[idx] = math.inf
     return out
 
 
@@ -269,11 +281,65 @@ def _terms(
         e_q = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), aq, sq_q)
         e_k = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), ak, sq_k)
         e_phi = float(max(np.max(e_q, initial=0.0), np.max(e_k, initial=0.0)))
+        if not math.isfinite(e_phi):  # an exponent too large for a finite bound
+            inf = np.full(vis.shape[:-1], math.inf)
+            return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite"
     else:  # pragma: no cover - _parse_kernel rejects
         raise ValueError(f"kernel: unknown feature map {fmap!r}")
     num_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
     den_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})"
+
+
+#: headroom (in powers of two) kept above the smallest normal number for the products of a
+#: term: Taylor coefficients 1/sqrt(alpha!) >= 2^-5 for N <= 6, the scale, sums of terms
+UNDERFLOW_HEADROOM_BITS = 40
+
+
+def outside_model(
+    kernel: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    dtype: str,
+    scale: float | None = None,
+    denominator: str = "sum",
+) -> str | None:
+    """Why the D10 model does not cover these inputs (or None when it does).
+
+    The standard model (Higham eq. 2.4) assumes no underflow. A product term of the
+    computation is a monomial of degree ``deg`` in the (scaled) entries of q, k, v: 3 for
+    scores times values (q_i k_i v_j), 2N + 1 for kappa_N through features (q^alpha k^alpha
+    v_j); the l2/rms/layernorm modes square the numerator (degree doubled). If every nonzero
+    entry has magnitude >= L with L^deg >= tiny * 2^UNDERFLOW_HEADROOM_BITS (tiny = the smallest
+    normal number of the accumulation dtype), no such term reaches the subnormal range.
+
+    Returns:
+        A reason string when some nonzero entry is below L, else None.
+    """
+    import torch
+
+    family, order, fmap = _parse_kernel(kernel)
+    acc = ACCUMULATION[dtype]
+    tiny = float(torch.finfo(getattr(torch, acc)).tiny)
+    deg = 2 * order + 1 if family in ("taylor", "taylor-features") and order else 3
+    if denominator in ("l2", "rms", "layernorm"):
+        deg *= 2
+    level = (tiny * 2.0**UNDERFLOW_HEADROOM_BITS) ** (1.0 / deg)
+    qn, kn, vn = _np64(q, "q"), _np64(k, "k"), _np64(v, "v")
+    d = qn.shape[-1]
+    exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
+    c = float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
+    scaled = (math.sqrt(c) * qn, math.sqrt(c) * kn) if exp_type else (c * qn, kn)
+    for name, arr in (("q", scaled[0]), ("k", scaled[1]), ("v", vn)):
+        nz = np.abs(arr[arr != 0])
+        if nz.size and float(nz.min()) < level:
+            return (
+                f"{name} has a nonzero entry {float(nz.min()):.3g} below {level:.3g}: degree-{deg} "
+                f"products may underflow in {acc} (outside the D10 standard model)"
+            )
+    return None
 
 
 def attention_error_bound(
@@ -581,6 +647,8 @@ def roundoff_units(observed: float, reference_abs: float, dtype: str) -> float:
     """Error in units of roundoff of ``dtype``, relative to max(|reference|, tiny)."""
     u = d10.unit_roundoff(dtype)
     scale = max(abs(reference_abs), d10.underflow_abs_error(dtype))
+    if scale == 0.0:
+        return 0.0 if observed == 0 else math.inf
     return observed / (u * scale)
 
 
@@ -609,9 +677,13 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
         ref = np.asarray(eb.exact_float64 if exact is None else exact, dtype=np.float64)
         err = np.abs(_np64(actual, "actual") - ref)
     bound = eb.bound
+    # elements with an infinite bound (a denominator that may vanish, an overflowing exp
+    # bound) carry no statement and are excluded; everything else must satisfy err <= bound
+    silent = np.isinf(bound)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
     ratio = np.where(np.isnan(err), np.inf, ratio)
+    ratio = np.where(silent, 0.0, ratio)
     if ratio.size == 0:
         return Observation(0.0, 0.0, "derived", "", f"{what}: empty")
     idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
@@ -621,4 +693,10 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
         f"{what}: max error {obs:.3e} vs bound {bnd:.3e} at {tuple(int(i) for i in idx)} "
         f"({units:.3g} u of {eb.dtype} relative to |o|); cond {eb.cond:.3g}"
     )
+    if silent.any():
+        detail += f"; {int(silent.sum())} of {silent.size} elements without a finite bound"
+    if silent.all():
+        from verify.properties.base import NotApplicable
+
+        raise NotApplicable("no element has a finite bound (a denominator may vanish)")
     return Observation(obs, bnd, eb.kind, str(tuple(int(i) for i in idx)), detail)

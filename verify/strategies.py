@@ -452,16 +452,23 @@ def _check_scale(c: object) -> None:
         raise ValueError(f"scale: expected a finite float, a strategy or None, got {c!r}")
 
 
-def _elements(bound: float, dtype: torch.dtype, positive: bool = False) -> st.SearchStrategy:
-    lo = 0.0 if positive else -bound
-    return st.floats(
-        min_value=lo,
-        max_value=bound,
-        allow_nan=False,
-        allow_infinity=False,
-        allow_subnormal=False,
-        width=_WIDTH[dtype],
-    )
+def _elements(
+    bound: float, dtype: torch.dtype, positive: bool = False, min_magnitude: float = 0.0
+) -> st.SearchStrategy:
+    if min_magnitude <= 0.0:
+        lo = 0.0 if positive else -bound
+        return st.floats(
+            min_value=lo,
+            max_value=bound,
+            allow_nan=False,
+            allow_infinity=False,
+            allow_subnormal=False,
+            width=_WIDTH[dtype],
+        )
+    # zero, or a magnitude in [min_magnitude, bound] (shrinks towards 0, then min_magnitude)
+    mag = st.floats(min_magnitude, bound, allow_subnormal=False, width=_WIDTH[dtype])
+    signed = mag if positive else st.one_of(mag, mag.map(lambda x: -x))
+    return st.one_of(st.just(0.0), signed)
 
 
 def attention_inputs(
@@ -474,6 +481,7 @@ def attention_inputs(
     scale: float | st.SearchStrategy[float] | None = None,
     bound: float = 2.0,
     cases: Sequence[str] = ("random",),
+    min_magnitude: float = 0.0,
 ) -> st.SearchStrategy[AttentionInputs]:
     """Strategy of :class:`AttentionInputs` (q, k, v, causal, scale, radius, shape).
 
@@ -489,6 +497,9 @@ def attention_inputs(
         scale: the scale recorded and used for the radius (None: 1/sqrt(d) for the radius and
             the implementation's default when called).
         bound: elements of q, k, v are drawn in [-bound, bound] (before any rescaling).
+        min_magnitude: nonzero elements have magnitude >= this (before any rescaling); 0 lets
+            them approach the normal range's edge (underflow tests), a positive value keeps
+            products of a few elements away from it (the D10 model assumes no underflow).
         cases: which cases to draw from (``ALL_CASES``; shrinks towards the first):
             ``random``; ``zeros`` (q = k = 0: all scores 0); ``single_key`` (S = 1, and T = 1
             when causal); ``equal_keys`` (all keys equal: equal scores in each row);
@@ -533,7 +544,9 @@ def attention_inputs(
         _check_dtype(dt)
         r = draw(radius_st)
         c = draw(scale_st)
-        elems = _elements(float(bound), dt, positive=case == "positive")
+        elems = _elements(
+            float(bound), dt, positive=case == "positive", min_magnitude=float(min_magnitude)
+        )
 
         def arr(shape_):
             return _round_to(draw(hnp.arrays(np.float64, shape_, elements=elems)), dt)

@@ -105,7 +105,7 @@ class PropertyResult:
     property_id: str
     derivation: str
     statement: str
-    status: str  # pass | fail | skip
+    status: str  # pass | fail | skip | error (a bug in the check itself, never the variant's)
     dtype: str
     device: str
     examples: int = 0
@@ -158,11 +158,10 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         except VariantError as exc:
             state["failure"] = (example, None, str(exc))
             raise
-        except Exception as exc:  # the variant (or its output) broke the check
-            msg = f"{type(exc).__name__}: {exc}"
-            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            state["failure"] = (example, None, msg if msg else tb)
-            raise VariantError(msg) from exc
+        except Exception as exc:  # a bug in the catalogue, not in the variant: reported as such
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
+            state["internal"] = (example, f"{type(exc).__name__}: {exc}\n{tb}")
+            raise
         obs_list = result if isinstance(result, list) else [result]
         worst = max(obs_list, key=lambda o: o.ratio)
         observations.append(worst)
@@ -170,7 +169,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             state["failure"] = (example, worst, _fail_message(worst))
             raise AssertionError(_fail_message(worst))
 
-    overrides: dict[str, Any] = {"database": None}
+    overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False}
     limit = prop.max_examples
     if ctx.max_examples is not None:
         limit = min(limit, ctx.max_examples) if limit else ctx.max_examples
@@ -185,10 +184,13 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
-    except Exception as exc:  # hypothesis errors (e.g. Unsatisfiable) and the like
-        failed = True
-        err_text = f"{type(exc).__name__}: {exc}"
-        state.setdefault("failure", (None, None, err_text))
+    except Exception as exc:  # internal errors, hypothesis errors (e.g. Unsatisfiable)
+        example, text = state.get("internal", (None, f"{type(exc).__name__}: {exc}"))
+        res = PropertyResult(status="error", reason=f"internal error in the check: {text}", **base)
+        if example is not None:
+            res.counterexample = repr(example)
+            res.snippet = example.snippet() if hasattr(example, "snippet") else ""
+        return res
 
     ratios = [o.ratio for o in observations]
     worst_obs = max(observations, key=lambda o: o.ratio) if observations else None

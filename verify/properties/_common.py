@@ -1,0 +1,195 @@
+"""Shared pieces of the property catalogue: input strategies that respect a variant's claims,
+the exact reference and the stated bound for one call, and small example containers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verify.properties.base import NotApplicable
+
+#: sizes drawn by the catalogue (the mpmath oracle stays well under a second per example)
+MAX_BATCH = 2
+MAX_HEADS = 2
+MAX_LEN = 10
+MAX_DIM = 4
+MAX_VALUE_DIM = 3
+#: nonzero input magnitudes and score radii stay above these, so the products of a term stay in
+#: the normal range where the D10 standard model holds (``verify.errors.outside_model``)
+MIN_MAGNITUDE = 2.0**-6
+MIN_RADIUS = 2.0**-6
+
+
+def kernel_name(variant) -> str | None:
+    """The kernel string ``verify.oracle.reference``/``verify.errors`` understand, or None."""
+    fam = variant.kernel_family
+    if fam == "softmax":
+        return "softmax"
+    if fam == "taylor":
+        return variant.kernel
+    if fam == "linear":
+        return variant.kernel
+    return None
+
+
+def causal_choices(variant) -> tuple[bool, ...]:
+    return {"yes": (True,), "no": (False,), "both": (False, True)}[variant.causal]
+
+
+def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
+    """Strategy of sequence lengths allowed by the variant (multiples of ``length_multiple``)."""
+    from hypothesis import strategies as st
+
+    m = variant.length_multiple
+    if m == 1:
+        return st.integers(lo, hi)
+    top = max(hi // m, 1)
+    return st.integers(max(lo // m, 1), top).map(lambda j: j * m)
+
+
+def shape_strategy(
+    variant,
+    *,
+    causal: bool,
+    cross: bool = True,
+    max_len: int = MAX_LEN,
+    min_len: int = 1,
+    max_dim: int = MAX_DIM,
+    min_dim: int = 1,
+):
+    """Shapes within the catalogue's bounds, T == S when causal or when ``cross`` is False."""
+    from hypothesis import strategies as st
+
+    from verify.strategies import Shape
+
+    @st.composite
+    def draw(draw_):
+        T = draw_(lengths(variant, min_len, max_len))
+        S = T if (causal or not cross) else draw_(lengths(variant, 1, max_len))
+        return Shape(
+            B=draw_(st.integers(1, MAX_BATCH)),
+            H=draw_(st.integers(1, MAX_HEADS)),
+            T=T,
+            S=S,
+            d=draw_(st.integers(min_dim, max_dim)),
+            d_v=draw_(st.integers(1, MAX_VALUE_DIM)),
+        )
+
+    return draw()
+
+
+def radius_strategy(variant, ctx):
+    """Score radii where a check is meaningful for the claimed kernel and dtype.
+
+    Taylor-N: the D4-informative range (a moderate range keeps kappa_N and the conditioning
+    finite); exp: up to 8 (far inside ``safe_exp_radius`` of every dtype, scores that still make
+    softmax peaked); linear maps: None (no rescaling; elements bounded by 2).
+    """
+    from hypothesis import strategies as st
+
+    from verify.strategies import score_radius
+
+    if variant.kernel_family == "taylor" or (variant.order is not None):
+        return score_radius(variant.order).map(lambda r: max(r, MIN_RADIUS))
+    if variant.kernel_family == "softmax" or variant.linear_map == "favor":
+        return st.floats(MIN_RADIUS, 8.0, allow_subnormal=False)
+    return st.none()
+
+
+def inputs_strategy(variant, ctx, *, causal: bool | None = None, cases=("random",), **shape_kw):
+    """``verify.strategies.attention_inputs`` respecting the variant's causal support, length
+    restriction, dtype (the run context's) and device."""
+    from hypothesis import strategies as st
+
+    from verify.strategies import attention_inputs
+
+    choices = causal_choices(variant) if causal is None else (causal,)
+
+    @st.composite
+    def draw(draw_):
+        is_causal = draw_(st.sampled_from(choices))
+        return draw_(
+            attention_inputs(
+                shape_strategy(variant, causal=is_causal, **shape_kw),
+                dtype=ctx.torch_dtype,
+                device=ctx.device,
+                causal=is_causal,
+                radius=radius_strategy(variant, ctx),
+                cases=cases,
+                min_magnitude=MIN_MAGNITUDE,
+            )
+        )
+
+    return draw()
+
+
+@dataclass
+class Example:
+    """One drawn example of a property: the inputs plus the property's own choices."""
+
+    inputs: Any
+    choices: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        extra = ", ".join(f"{k}={v!r}" for k, v in self.choices.items())
+        return f"Example({extra})\n{self.inputs!r}"
+
+    def snippet(self) -> str:
+        base = self.inputs.snippet() if hasattr(self.inputs, "snippet") else ""
+        extra = "".join(f"# {k} = {v!r}\n" for k, v in self.choices.items())
+        return base + extra
+
+
+def exact_and_bound(
+    variant, x, ctx, *, denominator: str, form: str = "any", eps: float | None = None
+):
+    """(OracleResult, ErrorBound) for the variant's claimed kernel on inputs ``x``.
+
+    The bound is stated from the inputs alone, before the variant's output is looked at.
+
+    Raises:
+        NotApplicable: the claimed kernel has no oracle (``unknown``), or FAVOR+ without a
+            known projection.
+    """
+    from verify import errors, oracle
+
+    kernel = kernel_name(variant)
+    if kernel is None:
+        raise NotApplicable("kernel unknown: no oracle")
+    d = x.q.shape[-1]
+    scale = variant.score_scale(d)
+    eps = variant.eps if eps is None else eps
+    kw: dict[str, Any] = dict(
+        causal=x.causal, attn_mask=x.attn_mask, scale=scale, denominator=denominator, eps=eps
+    )
+    why = errors.outside_model(
+        kernel, x.q, x.k, x.v, dtype=ctx.dtype, scale=scale, denominator=denominator
+    )
+    if why:
+        raise NotApplicable(why)
+    proj = None
+    if variant.linear_map == "favor":
+        if variant.projection is None:
+            raise NotApplicable("favor without a declared projection: no exact oracle")
+        import torch
+
+        proj = variant.projection(d, torch.float64, "cpu")
+        kw["projection"] = proj
+    ref = oracle.reference(x.q, x.k, x.v, kernel=_oracle_kernel(kernel), **kw)
+    eb = errors.attention_error_bound(
+        kernel,
+        x.q,
+        x.k,
+        x.v,
+        dtype=ctx.dtype,
+        exact=ref,
+        form=form,
+        device=ctx.device,
+        exp_library=variant.exp_library,
+        **kw,
+    )
+    return ref, eb
+
+
+def _oracle_kernel(kernel: str) -> str:
+    return "exp" if kernel == "softmax" else kernel

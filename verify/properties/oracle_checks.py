@@ -1,0 +1,115 @@
+"""Oracle checks: the variant against the mpmath reference within the derived bound (D10).
+
+One property per comparison kind:
+
+- ``oracle-agreement``: every form the variant exposes (``forward`` and ``forms``), every
+  denominator mode it accepts, against ``verify.oracle`` for the claimed kernel, within
+  ``verify.errors.attention_error_bound`` (float64/float32 directly; bf16/fp16 inputs by the
+  two-level model against the exact result on the same rounded inputs).
+- ``edge-cases``: the same comparison on the edge-case inputs of ``verify.strategies`` (zeros,
+  one key, equal scores, large norms within the dtype's range, identity values, v = 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verify.properties._calls import call
+from verify.properties._common import Example, exact_and_bound, inputs_strategy, kernel_name
+from verify.properties.base import NotApplicable, Observation, Property
+
+
+def _applies(variant, ctx) -> str | None:
+    if kernel_name(variant) is None:
+        return "the variant claims no kernel (kernel=unknown): nothing to compare with"
+    if variant.linear_map == "favor" and variant.projection is None:
+        return "FAVOR+ without a declared projection: only the statistical checks apply"
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def _modes(variant) -> tuple[str, ...]:
+    if variant.denominators:
+        return tuple(variant.denominators)
+    return ("sum",) if variant.normalized else ("none",)
+
+
+def _form_kind(name: str) -> str:
+    for kind in ("recurrent", "chunked", "parallel"):
+        if name.startswith(kind):
+            return kind
+    return "any"
+
+
+def _examples(cases):
+    def examples(variant, ctx):
+        from hypothesis import strategies as st
+
+        forms = ("forward", *sorted(variant.forms))
+        return st.builds(
+            lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
+            inputs_strategy(variant, ctx, cases=cases),
+            st.sampled_from(_modes(variant)),
+            st.sampled_from(forms),
+        )
+
+    return examples
+
+
+def _check(variant, ex: Example, ctx) -> Observation:
+    from verify.errors import compare
+
+    x = ex.inputs
+    mode, form = ex.choices["denominator"], ex.choices["form"]
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    # bound stated from the inputs before the variant runs
+    form_kind = "any" if form == "forward" else _form_kind(form)
+    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind)
+    finite = np.isfinite(eb.bound)
+    if not finite.any():
+        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
+    kwargs = {}
+    if variant.denominators:
+        kwargs["denominator"] = mode
+    if x.attn_mask is not None:
+        kwargs["attn_mask"] = x.attn_mask
+    fn = variant if form == "forward" else _FormView(variant, form)
+    # NaN/inf are allowed only where the bound makes no statement (compare checks the rest)
+    out = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kwargs)
+    return compare(out, eb, ref, what=f"{form}/{mode}")
+
+
+class _FormView:
+    """Presents one of ``variant.forms`` with the variant's layout, for ``call``."""
+
+    def __init__(self, variant, form: str) -> None:
+        self.forward = variant.forms[form]
+        self.layout = variant.layout
+
+
+ORACLE_AGREEMENT = Property(
+    id="oracle-agreement",
+    statement="every form and denominator mode matches the mpmath oracle within the derived "
+    "D10 bound (two-level model for bf16/fp16)",
+    derivation="D10",
+    applies=_applies,
+    examples=_examples(("random",)),
+    check=_check,
+    faults=(1, 6, 10, 11),
+)
+
+EDGE_CASES = Property(
+    id="edge-cases",
+    statement="zeros, a single key, equal scores, large norms, identity and unit values match "
+    "the oracle within the derived bound",
+    derivation="D10",
+    applies=_applies,
+    examples=_examples(
+        ("zeros", "single_key", "equal_keys", "large_norm", "identity_values", "unit_values")
+    ),
+    check=_check,
+)
+
+PROPERTIES = (ORACLE_AGREEMENT, EDGE_CASES)
