@@ -70,6 +70,8 @@ class Property:
         check: ``check(variant, example, ctx) -> Observation | list[Observation]``.
         faults: the FAULTS.md entries this property catches.
         max_examples: cap on examples (expensive checks), ``None`` = the profile's count.
+        low_precision: also meaningful for bf16/fp16 runs (the two-level model); the
+            catalogue runner runs the others in float64 and float32 only.
     """
 
     id: str
@@ -80,6 +82,7 @@ class Property:
     check: Callable[[Any, Any, Any], Any]
     faults: tuple[int, ...] = ()
     max_examples: int | None = None
+    low_precision: bool = False
 
 
 @dataclass

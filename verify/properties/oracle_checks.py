@@ -98,6 +98,7 @@ ORACLE_AGREEMENT = Property(
     examples=_examples(("random",)),
     check=_check,
     faults=(1, 6, 10, 11),
+    low_precision=True,
 )
 
 EDGE_CASES = Property(
@@ -110,6 +111,7 @@ EDGE_CASES = Property(
         ("zeros", "single_key", "equal_keys", "large_norm", "identity_values", "unit_values")
     ),
     check=_check,
+    low_precision=True,
 )
 
 PROPERTIES = (ORACLE_AGREEMENT, EDGE_CASES)

@@ -1,0 +1,500 @@
+"""Multi-query associative recall (MQAR) with tiny attention models, one per attention form.
+
+The task (Arora et al. 2023, "Zoology", arXiv 2312.04927, section 3): a sequence of P key-value
+token pairs ``k_1 v_1 k_2 v_2 ... k_P v_P`` followed by Q queries, each a key from the context;
+the target at a query position is the value paired with that key earlier in the sequence.
+Accuracy is the fraction of query positions whose arg-max prediction is the right value.
+
+The model: token + learned position embeddings plus an embedding of the previous token (a width-2
+causal convolution, ``ModelConfig.token_shift``), ``n_layers`` pre-LayerNorm blocks (attention and
+a GELU MLP, both residual), a final LayerNorm and a linear read-out over the vocabulary. The
+attention layer calls the suite's own implementations (``verify.attention``, parallel form,
+``causal=True``), so the experiment exercises the functions the property checks verify. Only the
+attention form changes between runs; every other hyperparameter is fixed in ``ExperimentConfig``
+before any run.
+
+Runs are deterministic: one torch thread, ``torch.use_deterministic_algorithms(True)``,
+``torch.manual_seed(seed)`` for the weights, and the data from ``torch.Generator``s seeded from the
+seed alone (the same batches for every form at a given seed). A run whose loss or gradient norm
+becomes non-finite, or whose loss exceeds ``divergence_loss``, is recorded as diverged at that
+step and the experiment continues.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: offsets that separate the data streams of one seed (training batches, evaluation set)
+_TRAIN_STREAM = 1_000_003
+_EVAL_STREAM = 2_000_003
+
+
+# ----------------------------------------------------------------------------- task
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """MQAR sizes. Token ids: keys ``[0, num_keys)``, values ``[num_keys, num_keys + num_values)``.
+
+    Keys of one sequence are distinct (drawn without replacement), values are drawn with
+    replacement; the Q queries are distinct keys of the context in random order (Q <= P).
+    """
+
+    num_keys: int = 64
+    num_values: int = 64
+    num_pairs: int = 16
+    num_queries: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("num_keys", "num_values", "num_pairs", "num_queries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if self.num_pairs > self.num_keys:
+            raise ValueError(
+                f"num_pairs: expected <= num_keys ({self.num_keys}) so keys are distinct, "
+                f"got {self.num_pairs}"
+            )
+        if self.num_queries > self.num_pairs:
+            raise ValueError(
+                f"num_queries: expected <= num_pairs ({self.num_pairs}), got {self.num_queries}"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_keys + self.num_values
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.num_pairs + self.num_queries
+
+
+def make_batch(
+    task: TaskConfig, batch: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One MQAR batch drawn from ``generator``.
+
+    Returns:
+        tokens: (batch, T) int64, T = 2P + Q.
+        targets: (batch, T) int64; the value id at the Q query positions, -100 (ignored by the
+            loss and the accuracy) elsewhere.
+    """
+    P, Q = task.num_pairs, task.num_queries
+    keys = torch.rand(batch, task.num_keys, generator=generator).argsort(-1)[:, :P]
+    values = task.num_keys + torch.randint(task.num_values, (batch, P), generator=generator)
+    order = torch.rand(batch, P, generator=generator).argsort(-1)[:, :Q]
+    tokens = torch.empty(batch, task.seq_len, dtype=torch.int64)
+    tokens[:, 0 : 2 * P : 2] = keys
+    tokens[:, 1 : 2 * P : 2] = values
+    tokens[:, 2 * P :] = keys.gather(1, order)
+    targets = torch.full_like(tokens, -100)
+    targets[:, 2 * P :] = values.gather(1, order)
+    return tokens, targets
+
+
+# ----------------------------------------------------------------------------- attention forms
+
+
+@dataclass(frozen=True)
+class Form:
+    """One attention form: a name, its family and Taylor order (for the figure), the call.
+
+    ``fn(q, k, v)`` maps (B, H, T, d_h) x3 to (B, H, T, d_h); ``call`` says in words which suite
+    function and arguments it is (written to the report).
+    """
+
+    name: str
+    family: str  # softmax | exp-norm | taylor | linear | custom
+    call: str
+    fn: AttentionFn = field(repr=False, compare=False)
+    order: int | None = None
+
+
+def builtin_forms() -> dict[str, Form]:
+    """The forms of issue 7, all through ``verify.attention`` (parallel form, causal)."""
+    from functools import partial
+
+    from verify.attention import linear_attention, softmax_attention, taylor_attention
+
+    forms = [
+        Form("softmax", "softmax", 'softmax_attention(denominator="sum")', softmax_attention),
+    ]
+    for den in ("l2", "rms", "none"):
+        forms.append(
+            Form(
+                f"exp-{den}",
+                "exp-norm",
+                f'softmax_attention(denominator="{den}")',
+                partial(softmax_attention, denominator=den),
+            )
+        )
+    for n in (1, 2, 3, 4):
+        forms.append(
+            Form(
+                f"taylor-{n}",
+                "taylor",
+                f'taylor_attention(order={n}, denominator="sum")',
+                partial(taylor_attention, order=n, denominator="sum"),
+                order=n,
+            )
+        )
+    for fmap, den in (("elu1", "sum"), ("relu", "sum"), ("identity", "l2")):
+        forms.append(
+            Form(
+                f"linear-{fmap}" + ("" if den == "sum" else f"-{den}"),
+                "linear",
+                f'linear_attention(feature_map="{fmap}", denominator="{den}")',
+                partial(linear_attention, feature_map=fmap, denominator=den),
+            )
+        )
+    return {f.name: f for f in forms}
+
+
+#: the default order of the forms in the tables
+FORM_NAMES = (
+    "softmax",
+    "exp-l2",
+    "exp-rms",
+    "exp-none",
+    "taylor-1",
+    "taylor-2",
+    "taylor-3",
+    "taylor-4",
+    "linear-elu1",
+    "linear-relu",
+    "linear-identity-l2",
+)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the tiny decoder: width ``d_model`` = ``n_heads`` x head dimension.
+
+    ``token_shift`` adds a second embedding of the *previous* token to each position (a width-2
+    causal convolution on the one-hot tokens, the "short convolution" of Zoology's models). It
+    puts the key beside its value at the value's position, so one attention layer can do the
+    look-up (query = key token, key = previous token, value = current token) and the experiment
+    measures the attention form's recall rather than its ability to learn a previous-token head.
+    """
+
+    d_model: int = 64
+    n_heads: int = 2
+    n_layers: int = 1
+    mlp_ratio: int = 4
+    token_shift: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention whose core is ``fn(q, k, v, causal=True)``."""
+
+    def __init__(self, cfg: ModelConfig, fn: AttentionFn) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.fn = fn
+        self.nonfinite = False  # set by each forward: did the attention output have inf/nan?
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        H, dh = self.cfg.n_heads, self.cfg.head_dim
+        q, k, v = self.qkv(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)
+        o = self.fn(q, k, v, causal=True)  # (B, H, T, dh)
+        self.nonfinite = not bool(torch.isfinite(o.detach()).all())
+        return self.out(o.transpose(1, 2).reshape(B, T, H * dh))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm residual block: causal attention, then a GELU MLP."""
+
+    def __init__(self, cfg: ModelConfig, fn: AttentionFn) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg, fn)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class RecallModel(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, LayerNorm, read-out: (B, T) -> logits."""
+
+    def __init__(self, cfg: ModelConfig, task: TaskConfig, fn: AttentionFn) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(task.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(task.seq_len, cfg.d_model)
+        self.prev = nn.Embedding(task.vocab_size, cfg.d_model) if cfg.token_shift else None
+        self.blocks = nn.ModuleList(Block(cfg, fn) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, task.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tok(tokens) + self.pos(pos)
+        if self.prev is not None:  # width-2 causal convolution on the one-hot tokens
+            x = x + nn.functional.pad(self.prev(tokens[:, :-1]), (0, 0, 1, 0))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings shared by every form (fixed before any run; no per-form tuning).
+
+    AdamW with linear warm-up over ``warmup`` steps then cosine decay to ``min_lr_ratio`` x lr;
+    gradient norm clipped at ``clip``. A run diverges when its loss or gradient norm is not
+    finite or its loss exceeds ``divergence_loss`` nats (chance level is ln(vocab) ~ 4.9 nats).
+    """
+
+    steps: int = 800
+    batch: int = 16
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    clip: float = 1.0
+    eval_size: int = 1024
+    eval_every: int = 200
+    divergence_loss: float = 50.0
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["train"]["betas"] = list(self.train.betas)
+        out["task"]["vocab_size"] = self.task.vocab_size
+        out["task"]["seq_len"] = self.task.seq_len
+        out["model"]["head_dim"] = self.model.head_dim
+        return out
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate at ``step`` (0-based): linear warm-up, then cosine to min_lr_ratio x lr."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    span = max(cfg.steps - cfg.warmup, 1)
+    frac = min((step - cfg.warmup) / span, 1.0)
+    return cfg.lr * (
+        cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+    )
+
+
+def masked_loss_and_correct(
+    logits: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, int, int]:
+    """Cross-entropy over query positions; (loss, number correct, number of query positions)."""
+    keep = targets != -100
+    sel, tgt = logits[keep], targets[keep]
+    loss = nn.functional.cross_entropy(sel, tgt)
+    correct = int((sel.argmax(-1) == tgt).sum())
+    return loss, correct, int(tgt.numel())
+
+
+@dataclass
+class RunResult:
+    """Outcome of one (form, seed) run. ``accuracy`` is None when the run diverged."""
+
+    form: str
+    seed: int
+    diverged: bool
+    diverged_step: int | None
+    reason: str | None
+    accuracy: float | None
+    final_loss: float | None
+    eval_loss: float | None
+    curve: list[dict]
+    seconds: float
+
+
+def evaluate(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
+    """(loss, accuracy) on a fixed evaluation set, in chunks of 256 sequences."""
+    model.eval()
+    total, correct, loss_sum = 0, 0, 0.0
+    with torch.no_grad():
+        for lo in range(0, tokens.shape[0], 256):
+            logits = model(tokens[lo : lo + 256])
+            loss, c, n = masked_loss_and_correct(logits, targets[lo : lo + 256])
+            loss_sum += float(loss) * n
+            correct += c
+            total += n
+    model.train()
+    return loss_sum / total, correct / total
+
+
+def eval_set(cfg: ExperimentConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed evaluation set of a seed (disjoint stream from the training batches)."""
+    gen = torch.Generator().manual_seed(seed * 7919 + _EVAL_STREAM)
+    return make_batch(cfg.task, cfg.train.eval_size, gen)
+
+
+def train_one(form: Form, seed: int, cfg: ExperimentConfig) -> RunResult:
+    """Train one model with attention ``form`` from ``seed``; never raises on divergence.
+
+    Thread count and the deterministic-algorithms flag are set for the run and restored after.
+    """
+    tc = cfg.train
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(tc.threads)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.perf_counter()
+    try:
+        torch.manual_seed(seed)
+        model = RecallModel(cfg.model, cfg.task, form.fn)
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay
+        )
+        gen = torch.Generator().manual_seed(seed * 7919 + _TRAIN_STREAM)
+        ev_tokens, ev_targets = eval_set(cfg, seed)
+        curve: list[dict] = []
+        loss_value = float("nan")
+        recent: list[float] = []
+        for step in range(tc.steps):
+            tokens, targets = make_batch(cfg.task, tc.batch, gen)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, tc)
+            logits = model(tokens)
+            loss, _, _ = masked_loss_and_correct(logits, targets)
+            loss_value = float(loss.detach())
+            reason = _divergence(loss_value, tc)
+            if reason is None:
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip))
+                if not math.isfinite(gnorm):
+                    reason = f"non-finite gradient norm ({gnorm})"
+            if reason is not None:
+                if any(m.nonfinite for m in model.modules() if isinstance(m, Attention)):
+                    reason += "; the attention output had non-finite entries"
+                return RunResult(
+                    form.name, seed, True, step, reason, None, _finite_or_none(loss_value), None,
+                    curve, time.perf_counter() - t0,
+                )  # fmt: skip
+            opt.step()
+            recent.append(loss_value)
+            if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+                ev_loss, ev_acc = evaluate(model, ev_tokens, ev_targets)
+                train_loss = sum(recent) / len(recent)
+                recent = []
+                curve.append(
+                    {"step": step + 1, "train_loss": train_loss, "eval_accuracy": ev_acc,
+                     "eval_loss": _finite_or_none(ev_loss)}
+                )  # fmt: skip
+                if not math.isfinite(ev_loss):
+                    return RunResult(
+                        form.name, seed, True, step + 1, "non-finite evaluation loss", None,
+                        _finite_or_none(loss_value), None, curve, time.perf_counter() - t0,
+                    )  # fmt: skip
+        last = curve[-1]
+        return RunResult(
+            form.name, seed, False, None, None, last["eval_accuracy"], last["train_loss"],
+            last["eval_loss"], curve, time.perf_counter() - t0,
+        )  # fmt: skip
+    finally:
+        torch.use_deterministic_algorithms(prev_det)
+        torch.set_num_threads(prev_threads)
+
+
+def _divergence(loss: float, tc: TrainConfig) -> str | None:
+    if not math.isfinite(loss):
+        return f"non-finite loss ({loss})"
+    if loss > tc.divergence_loss:
+        return f"loss {loss:.4g} > {tc.divergence_loss:g} nats"
+    return None
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+# ----------------------------------------------------------------------------- many runs
+
+
+def _run_builtin(name: str, seed: int, cfg: ExperimentConfig) -> RunResult:
+    """Worker entry point (module level, so a spawned process can import it)."""
+    return train_one(builtin_forms()[name], seed, cfg)
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    forms: list[Form],
+    seeds: list[int],
+    *,
+    workers: int = 1,
+    progress: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Train every (form, seed); results in form-major, seed-minor order.
+
+    Each run is independent and single-threaded, so results do not depend on ``workers``.
+    ``workers > 1`` runs built-in forms in spawned processes (a custom ``Form``, e.g. a test's
+    broken attention, always runs in this process).
+
+    Raises:
+        ValueError: no forms or seeds, duplicate form names or seeds, workers < 1.
+    """
+    if not forms:
+        raise ValueError("forms: expected at least one attention form, got none")
+    if not seeds:
+        raise ValueError("seeds: expected at least one seed, got none")
+    names = [f.name for f in forms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"forms: names must be distinct, got {names}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: must be distinct, got {seeds}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    builtin = builtin_forms()
+    jobs = [(f, s) for f in forms for s in seeds]
+    results: dict[tuple[str, int], RunResult] = {}
+    pooled = [(f, s) for f, s in jobs if workers > 1 and f.name in builtin and builtin[f.name] == f]
+    if pooled:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_builtin, f.name, s, cfg): (f.name, s) for f, s in pooled}
+            for fut in as_completed(futures):
+                res = fut.result()
+                results[futures[fut]] = res
+                if progress is not None:
+                    progress(res)
+    for f, s in jobs:
+        if (f.name, s) not in results:
+            res = train_one(f, s, cfg)
+            results[(f.name, s)] = res
+            if progress is not None:
+                progress(res)
+    return [results[(f.name, s)] for f, s in jobs]
