@@ -305,6 +305,7 @@ def outside_model(
     dtype: str,
     scale: float | None = None,
     denominator: str = "sum",
+    projection: Any = None,
 ) -> str | None:
     """Why the D10 model does not cover these inputs (or None when it does).
 
@@ -332,7 +333,15 @@ def outside_model(
     exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
     c = float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
     scaled = (math.sqrt(c) * qn, math.sqrt(c) * kn) if exp_type else (c * qn, kn)
-    for name, arr in (("q", scaled[0]), ("k", scaled[1]), ("v", vn)):
+    arrays = [("q", scaled[0]), ("k", scaled[1]), ("v", vn)]
+    if fmap == "favor" and projection is not None:
+        # the FAVOR+ features exp(w.x - |x|^2/2)/sqrt(m) are the factors of each term
+        P = _np64(projection, "projection")
+        for name, z in (("phi(q)", scaled[0]), ("phi(k)", scaled[1])):
+            sq = np.sum(z * z, axis=-1, keepdims=True)
+            with np.errstate(over="ignore", under="ignore"):
+                arrays.append((name, np.exp(z @ P.T - sq / 2) / math.sqrt(P.shape[0])))
+    for name, arr in arrays:
         nz = np.abs(arr[arr != 0])
         if nz.size and float(nz.min()) < level:
             return (

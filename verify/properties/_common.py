@@ -162,11 +162,6 @@ def exact_and_bound(
     kw: dict[str, Any] = dict(
         causal=x.causal, attn_mask=x.attn_mask, scale=scale, denominator=denominator, eps=eps
     )
-    why = errors.outside_model(
-        kernel, x.q, x.k, x.v, dtype=ctx.dtype, scale=scale, denominator=denominator
-    )
-    if why:
-        raise NotApplicable(why)
     proj = None
     if variant.linear_map == "favor":
         if variant.projection is None:
@@ -175,6 +170,18 @@ def exact_and_bound(
 
         proj = variant.projection(d, torch.float64, "cpu")
         kw["projection"] = proj
+    why = errors.outside_model(
+        kernel,
+        x.q,
+        x.k,
+        x.v,
+        dtype=ctx.dtype,
+        scale=scale,
+        denominator=denominator,
+        projection=proj,
+    )
+    if why:
+        raise NotApplicable(why)
     ref = oracle.reference(x.q, x.k, x.v, kernel=_oracle_kernel(kernel), **kw)
     eb = errors.attention_error_bound(
         kernel,
