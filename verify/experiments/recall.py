@@ -325,7 +325,13 @@ def masked_loss_and_correct(
 
 @dataclass
 class RunResult:
-    """Outcome of one (form, seed) run. ``accuracy`` is None when the run diverged."""
+    """Outcome of one (form, seed) run.
+
+    ``accuracy`` (fraction of evaluation query positions) and ``eval_loss`` (nats) are None when
+    the run diverged; ``final_loss`` is the mean training loss over the last evaluation interval,
+    or the loss at the diverging step (None if not finite). ``curve`` holds the evaluations made
+    during training; ``seconds`` is wall time, ``cpu_seconds`` the process's CPU time.
+    """
 
     form: str
     seed: int
@@ -337,6 +343,7 @@ class RunResult:
     eval_loss: float | None
     curve: list[dict]
     seconds: float
+    cpu_seconds: float
 
 
 def evaluate(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
@@ -370,7 +377,15 @@ def train_one(form: Form, seed: int, cfg: ExperimentConfig) -> RunResult:
     prev_det = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(tc.threads)
     torch.use_deterministic_algorithms(True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+
+    def done(**kw) -> RunResult:
+        return RunResult(
+            form=form.name, seed=seed, curve=curve, seconds=time.perf_counter() - t0,
+            cpu_seconds=time.process_time() - c0, **kw,
+        )  # fmt: skip
+
+    curve: list[dict] = []
     try:
         torch.manual_seed(seed)
         model = RecallModel(cfg.model, cfg.task, form.fn)
@@ -379,7 +394,6 @@ def train_one(form: Form, seed: int, cfg: ExperimentConfig) -> RunResult:
         )
         gen = torch.Generator().manual_seed(seed * 7919 + _TRAIN_STREAM)
         ev_tokens, ev_targets = eval_set(cfg, seed)
-        curve: list[dict] = []
         loss_value = float("nan")
         recent: list[float] = []
         for step in range(tc.steps):
@@ -399,9 +413,9 @@ def train_one(form: Form, seed: int, cfg: ExperimentConfig) -> RunResult:
             if reason is not None:
                 if any(m.nonfinite for m in model.modules() if isinstance(m, Attention)):
                     reason += "; the attention output had non-finite entries"
-                return RunResult(
-                    form.name, seed, True, step, reason, None, _finite_or_none(loss_value), None,
-                    curve, time.perf_counter() - t0,
+                return done(
+                    diverged=True, diverged_step=step, reason=reason, accuracy=None,
+                    final_loss=_finite_or_none(loss_value), eval_loss=None,
                 )  # fmt: skip
             opt.step()
             recent.append(loss_value)
@@ -414,14 +428,14 @@ def train_one(form: Form, seed: int, cfg: ExperimentConfig) -> RunResult:
                      "eval_loss": _finite_or_none(ev_loss)}
                 )  # fmt: skip
                 if not math.isfinite(ev_loss):
-                    return RunResult(
-                        form.name, seed, True, step + 1, "non-finite evaluation loss", None,
-                        _finite_or_none(loss_value), None, curve, time.perf_counter() - t0,
+                    return done(
+                        diverged=True, diverged_step=step + 1, accuracy=None,
+                        reason="non-finite evaluation loss", final_loss=train_loss, eval_loss=None,
                     )  # fmt: skip
         last = curve[-1]
-        return RunResult(
-            form.name, seed, False, None, None, last["eval_accuracy"], last["train_loss"],
-            last["eval_loss"], curve, time.perf_counter() - t0,
+        return done(
+            diverged=False, diverged_step=None, reason=None, accuracy=last["eval_accuracy"],
+            final_loss=last["train_loss"], eval_loss=last["eval_loss"],
         )  # fmt: skip
     finally:
         torch.use_deterministic_algorithms(prev_det)

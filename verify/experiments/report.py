@@ -68,13 +68,16 @@ def payload(
                 "final_loss": r.final_loss,
                 "eval_loss": r.eval_loss,
                 "seconds": r.seconds,
+                "cpu_seconds": r.cpu_seconds,
                 "curve": r.curve,
             }
             for r in results
         ],
         "timing": {
             "total_seconds": total_seconds,
+            "total_cpu_seconds": sum(r.cpu_seconds for r in results),
             "per_form_seconds": {s.form: s.seconds for s in summaries},
+            "per_form_cpu_seconds": {s.form: s.cpu_seconds for s in summaries},
             "workers": workers,
             "cpu_count": os.cpu_count(),
             "load_average_1min": None if load_average is None else list(load_average),
@@ -268,7 +271,7 @@ def markdown(doc: dict, caption: str) -> str:
                 _acc(s["accuracy_min"]),
                 _acc(s["accuracy_max"]),
                 "—" if s["final_loss_mean"] is None else f"{s['final_loss_mean']:.4g}",
-                f"{s['seconds']:.1f}",
+                f"{s['seconds']:.1f} / {s['cpu_seconds']:.1f}",
             ]
         )
     lines += [
@@ -282,7 +285,7 @@ def markdown(doc: dict, caption: str) -> str:
                 "min",
                 "max",
                 "final train loss (nats)",
-                "time (s)",
+                "time wall / CPU (s)",
             ],
             rows,
         ),
@@ -368,7 +371,8 @@ def markdown(doc: dict, caption: str) -> str:
         "",
         "## Time taken",
         "",
-        f"Total wall time {doc['timing']['total_seconds']:.1f} s with "
+        f"Total wall time {doc['timing']['total_seconds']:.1f} s, CPU time of the runs "
+        f"{doc['timing']['total_cpu_seconds']:.1f} s, with "
         f"{doc['timing']['workers']} worker process(es), one torch thread each, on "
         f"{doc['timing']['cpu_count']} CPU cores"
         + (

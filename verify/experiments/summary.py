@@ -34,6 +34,7 @@ class FormSummary:
     max: float | None
     final_loss: float | None  # mean training loss over the last evaluation interval
     seconds: float  # summed wall time of this form's runs
+    cpu_seconds: float  # summed CPU time of this form's runs
 
     @property
     def n_ok(self) -> int:
@@ -52,6 +53,7 @@ class FormSummary:
             "accuracy_max": self.max,
             "final_loss_mean": self.final_loss,
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
         }
 
 
@@ -80,6 +82,7 @@ def summarize(forms: list[Form], results: list[RunResult]) -> list[FormSummary]:
                 max=max(accs) if accs else None,
                 final_loss=sum(losses) / len(losses) if losses else None,
                 seconds=sum(r.seconds for r in runs),
+                cpu_seconds=sum(r.cpu_seconds for r in runs),
             )
         )
     return out
