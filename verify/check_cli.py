@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--profile", choices=("ci", "dev", "thorough"), default=None)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--max-examples", type=int, default=None)
-    r.add_argument("--select", nargs="+", metavar="PROPERTY", default=None)
+    r.add_argument("--select", nargs="+", action="extend", metavar="PROPERTY", default=None)
     r.add_argument("--timeout", type=float, default=None, help="seconds per property (watchdog)")
     r.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout only)")
     r.add_argument("--report-dir", metavar="DIR", help="write the report card here")

@@ -422,6 +422,7 @@ def check(
     profile: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool = True,
+    workers: int | None = None,
     probe: bool | None = None,
     progress=None,
     **claims: Any,
@@ -439,6 +440,8 @@ def check(
         timeout: seconds per property before the watchdog kills the worker.
         isolate: run in worker processes (spawned from the import spec when ``target`` is a
             string, forked otherwise); False runs in this process (no watchdog).
+        workers: worker processes (default: the CPU count), each running a share of the
+            properties under its own watchdog.
         probe: run the black-box probes (default: when the kernel claim is ``unknown``).
         **claims: AttentionVariant fields overriding the variant's (kernel, layout, causal,
             causal_alignment, normalized, eps, scale, ...).
@@ -486,18 +489,32 @@ def check(
     else:
         loader = _SpecLoader(spec) if spec else _ObjectLoader(variant)
         start = "spawn" if spec else "fork"
-        results = run_isolated(
-            loader,
-            override if spec else {},
-            jobs,
-            device=device,
-            max_examples=max_examples,
-            seed=seed,
-            profile=profile,
-            timeout=timeout,
-            start_method=start,
-            progress=progress,
-        )
+        n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+        shares = [jobs[i::n] for i in range(n)]  # round-robin: each worker gets a mix
+
+        def run_share(share):
+            return run_isolated(
+                loader,
+                override if spec else {},
+                share,
+                device=device,
+                max_examples=max_examples,
+                seed=seed,
+                profile=profile,
+                timeout=timeout,
+                start_method=start,
+                progress=progress,
+            )
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            done = list(pool.map(run_share, shares))
+        by_job = {}
+        for share, res in zip(shares, done):
+            for job, r in zip(share, res):
+                by_job[job] = r
+        results = [by_job[j] for j in jobs]
     if spec:
         for r in results:
             if r.get("snippet"):

@@ -48,3 +48,124 @@ def pytest_addoption(parser) -> None:
     )
     group.addoption("--attn-max-examples", default=None, type=int, help="examples per property")
     group.addoption("--attn-seed", default=0, type=int, help="seed")
+
+
+def _claims(config) -> dict:
+    opt = config.getoption
+    scale = opt("--attn-scale")
+    if scale not in (None, "default"):
+        scale = float(scale)
+    normalized = opt("--attn-normalized")
+    return {
+        "kernel": opt("--attn-kernel"),
+        "layout": opt("--attn-layout"),
+        "causal": opt("--attn-causal"),
+        "causal_alignment": opt("--attn-alignment"),
+        "normalized": None if normalized is None else normalized == "yes",
+        "scale": scale,
+        "eps": opt("--attn-eps"),
+    }
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    specs = config.getoption("--attn-variant")
+    if not specs:
+        return
+    collector_cls = __getattr__("VariantCollector")
+    for spec in specs:
+        collector = collector_cls.from_parent(session, name=f"attn-variant[{spec}]", spec=spec)
+        items.extend(collector.collect())
+
+
+def _battery(config, spec: str) -> dict:
+    """Run the whole battery once per variant (isolated worker + watchdog); cached."""
+    cache = config.stash.setdefault(__getattr__("_CACHE_KEY"), {})
+    if spec not in cache:
+        from verify import checker
+
+        opt = config.getoption
+        dtype = opt("--attn-dtype")
+        cache[spec] = checker.check(
+            spec,
+            dtypes=(dtype,) if dtype else None,
+            device=opt("--attn-device") or "cpu",
+            select=opt("--attn-select") or None,
+            max_examples=opt("--attn-max-examples"),
+            seed=opt("--attn-seed"),
+            **_claims(config),
+        )
+    return cache[spec]
+
+
+def _make_classes():
+    import pytest
+
+    class PropertyItem(pytest.Item):
+        """One property of the catalogue on one variant (all dtypes run)."""
+
+        def __init__(self, *, spec: str, property_id: str, **kw) -> None:
+            super().__init__(**kw)
+            self.spec = spec
+            self.property_id = property_id
+
+        def runtest(self) -> None:
+            result = _battery(self.config, self.spec)
+            rows = [r for r in result.results if r["property_id"] == self.property_id]
+            bad = [r for r in rows if r["status"] in ("fail", "error")]
+            if bad:
+                raise PropertyFailed(bad)
+            if rows and all(r["status"] == "skip" for r in rows):
+                pytest.skip(rows[0]["reason"] or "not applicable")
+
+        def repr_failure(self, excinfo):
+            if isinstance(excinfo.value, PropertyFailed):
+                parts = []
+                for r in excinfo.value.rows:
+                    parts.append(f"[{r['dtype']}] {r['statement']}\n{r['reason'].strip()}")
+                    if r.get("counterexample"):
+                        parts.append("counterexample:\n" + r["counterexample"])
+                    if r.get("snippet"):
+                        parts.append("reproduce:\n" + r["snippet"])
+                return "\n".join(parts)
+            return super().repr_failure(excinfo)
+
+        def reportinfo(self):
+            return self.spec, None, f"{self.spec}::{self.property_id}"
+
+    item_cls = PropertyItem
+
+    class VariantCollector(pytest.Collector):
+        def __init__(self, *, spec: str, **kw) -> None:
+            super().__init__(**kw)
+            self.spec = spec
+
+        def collect(self):
+            from verify.properties import catalogue
+
+            select = self.config.getoption("--attn-select")
+            for prop in catalogue():
+                if select and prop.id not in select:
+                    continue
+                yield item_cls.from_parent(self, name=prop.id, spec=self.spec, property_id=prop.id)
+
+    return PropertyItem, VariantCollector
+
+
+class PropertyFailed(Exception):
+    def __init__(self, rows) -> None:
+        super().__init__(f"{len(rows)} failing run(s)")
+        self.rows = rows
+
+
+def __getattr__(name: str):
+    if name in ("PropertyItem", "VariantCollector"):
+        item, collector = _make_classes()
+        globals()["PropertyItem"], globals()["VariantCollector"] = item, collector
+        return globals()[name]
+    if name == "_CACHE_KEY":
+        import pytest
+
+        key = pytest.StashKey[dict]()
+        globals()["_CACHE_KEY"] = key
+        return key
+    raise AttributeError(name)

@@ -10,6 +10,7 @@ hypothesis shrink the failure to a minimal counterexample and returns a :class:`
 from __future__ import annotations
 
 import math
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,9 @@ class RunContext:
     device: str = "cpu"
     max_examples: int | None = None  # None: the loaded hypothesis profile decides
     seed: int = 0
+    #: seconds of shrinking after the first failure; then only already-failing examples are
+    #: re-run (the minimal one found so far is reported). None: hypothesis' own limits.
+    shrink_budget: float | None = 20.0
 
     @property
     def torch_dtype(self):
@@ -151,6 +155,11 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     state: dict[str, Any] = {}
 
     def one(example: Any) -> None:
+        if ctx.shrink_budget is not None and "first_failure" in state:
+            key = hash(repr(example))
+            if time.monotonic() - state["first_failure"] > ctx.shrink_budget:
+                if key not in state["failing_keys"]:
+                    return  # shrink budget spent: stop exploring new candidates
         try:
             result = prop.check(variant, example, ctx)
         except NotApplicable:
@@ -160,6 +169,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             return
         except VariantError as exc:
             state["failure"] = (example, None, str(exc))
+            _mark_failing(state, example)
             raise
         except Exception as exc:  # a bug in the catalogue, not in the variant: reported as such
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
@@ -167,9 +177,11 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             raise
         obs_list = result if isinstance(result, list) else [result]
         worst = max(obs_list, key=lambda o: o.ratio)
-        observations.append(worst)
+        if "first_failure" not in state:  # examples before the first failure (not shrinking)
+            observations.append(worst)
         if worst.ratio > 1.0:
             state["failure"] = (example, worst, _fail_message(worst))
+            _mark_failing(state, example)
             raise AssertionError(_fail_message(worst))
 
     overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False}
@@ -226,6 +238,11 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         res.status = "skip"
         res.reason = "no example was applicable"
     return res
+
+
+def _mark_failing(state: dict[str, Any], example: Any) -> None:
+    state.setdefault("first_failure", time.monotonic())
+    state.setdefault("failing_keys", set()).add(hash(repr(example)))
 
 
 def _fail_message(obs: Observation) -> str:
