@@ -28,6 +28,7 @@ class Job:
     profile: str
     max_examples: int | None
     seed: int
+    shrink_budget: float | None = 20.0
 
 
 def plan(
@@ -79,7 +80,11 @@ def run_job(job: Job):
     profiles.load(job.profile)
     variant = variants.get(job.variant)
     ctx = RunContext(
-        dtype=job.dtype, device=job.device, max_examples=job.max_examples, seed=job.seed
+        dtype=job.dtype,
+        device=job.device,
+        max_examples=job.max_examples,
+        seed=job.seed,
+        shrink_budget=job.shrink_budget,
     )
     if job.dtype not in variant.dtypes:
         from verify.properties.base import PropertyResult
@@ -97,8 +102,16 @@ def run_job(job: Job):
     return job, run_property(get(job.property_id), variant, ctx)
 
 
-def run_all(jobs: list[Job], *, workers: int = 1, progress=None) -> list:
-    """Run ``jobs`` (in worker processes when ``workers`` > 1); results in the jobs' order."""
+def run_all(jobs: list[Job], *, workers: int = 1, progress=None, shrink_budget="job") -> list:
+    """Run ``jobs`` (in worker processes when ``workers`` > 1); results in the jobs' order.
+
+    ``shrink_budget``: override every job's shrink budget (None: hypothesis' own limits, which
+    keeps shrinking deterministic for the reports); ``"job"`` keeps each job's own.
+    """
+    if shrink_budget != "job":
+        from dataclasses import replace
+
+        jobs = [replace(j, shrink_budget=shrink_budget) for j in jobs]
     results = []
     if workers <= 1:
         for i, job in enumerate(jobs):
