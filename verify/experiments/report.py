@@ -353,8 +353,8 @@ def markdown(doc: dict, caption: str) -> str:
                 "seed",
                 "accuracy",
                 "eval loss (nats)",
-                "accuracy during training",
-                "time (s)",
+                "accuracy during training (step:accuracy)",
+                "time wall / CPU (s)",
             ],
             [
                 [
@@ -363,7 +363,7 @@ def markdown(doc: dict, caption: str) -> str:
                     "diverged" if r["diverged"] else _acc(r["accuracy"]),
                     "—" if r["eval_loss"] is None else f"{r['eval_loss']:.4g}",
                     " ".join(f"{c['step']}:{c['eval_accuracy']:.2f}" for c in r["curve"]) or "—",
-                    f"{r['seconds']:.1f}",
+                    f"{r['seconds']:.1f} / {r['cpu_seconds']:.1f}",
                 ]
                 for r in doc["runs"]
             ],
