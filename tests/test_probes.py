@@ -345,10 +345,18 @@ def test_values_read_in_blocks_when_dv_must_equal_d():
     assert r.kernel["kernel"] == "softmax" and r.normalization["kind"] == "sum"
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_low_precision_probe(dtype):
-    r = report_of("taylor-2", dtype)
-    assert r.kernel["kernel"] == "taylor:2" and r.kernel["precision"] == dtype
+@pytest.mark.parametrize(
+    "name, kernel, dtype",
+    [
+        ("taylor-2", "taylor:2", "float32"),
+        ("taylor-2", "taylor:2", "bfloat16"),
+        ("softmax", "softmax", "float16"),
+    ],  # float16: small exp weights are subnormal outputs
+)
+def test_low_precision_probe(name, kernel, dtype):
+    r = report_of(name, dtype)
+    assert r.kernel["kernel"] == kernel and r.kernel["precision"] == dtype
+    assert r.kernel["scale"] == "1/sqrt(d)"
 
 
 # -- third-party references --------------------------------------------------------------------
@@ -423,3 +431,17 @@ def test_ratio_bound_holds_at_the_worst_corner():
         beta = ratio_bound(W, b + W * u, ref, u)  # + the float32 rounding of N itself
         assert np.all(np.abs(measured - W / W[ref]) <= beta)
     assert np.all(np.isinf(ratio_bound(np.array([1.0, 2.0]), np.array([1.0, 3.0]), 1, u)))
+
+
+def test_ratio_bound_covers_subnormal_outputs():
+    """Outputs a_s + eta_s with |eta_s| <= eta (subnormal rounding) stay within the bound."""
+    rng = np.random.default_rng(1)
+    u, eta = 2.0**-11, 2.0**-25  # float16
+    for _ in range(200):
+        W = np.concatenate([[1.0], rng.uniform(1e-9, 1e-6, size=5)])
+        b = W * 1e-3
+        a = W + rng.choice([-1.0, 1.0], size=6) * b
+        w = a + rng.choice([-1.0, 1.0], size=6) * eta
+        beta = ratio_bound(W, b, 0, u, eta, w[0])
+        assert np.all(np.abs(w / w[0] - W) <= beta)
+        assert np.any(np.abs(w / w[0] - W) > ratio_bound(W, b, 0, u))  # eta matters here

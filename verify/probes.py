@@ -175,10 +175,17 @@ def _plain(x: Any) -> Any:
 
 
 # -- the bounds ------------------------------------------------------------------------------
-def ratio_bound(W: np.ndarray, b: np.ndarray, ref: int, u: float) -> np.ndarray:
+def ratio_bound(
+    W: np.ndarray,
+    b: np.ndarray,
+    ref: int,
+    u: float,
+    eta: float = 0.0,
+    measured_ref: float | None = None,
+) -> np.ndarray:
     """Bound on |w_hat_s/w_hat_ref - W_s/W_ref| for one row of a normalized variant (derived).
 
-    Hypotheses: the variant computes w_hat_s = N_hat_s / D_hat (1 + delta_s) with one computed
+    Hypotheses: the variant computes a_s = N_hat_s / D_hat (1 + delta_s) with one computed
     row divisor D_hat (sum, sum + eps or count normalization alike) and |N_hat_s - W_s| <= b_s
     (the numerator-only D10 bound, which includes the float64 reference's own error). Then
     N_hat_s/N_hat_ref - R_s = [(N_hat_s - W_s) - R_s (N_hat_ref - W_ref)] / N_hat_ref with
@@ -186,14 +193,22 @@ def ratio_bound(W: np.ndarray, b: np.ndarray, ref: int, u: float) -> np.ndarray:
     the float64 division forming the measured ratio and the one forming R_s -- are
     (1 + theta), |theta| <= gamma_4 (Higham Lemma 3.1):
 
-        |R_hat_s - R_s| <= (b_s + |R_s| b_ref)/(|W_ref| - b_ref) (1 + gamma_4) + gamma_4 |R_s|.
+        |a_s/a_ref - R_s| <= beta_s = (b_s + |R_s| b_ref)/(|W_ref| - b_ref) (1 + gamma_4)
+                                      + gamma_4 |R_s|.
+
+    An output in the subnormal range adds an absolute error |eta_s| <= eta (Higham eq. 2.8;
+    ``underflow_abs_error`` of the output dtype): w_hat_s = a_s + eta_s, and
+    w_hat_s/w_hat_ref - a_s/a_ref = (eta_s - (a_s/a_ref) eta_ref)/w_hat_ref, at most
+    eta (1 + |R_s| + beta_s)/|w_hat_ref| with the measured reference weight.
 
     Args:
         W: (S,) exact candidate kernel values of the row; b: (S,) their numerator bounds;
-        ref: the reference key; u: unit roundoff of the variant's dtype.
+        ref: the reference key; u: unit roundoff of the variant's dtype; eta: the output's
+        subnormal absolute error; measured_ref: w_hat_ref (needed when eta > 0).
 
     Returns:
-        (S,) bounds; all ``inf`` when |W_ref| <= b_ref (the reference carries no information).
+        (S,) bounds; all ``inf`` when |W_ref| <= b_ref (the reference carries no information)
+        or the measured reference weight is 0.
     """
     from derivations import rounding as d10
 
@@ -202,7 +217,12 @@ def ratio_bound(W: np.ndarray, b: np.ndarray, ref: int, u: float) -> np.ndarray:
         return np.full(W.shape, math.inf)
     g = d10.gamma(4, u)
     R = np.abs(W / W[ref])
-    return (b + R * b[ref]) / margin * (1.0 + g) + g * R
+    beta = (b + R * b[ref]) / margin * (1.0 + g) + g * R
+    if eta > 0:
+        if not measured_ref:
+            return np.full(W.shape, math.inf)
+        beta = beta + eta * (1.0 + R + beta) / abs(measured_ref)
+    return beta
 
 
 def _structural_bound(
@@ -1011,17 +1031,19 @@ def _candidate_ratio(
     A = ident.A
     worst, where = 0.0, ""
     u = d10.unit_roundoff(bound_dtype)
+    eta = d10.underflow_abs_error(run.dtype)  # subnormal outputs of the variant's dtype
     for t in range(n):
         cols = np.nonzero(ident.vis[t])[0]
         if normalized:
             if len(cols) < 2:
                 continue
             ref = 0 if ref0 else int(cols[np.argmax(np.abs(W[t, cols]))])
-            beta = ratio_bound(W[t, cols], b[t, cols], int(np.where(cols == ref)[0][0]), u)
-            if not np.isfinite(beta).all():
-                continue
             if A[t, ref] == 0:
                 return math.inf, f"row {t}: measured reference weight is 0"
+            j_ref = int(np.where(cols == ref)[0][0])
+            beta = ratio_bound(W[t, cols], b[t, cols], j_ref, u, eta, A[t, ref])
+            if not np.isfinite(beta).all():
+                continue
             obs = np.abs(A[t, cols] / A[t, ref] - W[t, cols] / W[t, ref])
         else:
             beta, obs = b[t, cols], np.abs(A[t, cols] - W[t, cols])
@@ -1158,7 +1180,8 @@ def _fit_one(run: _Runner, reads: dict[int, _Ident], kern: str, normalized: bool
             return None
         q, k = ident.q[0, 0, :N_KEYS].numpy(), ident.k[0, 0, :N_KEYS].numpy()
         W = kernel_values(kern, c, q, k)
-        beta = ratio_bound(W[0], b[0], 0, run.u)[f] if normalized else b[0, f]
+        eta = d10.underflow_abs_error(run.dtype)
+        beta = ratio_bound(W[0], b[0], 0, run.u, eta, ident.A[0, 0])[f] if normalized else b[0, f]
         if not np.isfinite(beta):
             return None
         lo = _invert(kap, max(Rf - beta, 1.0)) / x[f]
@@ -1266,9 +1289,11 @@ def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bo
         return
     qq, kk = q[0, 0, :n].numpy(), k[0, 0, :n].numpy()
     scores = {}
-    for kern in ("softmax", "linear:elu1"):
+    for kern in ("softmax", "linear:identity") + ELEMENTWISE:
         for conv, cf in CONVENTIONS.items():
             W = kernel_values(kern, cf(DIM), qq, kk)
+            if not (W[vis] > 0).all():  # a log-deviation needs positive candidate weights
+                continue
             # remove the per-row normalization: log A - log W, centred per row
             dev = []
             for t in range(n):
