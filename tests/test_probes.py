@@ -102,6 +102,16 @@ def _needs_dv_equal_d(q, k, v, *, causal):
     return softmax_attention(q, k, v, causal=causal)
 
 
+def _multiplied_normalizer(q, k, v, *, causal):  # FAULTS 6: N * D instead of N / D
+    N = taylor_attention(q, k, v, order=2, causal=causal, denominator="none")
+    D = taylor_attention(q, k, torch.ones_like(v), order=2, causal=causal, denominator="none")
+    return N * D
+
+
+def _l2_numerator(q, k, v, *, causal):  # D7: L2 norm of the numerator, not linear in v
+    return softmax_attention(q, k, v, causal=causal, denominator="l2")
+
+
 def _sdpa(q, k, v, *, causal):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -126,6 +136,8 @@ WRAPPERS = {
     "scaled": (_scaled, {}),
     "float32-inside": (_float32_inside, {}),
     "dv-equal-d": (_needs_dv_equal_d, {}),
+    "multiplied-normalizer": (_multiplied_normalizer, {}),
+    "l2-numerator": (_l2_numerator, {}),
     "sdpa": (_sdpa, {}),
     "fla-based": (_based, {}),
 }
@@ -326,6 +338,24 @@ def test_elementwise_square_taylor_not_identified():
     assert suggested_claims(r)["kernel"] == "unknown"
 
 
+def test_multiplied_normalizer_not_called_normalized():
+    """FAULTS 6: rows scaled by D instead of 1/D keep kappa_2's ratios but are no row
+    normalization the probes know; the claims leave ``normalized`` unset."""
+    r = report_of("multiplied-normalizer")
+    assert r.normalization["kind"] == "other"
+    assert r.kernel["kernel"] == "taylor:2"
+    assert "normalized" not in suggested_claims(r)
+    assert "other than the kernel sum" in describe(r)
+
+
+def test_norm_of_numerator_is_not_linear_in_v():
+    r = report_of("l2-numerator")
+    assert r.linear_in_v.result is False
+    assert r.kernel["verdict"] == "not run"
+    assert r.normalization["kind"] == "other"
+    assert describe(r).startswith("attention whose output is not linear in v")
+
+
 def test_constant_scale_fitted():
     r = report_of("scaled")
     assert r.kernel["kernel"] == "softmax" and r.kernel["scale"] == "fitted"
@@ -336,7 +366,10 @@ def test_constant_scale_fitted():
 
 def test_internal_float32_detected():
     r = report_of("float32-inside")
+    assert r.output_precision == "float32"  # every float64 output is a float32 number
     assert r.kernel["kernel"] == "softmax" and r.kernel["precision"] == "float32"
+    assert r.linear_in_v.result is True and r.qk_only.result is True
+    assert report_of("softmax").output_precision == "float64"
     assert "float32 accuracy" in describe(r)
 
 

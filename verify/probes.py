@@ -67,6 +67,8 @@ FAMILY = (
     + ("linear:identity", "linear:elu1", "linear:relu")
 )
 ELEMENTWISE = ("linear:elu1", "linear:relu")
+#: candidates re-tested at float32 accuracy when none fits the output precision's bound
+FALLBACK_CANDIDATES = 5
 #: lengths tried by the restriction scan (fla's chunked forms need multiples of 256)
 SCAN_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 64, 128, 256, 257)
 IDENT_DIMS = (4, 2, 8)
@@ -115,8 +117,8 @@ class ProbeReport:
             kernel string), ``scale`` (a convention name, ``fitted`` or ``any``), ``scale_by_d``
             {d: c}, ``precision`` (the dtype whose D10 bound the weights meet), ``max_ratio``
             (observed/bound of the match over d = 2, 4, 8), ``candidates`` {"kernel (scale)":
-            observed/bound at d = 4} for every family member, ``closest`` (the best three),
-            ``detail``.
+            observed/bound at d = 4, in the output precision} for every family member,
+            ``closest`` (the best three), ``detail``.
         fit: least-squares polynomial of kappa(x)/kappa(0): ``coefficients``,
             ``taylor_coefficients`` (1/n!), ``score_scale``, ``rms_relative_residual``.
         positivity: ``min_weight`` over the probed weights, ``positive`` (all > 0).
@@ -126,6 +128,8 @@ class ProbeReport:
             ``distinct_rows``, and ``summary``.
         independence: Checks ``batch``, ``head``, ``single_call``.
         dtypes: {dtype: "ok" | reason}.
+        output_precision: the coarsest dtype whose numbers contain every output of a call
+            with full-precision values (the precision the bounds use).
         notes: probes that could not run, with the reason.
         runtime_s: wall time of the probe.
     """
@@ -150,6 +154,7 @@ class ProbeReport:
     injectivity: dict[str, Any] = field(default_factory=dict)
     independence: dict[str, Check] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    output_precision: str = ""
     notes: list[str] = field(default_factory=list)
     runtime_s: float = 0.0
     description: str = ""
@@ -275,6 +280,8 @@ class _Runner:
 
         self.variant = variant
         self.dtype = dtype
+        #: the precision the outputs are computed in (``_probe_precision``): bounds use it
+        self.bound_dtype = dtype
         self.tdtype = getattr(torch, dtype)
         self.device = device
         self.gen = torch.Generator().manual_seed(seed)
@@ -284,9 +291,6 @@ class _Runner:
         self.flag_map: dict[bool, bool] = {}
         #: denominator modes of the structural bound: both until the normalization is known
         self.dens: tuple[str, ...] = ("sum", "none")
-        from derivations import rounding as d10
-
-        self.u = d10.unit_roundoff(dtype)
 
     def t(self, x):
         import torch
@@ -361,7 +365,7 @@ class _Runner:
         else:
             q = q[..., start:stop, :]
         return _structural_bound(
-            q, k, v, mask=mask, dtype=self.dtype, device=self.device, denominators=self.dens
+            q, k, v, mask=mask, dtype=self.bound_dtype, device=self.device, denominators=self.dens
         )
 
 
@@ -434,6 +438,46 @@ def _length_at_least(report: ProbeReport, n: int) -> int | None:
         return -(-n // m) * m
     bigger = [T for T in report.lengths.get("passing", []) if T >= n]
     return bigger[0] if bigger else None
+
+
+# -- precision -------------------------------------------------------------------------------
+#: coarsest first: the first whose values contain every output is the computing precision
+_COARSER = {
+    "float64": ("bfloat16", "float16", "float32"),
+    "float32": ("bfloat16", "float16"),
+    "bfloat16": (),
+    "float16": (),
+}
+
+
+def _probe_precision(run: _Runner, report: ProbeReport, T: int) -> None:
+    """The precision the outputs are computed in: full-precision random values (q, k on the
+    grid) mix into outputs that are generically representable only in the precision they
+    were computed in; when every output is a number of a coarser dtype (an event of
+    probability ~2^-29 per element for a genuine float64 result against float32), the
+    structural and kernel bounds use that dtype (e.g. a variant computing in float32 and
+    returning float64)."""
+    import torch
+
+    q, k = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(2))
+    v = run.exact(torch.randn(1, 1, T, DIM, generator=run.gen, dtype=torch.float64))
+    o = None
+    for flag in (False, True):
+        try:
+            o = run.out(q, k, v, flag)
+            break
+        except VariantError:
+            continue
+    report.output_precision = run.dtype
+    if o is None:
+        return
+    for name in _COARSER[run.dtype]:
+        coarse = torch.from_numpy(o).to(getattr(torch, name)).double().numpy()
+        if np.array_equal(coarse, o):
+            report.output_precision = name
+            run.bound_dtype = name
+            report.notes.append(f"every output is a {name} number: bounds use {name}")
+            return
 
 
 # -- causality -------------------------------------------------------------------------------
@@ -532,7 +576,7 @@ def _future_and_prefix(run: _Runner, report: ProbeReport, q, k, v, o, n: int) ->
 
 
 # -- cross lengths and alignment -------------------------------------------------------------
-def _probe_cross(run: _Runner, report: ProbeReport, mode: str) -> None:
+def _probe_cross(run: _Runner, report: ProbeReport) -> None:
     m = report.lengths.get("multiple") or 1
     cross: dict[str, Any] = {"noncausal": {}, "causal": {}, "alignment": None, "detail": ""}
     if report.causal_support in ("both", "no"):
@@ -605,6 +649,9 @@ def _probe_normalization(run: _Runner, report: ProbeReport, T: int, causal: bool
     h = n // 2
     norm: dict[str, Any] = {"kind": None}
     report.normalization = norm
+    if report.linear_in_v.result is False:
+        norm.update(kind="other", detail="the output is not linear in v (e.g. a norm, D7)")
+        return
     try:
         if causal:  # tokens h..2h-1 repeat 0..h-1: row 2h-1 sees row h-1's keys twice
             q[..., h : 2 * h, :], k[..., h : 2 * h, :] = q[..., :h, :], k[..., :h, :]
@@ -802,19 +849,24 @@ def _probe_rank(run: _Runner, report: ProbeReport, T: int, modes: tuple[bool, ..
 
     n = min(T, STRUCT_LEN)
     q, k = run.rand(1, 1, T, 2), run.rand(1, 1, T, 2)
-    eps = 2 * d10.unit_roundoff(run.dtype)
+    eps = 2 * d10.unit_roundoff(run.bound_dtype)
     rk: dict[str, Any] = {
         "size": [n, n],
         "d": 2,
         "rule": "numpy matrix_rank: singular values > sigma_max * max(T, S) * eps, eps = 2u of "
-        "the dtype",
+        "the dtype (Golub and Van Loan, Matrix Computations, sec. 5.4.1)",
     }
     for causal in modes:
-        try:
-            A = run.weights(q, k, causal, n)[0, 0, :n]
+        try:  # signed maps may divide by zero on some rows (IEEE): those rows are dropped
+            A = run.weights(q, k, causal, n, allow_nonfinite=True)[0, 0, :n]
         except VariantError as exc:
             rk["causal" if causal else "noncausal"] = str(exc)
             continue
+        A = A[np.isfinite(A).all(axis=-1)]
+        if not A.size:
+            rk["causal" if causal else "noncausal"] = "no finite row"
+            continue
+        rk["rows_used" + ("_causal" if causal else "")] = int(A.shape[0])
         tol = float(np.linalg.svd(A, compute_uv=False)[0] * n * eps)
         rk["causal" if causal else "noncausal"] = int(np.linalg.matrix_rank(A, tol=tol))
         rk["tolerance"] = tol
@@ -847,7 +899,8 @@ def _probe_independence(run: _Runner, report: ProbeReport, T: int, causal: bool)
 
 
 def _probe_determinism(run: _Runner, report: ProbeReport, T: int, causal: bool) -> None:
-    q, k, v = (run.rand(1, 1, T, DIM) for _ in range(3))
+    q, k = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(2))
+    v = run.rand(1, 1, T, DIM)
     try:
         a, b = run.out(q, k, v, causal), run.out(q, k, v, causal)
     except VariantError as exc:
@@ -871,7 +924,7 @@ def _probe_dtypes(run: _Runner, report: ProbeReport, T: int, causal: bool) -> No
                 q.to(run.device, dt),
                 k.to(run.device, dt),
                 v.to(run.device, dt),
-                causal=causal,
+                causal=run.flag_map.get(causal, causal),
             )
             report.dtypes[name] = "ok"
         except VariantError as exc:
@@ -1031,33 +1084,42 @@ def _candidate_ratio(
     A = ident.A
     worst, where = 0.0, ""
     u = d10.unit_roundoff(bound_dtype)
-    eta = d10.underflow_abs_error(run.dtype)  # subnormal outputs of the variant's dtype
+    eta = d10.underflow_abs_error(run.bound_dtype)  # subnormal outputs of that precision
+    checked = 0
     for t in range(n):
         cols = np.nonzero(ident.vis[t])[0]
         if normalized:
             if len(cols) < 2:
                 continue
             ref = 0 if ref0 else int(cols[np.argmax(np.abs(W[t, cols]))])
+            if not np.any(W[t, cols]) and not np.any(b[t, cols]):
+                return math.inf, f"row {t}: the candidate has no weight (0/0) but the row is finite"
             if A[t, ref] == 0:
                 return math.inf, f"row {t}: measured reference weight is 0"
             j_ref = int(np.where(cols == ref)[0][0])
             beta = ratio_bound(W[t, cols], b[t, cols], j_ref, u, eta, A[t, ref])
             if not np.isfinite(beta).all():
-                continue
+                continue  # the reference's bound exceeds it: the row carries no information
             obs = np.abs(A[t, cols] / A[t, ref] - W[t, cols] / W[t, ref])
         else:
             beta, obs = b[t, cols], np.abs(A[t, cols] - W[t, cols])
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(beta > 0, obs / beta, np.where(obs == 0, 0.0, np.inf))
+        checked += len(cols)
         j = int(np.argmax(r))
         if r[j] > worst or not where:
             worst, where = float(r[j]), f"row {t}, key {int(cols[j])}"
+    if not checked:
+        return math.inf, "no row carries information"
     return worst, where
 
 
 def _identify(run: _Runner, report: ProbeReport, T_of: Callable[[int], int | None], causal: bool):
     kernel: dict[str, Any] = {"verdict": "none"}
     report.kernel = kernel
+    if report.linear_in_v.result is False:  # e.g. a norm of the numerator (D7): no weights
+        kernel.update(verdict="not run", detail="the output is not linear in v: no weights")
+        return
     norm_kind = report.normalization.get("kind")
     normalized = norm_kind != "none"
     reads: dict[int, _Ident] = {}
@@ -1082,16 +1144,23 @@ def _identify(run: _Runner, report: ProbeReport, T_of: Callable[[int], int | Non
         "nonnegative": bool(A.min() >= 0),
         "detail": "over the identification weights (scaled scores down to -4d c)",
     }
-    precisions = [run.dtype] + (["float32"] if run.dtype == "float64" else [])
+    precisions = [run.bound_dtype] + (["float32"] if run.bound_dtype == "float64" else [])
     results: list[tuple[float, str, str, str]] = []
+    first: list[tuple[float, str, str, str]] = []  # the pass at the output precision
+    pool = [
+        (kern, conv)
+        for kern in FAMILY
+        for conv in (["any"] if _scale_free(kern, normalized) else list(CONVENTIONS))
+    ]
     for prec in precisions:
+        if results:  # the float32 fallback re-tests the closest candidates of the first pass
+            pool = [(kern, conv) for _, kern, conv, _ in sorted(results)[:FALLBACK_CANDIDATES]]
         results = []
-        for kern in FAMILY:
-            convs = ["any"] if _scale_free(kern, normalized) else list(CONVENTIONS)
-            for conv in convs:
-                c = 1.0 if conv == "any" else CONVENTIONS[conv](4)
-                r, where = _candidate_ratio(run, reads[4], kern, c, normalized, prec)
-                results.append((r, kern, conv, where))
+        for kern, conv in pool:
+            c = 1.0 if conv == "any" else CONVENTIONS[conv](4)
+            r, where = _candidate_ratio(run, reads[4], kern, c, normalized, prec)
+            results.append((r, kern, conv, where))
+        first = first or sorted(results)
         matches = [x for x in results if x[0] <= 1.0]
         # confirm at the other dimensions (the conventions differ with d)
         confirmed = []
@@ -1119,10 +1188,9 @@ def _identify(run: _Runner, report: ProbeReport, T_of: Callable[[int], int | Non
                 detail=f"D10 bound in {prec}, dims {sorted(reads)}, worst at {best[3]}",
             )
             break
-    results.sort()
-    kernel["candidates"] = {f"{k} ({c})": r for r, k, c, _ in results}
+    kernel["candidates"] = {f"{k} ({c})": r for r, k, c, _ in first}
     kernel["closest"] = [
-        {"kernel": k, "scale": c, "ratio": r, "where": w} for r, k, c, w in results[:3]
+        {"kernel": k, "scale": c, "ratio": r, "where": w} for r, k, c, w in first[:3]
     ]
     if kernel["verdict"] != "consistent":
         fitted = _fit_scale(run, reads, normalized)
@@ -1144,6 +1212,12 @@ def _kappa_fn(kernel: str) -> tuple[Callable[[float], float], Callable[[float], 
         lambda y: float(_kappa_taylor(N, np.array(y))),
         lambda a: d10.taylor_weight_majorant(N - 1, a, 0.0),
     )
+
+
+def _u(run: _Runner) -> float:
+    from derivations import rounding as d10
+
+    return d10.unit_roundoff(run.bound_dtype)
 
 
 def _fit_scale(run: _Runner, reads: dict[int, _Ident], normalized: bool):
@@ -1175,13 +1249,13 @@ def _fit_one(run: _Runner, reads: dict[int, _Ident], kern: str, normalized: bool
         if not Rf > 1:
             return None
         c = _invert(kap, Rf) / x[f]
-        b = _numerator_bound(run, ident, kern, c, run.dtype)
+        b = _numerator_bound(run, ident, kern, c, run.bound_dtype)
         if b is None:
             return None
         q, k = ident.q[0, 0, :N_KEYS].numpy(), ident.k[0, 0, :N_KEYS].numpy()
         W = kernel_values(kern, c, q, k)
-        eta = d10.underflow_abs_error(run.dtype)
-        beta = ratio_bound(W[0], b[0], 0, run.u, eta, ident.A[0, 0])[f] if normalized else b[0, f]
+        eta = d10.underflow_abs_error(run.bound_dtype)
+        beta = ratio_bound(W[0], b[0], 0, _u(run), eta, ident.A[0, 0])[f] if normalized else b[0, f]
         if not np.isfinite(beta):
             return None
         lo = _invert(kap, max(Rf - beta, 1.0)) / x[f]
@@ -1190,8 +1264,10 @@ def _fit_one(run: _Runner, reads: dict[int, _Ident], kern: str, normalized: bool
         absx = np.abs(ident.raw)
         extra = absx * dc * np.vectorize(dmaj)(absx * (c + dc))
         if normalized:  # the allowance enters the ratio to key 0 (kappa(0) = 1)
-            extra = extra * (1 + d10.gamma(4, run.u))
-        r, _ = _candidate_ratio(run, ident, kern, c, normalized, run.dtype, extra=extra, ref0=True)
+            extra = extra * (1 + d10.gamma(4, _u(run)))
+        r, _ = _candidate_ratio(
+            run, ident, kern, c, normalized, run.bound_dtype, extra=extra, ref0=True
+        )
         if r > 1:
             return None
         worst = max(worst, r)
@@ -1201,7 +1277,7 @@ def _fit_one(run: _Runner, reads: dict[int, _Ident], kern: str, normalized: bool
         verdict="consistent",
         kernel=kern,
         scale="fitted",
-        precision=run.dtype,
+        precision=run.bound_dtype,
         max_ratio=worst,
         scale_by_d=scales,
         scale_interval_by_d=intervals,
@@ -1352,16 +1428,17 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
     if T8 is None:
         report.notes.append(f"no usable length: {report.lengths['rule']}")
         return _finish(report, start)
+    _probe_precision(run, report, T8)
     mode = _probe_causal(run, report, T8)
     if mode is None:
         report.notes.append("neither causal=False nor causal=True gives usable attention")
         return _finish(report, start)
     causal = mode == "c"
     steps = (
-        ("cross", lambda: _probe_cross(run, report, mode)),
+        ("cross", lambda: _probe_cross(run, report)),
         ("determinism", lambda: _probe_determinism(run, report, T8, causal)),
-        ("normalization", lambda: _probe_normalization(run, report, T8, causal)),
         ("linear_in_v", lambda: _probe_linear_in_v(run, report, T8, causal)),
+        ("normalization", lambda: _probe_normalization(run, report, T8, causal)),
         ("qk_only", lambda: _probe_qk_only(run, report, T8, causal)),
         ("kernel", lambda: _identify(run, report, lambda n: _length_at_least(report, n), causal)),
         ("injectivity", lambda: _probe_injectivity(run, report, T8, causal)),
@@ -1462,10 +1539,13 @@ def describe(report: ProbeReport) -> str:
         "count": "count-normalized ",
         "other": "",
     }.get(norm, "")
-    parts = [prefix + _kernel_words(report)]
+    if report.linear_in_v.result is False:
+        parts = ["attention whose output is not linear in v (e.g. a norm of the numerator, D7)"]
+    else:
+        parts = [prefix + _kernel_words(report)]
     if norm == "sum+eps" and "eps" in report.normalization:
         parts.append(f"denominator + {report.normalization['eps']:.3g}")
-    if norm == "other":
+    if norm == "other" and report.linear_in_v.result is not False:
         parts.append("rows normalized by something other than the kernel sum")
     scale = report.kernel.get("scale")
     if report.kernel.get("verdict") in ("consistent", "favor-like") and scale not in (None, "any"):
