@@ -122,6 +122,22 @@ def _based(q, k, v, *, causal):  # causal only: the flag is not passed on
     return naive_parallel_based(q, k, v)
 
 
+_PERFORMER: dict[int, object] = {}
+
+
+def _performer(q, k, v, *, causal):  # performer-pytorch FastAttention, non-causal instance
+    if causal:
+        raise ValueError("this FastAttention instance was built with causal=False")
+    from performer_pytorch import FastAttention
+
+    d = q.shape[-1]
+    if d not in _PERFORMER:
+        with torch.random.fork_rng():
+            torch.manual_seed(d)
+            _PERFORMER[d] = FastAttention(dim_heads=d, nb_features=64, causal=False).double()
+    return _PERFORMER[d].to(q.dtype)(q, k, v)
+
+
 WRAPPERS = {
     "numerator-only": (_numerator_only, {}),
     "count": (_count, {}),
@@ -140,6 +156,7 @@ WRAPPERS = {
     "l2-numerator": (_l2_numerator, {}),
     "sdpa": (_sdpa, {}),
     "fla-based": (_based, {}),
+    "performer": (_performer, {}),
 }
 
 
@@ -154,6 +171,8 @@ def _variant(name: str) -> AttentionVariant:
 def report_of(name: str, dtype: str = "float64"):
     if name == "fla-based":
         pytest.importorskip("fla.ops.based.naive", reason="fla-core not installed")
+    if name == "performer":
+        pytest.importorskip("performer_pytorch", reason="performer-pytorch not installed")
     return probe(_variant(name), dtype=dtype)
 
 
@@ -406,6 +425,14 @@ def test_fla_naive_parallel_based():
     assert claims["eps"] == 1e-6 and claims["kernel"] == "taylor:2" and claims["causal"] == "yes"
     AttentionVariant(name="based", forward=_based).with_claims(**claims)
     assert "denominator + 1e-06" in describe(r)
+
+
+def test_performer_fast_attention_is_favor_like():
+    """performer-pytorch FastAttention: positive orthogonal random features with the data
+    normalizer d^-1/4 on q and k (scale 1/sqrt(d)), non-causal as constructed."""
+    r = report_of("performer")
+    assert r.kernel["verdict"] == "favor-like" and r.kernel["scale"] == "1/sqrt(d)"
+    assert r.causal_support == "no" and r.qk_only.result is False
 
 
 def test_sdpa_is_softmax():

@@ -1343,19 +1343,28 @@ def _poly_fit(report: ProbeReport, ident: _Ident) -> None:
     }
 
 
-def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bool) -> None:
-    """Rank exp against the element-wise maps by their rms log-deviation on moderate inputs.
+FAVOR_LEN = 16
+FAVOR_DIM = 8
 
-    Random features (FAVOR+) estimate exp without equalling it: positive weights that are not a
-    function of q.k only and lie closer to exp (at some convention) than to every element-wise
-    map are reported FAVOR-like. A ranking, not a tolerance."""
+
+def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bool) -> None:
+    """Rank exp against the other maps by their rms log-deviation on moderate inputs.
+
+    Random features (FAVOR+) estimate exp without equalling it: the log-weights of a row are
+    c x_ts plus noise. The slope c is fitted by least squares over all rows (each row centred:
+    the normalization drops out), with its standard error; the other maps are scored at each
+    convention. Positive weights that are not a function of q.k only and lie closer to exp than
+    to every other map are reported FAVOR-like, with the convention nearest the fitted slope.
+    A ranking, not a tolerance."""
     pos = report.positivity.get("positive")
     if not (pos and report.qk_only.result is False and normalized):
         return
-    T = ident.q.shape[-2]
-    n = min(T, STRUCT_LEN)
-    q = run.rand(1, 1, T, DIM, std=0.5)
-    k = run.rand(1, 1, T, DIM, std=0.5)
+    T = _length_at_least(report, FAVOR_LEN)
+    if T is None:
+        return
+    n = min(T, FAVOR_LEN)
+    d = FAVOR_DIM  # conventions a factor sqrt(8)^(1/2) ~ 1.7 apart: robust to the feature noise
+    q, k = run.rand(1, 1, T, d, std=0.5), run.rand(1, 1, T, d, std=0.5)
     try:
         A = run.weights(q, k, ident.causal, n)[0, 0, :n]
     except VariantError:
@@ -1364,32 +1373,40 @@ def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bo
     if not (A[vis] > 0).all():
         return
     qq, kk = q[0, 0, :n].numpy(), k[0, 0, :n].numpy()
-    scores = {}
-    for kern in ("softmax", "linear:identity") + ELEMENTWISE:
+    rows = [np.nonzero(vis[t])[0] for t in range(n)]
+    rows = [(t, cols) for t, cols in enumerate(rows) if len(cols) >= 2]
+
+    def centred(M):
+        return np.concatenate([M[t, cols] - M[t, cols].mean() for t, cols in rows])
+
+    z, x = centred(np.log(A)), centred(qq @ kk.T)
+    slope = float(z @ x / (x @ x))
+    resid = z - slope * x
+    dof = max(len(z) - len(rows) - 1, 1)
+    stderr = float(np.sqrt(resid @ resid / dof / (x @ x)))
+    scores = {("softmax", "fitted"): float(np.sqrt(np.mean(resid**2)))}
+    for kern in ("linear:identity",) + ELEMENTWISE:
         for conv, cf in CONVENTIONS.items():
-            W = kernel_values(kern, cf(DIM), qq, kk)
+            W = kernel_values(kern, cf(d), qq, kk)
             if not (W[vis] > 0).all():  # a log-deviation needs positive candidate weights
                 continue
-            # remove the per-row normalization: log A - log W, centred per row
-            dev = []
-            for t in range(n):
-                cols = np.nonzero(vis[t])[0]
-                if len(cols) < 2:
-                    continue
-                z = np.log(A[t, cols]) - np.log(W[t, cols])
-                dev.extend(z - z.mean())
-            scores[(kern, conv)] = float(np.sqrt(np.mean(np.square(dev))))
-    best = min(scores, key=scores.get)
+            dev = z - centred(np.log(np.where(vis, W, 1.0)))
+            scores[(kern, conv)] = float(np.sqrt(np.mean(dev**2)))
     report.kernel["ranking"] = {f"{k} ({c})": s for (k, c), s in sorted(scores.items())}
-    if best[0] == "softmax":
+    others = [s for (kk_, _), s in scores.items() if kk_ != "softmax"]
+    if scores[("softmax", "fitted")] < min(others, default=math.inf):
+        conv = min(CONVENTIONS, key=lambda c: abs(math.log(CONVENTIONS[c](d) / slope)))
         report.kernel.update(
             verdict="favor-like",
             kernel="linear:favor",
-            scale=best[1],
-            scatter=scores[best],
-            detail=f"positive, not a function of q.k only, closest to exp at scale {best[1]} "
-            f"(rms log-deviation {scores[best]:.3g}; best element-wise map "
-            f"{min(s for (k, _), s in scores.items() if k != 'softmax'):.3g})",
+            scale=conv,
+            fitted_scale=slope,
+            fitted_scale_stderr=stderr,
+            scatter=scores[("softmax", "fitted")],
+            detail=f"positive, not a function of q.k only, closest to exp: log-weights slope "
+            f"{slope:.3g} +- {stderr:.2g} at d = {d} (nearest convention {conv}), rms "
+            f"log-deviation {scores[('softmax', 'fitted')]:.3g}; best other map "
+            f"{min(others, default=math.inf):.3g}",
         )
 
 
