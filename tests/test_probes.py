@@ -116,6 +116,12 @@ def _sdpa(q, k, v, *, causal):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def _chunk_based(q, k, v, *, causal):  # causal only, T a multiple of its chunk size 256
+    from fla.ops.based.naive import naive_chunk_based
+
+    return naive_chunk_based(q, k, v)
+
+
 def _based(q, k, v, *, causal):  # causal only: the flag is not passed on
     from fla.ops.based.naive import naive_parallel_based
 
@@ -156,6 +162,7 @@ WRAPPERS = {
     "l2-numerator": (_l2_numerator, {}),
     "sdpa": (_sdpa, {}),
     "fla-based": (_based, {}),
+    "fla-chunk-based": (_chunk_based, {}),
     "performer": (_performer, {}),
 }
 
@@ -169,7 +176,7 @@ def _variant(name: str) -> AttentionVariant:
 
 @functools.cache
 def report_of(name: str, dtype: str = "float64"):
-    if name == "fla-based":
+    if name.startswith("fla-"):
         pytest.importorskip("fla.ops.based.naive", reason="fla-core not installed")
     if name == "performer":
         pytest.importorskip("performer_pytorch", reason="performer-pytorch not installed")
@@ -425,6 +432,17 @@ def test_fla_naive_parallel_based():
     assert claims["eps"] == 1e-6 and claims["kernel"] == "taylor:2" and claims["causal"] == "yes"
     AttentionVariant(name="based", forward=_based).with_claims(**claims)
     assert "denominator + 1e-06" in describe(r)
+
+
+def test_fla_naive_chunk_based_length_restriction():
+    """fla's naive_chunk_based: the same kappa_2 + 1e-6 computation in chunks of 256 tokens:
+    T must be a multiple of 256 (DESIGN.md, third-party facts), found by the length scan."""
+    r = report_of("fla-chunk-based")
+    assert r.lengths["multiple"] == 256 and r.lengths["smallest_failing"] == 1
+    assert r.lengths["tested"]["512"] == "ok" and r.lengths["tested"]["257"] != "ok"
+    assert r.kernel["kernel"] == "taylor:2" and r.normalization["kind"] == "sum+eps"
+    assert r.causal_support == "yes" and r.causal["prefix_invariant"].result is True
+    assert describe(r).endswith("T must be a multiple of 256")
 
 
 def test_performer_fast_attention_is_favor_like():

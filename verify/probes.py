@@ -1545,9 +1545,12 @@ def describe(report: ProbeReport) -> str:
     """One sentence saying what the probed variant computes, e.g. "normalized kernel attention,
     κ(x) = 1 + x + x²/2 (Taylor-2 of exp), scale 1/√d, causal"."""
     if report.causal_support is None:
+        tested = report.lengths.get("tested", {})
+        if tested and not report.lengths.get("passing"):
+            first = min(tested, key=int)
+            return f"unusable: every tested length fails (T = {first}: {tested[first]})"
         reasons = [r for r in report.calls.values() if r != "ok"] or report.notes
-        why = reasons[0] if reasons else report.lengths.get("rule", "no usable call")
-        return f"unusable: {why}"
+        return f"unusable: {reasons[0] if reasons else 'no usable call'}"
     norm = report.normalization.get("kind")
     prefix = {
         "sum": "normalized ",
