@@ -1,0 +1,313 @@
+"""The gradient group of the property catalogue (verify/properties/gradients.py).
+
+Each property passes on the built-in variants it applies to (float64, float32, and bf16/fp16
+where the two-level model applies), fails on a deliberately faulty twin with the expected
+reason, and skips with a reason where it does not apply. The plain-torch reference itself is
+checked against the mpmath oracle (within the derived D10 bound) and against finite
+differences, and the calibrated rule's term scale against the gradients it must majorize.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import faulty_variants as fv
+import numpy as np
+import pytest
+import torch
+
+from verify import errors, oracle, variants
+from verify.properties import gradients as G
+from verify.properties.base import RunContext, run_property
+from verify.variants import AttentionVariant
+
+
+@pytest.fixture
+def no_shrink():
+    """The loaded profile without hypothesis' shrink phase (restored afterwards): a failing
+    property then reports its first failing example at once."""
+    from hypothesis import Phase, settings
+
+    from verify import profiles
+
+    name = profiles.selected()
+    settings.register_profile(
+        f"{name}-no-shrink",
+        parent=settings.get_profile(name),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+    settings.load_profile(f"{name}-no-shrink")
+    yield
+    profiles.load(name)
+
+
+def run(prop, variant, dtype="float64", n=8, **kw):
+    if isinstance(variant, str):
+        variant = variants.get(variant)
+    return run_property(prop, variant, RunContext(dtype=dtype, max_examples=n, **kw))
+
+
+# ----------------------------------------------------------------------------- passes
+
+
+@pytest.mark.parametrize(
+    "name", ["softmax", "taylor-2", "taylor-3", "linear-elu1", "linear-relu", "linear-favor"]
+)
+def test_gradcheck_passes(name):
+    res = run(G.GRADCHECK, name, n=6)
+    assert res.status == "pass", (res.reason, res.counterexample)
+    assert res.bound_kind == "calibrated" and res.examples > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("softmax", "float64"),
+        ("softmax", "bfloat16"),
+        ("taylor-1", "float32"),
+        ("taylor-2", "float64"),
+        ("taylor-2", "float16"),
+        ("taylor-4", "float32"),
+        ("linear-elu1", "float32"),
+        ("linear-identity", "float64"),
+        ("linear-favor", "float64"),
+    ],
+)
+def test_gradients_vs_reference_passes(name, dtype):
+    res = run(G.GRADIENTS_VS_REFERENCE, name, dtype, n=8)
+    assert res.status == "pass", (res.reason, res.counterexample)
+    assert res.bound_kind == "calibrated"
+    assert 0 < res.max_ratio <= 1
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("softmax", "float64"),
+        ("taylor-2", "float32"),
+        ("linear-relu", "float16"),
+        ("linear-favor", "float64"),
+    ],
+)
+def test_single_key_gradients_pass(name, dtype):
+    res = run(G.SINGLE_KEY_GRADIENTS, name, dtype, n=8)
+    assert res.status == "pass", (res.reason, res.counterexample)
+
+
+@pytest.mark.parametrize("prop", [G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS], ids=str)
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [("softmax", "float32"), ("taylor-2", "float64"), ("linear-elu1", "bfloat16")],
+)
+def test_mask_gradients_pass(prop, name, dtype):
+    res = run(prop, name, dtype, n=6)
+    assert res.status == "pass", (res.reason, res.counterexample)
+    assert res.bound_kind == "exact"
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
+    res = run(G.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=10, shrink_budget=2)
+    assert res.status == "fail" and res.counterexample
+    assert "dk" in res.reason and "calibrated" in res.reason
+    # forward, dq and dv are right: only dk is off
+    assert res.max_ratio > 1e6
+
+
+def test_detached_key_sum_fails_gradcheck():
+    res = run(G.GRADCHECK, fv.fault05_key_sum_detached, n=10, shrink_budget=2)
+    assert res.status == "fail" and res.counterexample
+    assert "analytic" in res.reason and "numeric" in res.reason
+
+
+def test_fused_backward_without_delta_fails_single_key_and_shrinks():
+    res = run(G.SINGLE_KEY_GRADIENTS, fv.fault12_single_key_dq, n=10, shrink_budget=3)
+    assert res.status == "fail"
+    assert "one key, exact" in res.reason
+    assert "S=1" in res.counterexample
+    assert "g_seed" in res.snippet  # the upstream gradient is reproducible from its seed
+
+
+def test_nan_rows_fail_empty_row_gradients(no_shrink):
+    res = run(G.EMPTY_ROW_GRADIENTS, fv.fault08_masked_rows_nan, n=6, shrink_budget=2)
+    assert res.status == "fail" and "NaN" in res.reason
+
+
+def test_sentinel_leak_fails_masked_key_gradients(no_shrink):
+    res = run(G.MASKED_KEY_GRADIENTS, fv.fault08_sentinel_leak, n=6, shrink_budget=2)
+    assert res.status == "fail" and "exactly 0" in res.reason
+
+
+def _no_grad_forward(q, k, v, *, causal):
+    from verify.attention import softmax_attention
+
+    with torch.no_grad():
+        return softmax_attention(q, k, v, causal=causal)
+
+
+def test_non_differentiable_forward_fails_with_the_reason(no_shrink):
+    v = AttentionVariant(name="no-grad", forward=_no_grad_forward, kernel="softmax")
+    for prop in (G.GRADCHECK, G.GRADIENTS_VS_REFERENCE):
+        res = run(prop, v, n=3, shrink_budget=1)
+        assert res.status == "fail"
+        assert "is the forward differentiable?" in res.reason
+
+
+# ----------------------------------------------------------------------------- skips
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeclaredNonDifferentiable(AttentionVariant):
+    differentiable: bool = False
+
+
+def test_skip_reasons():
+    unknown = AttentionVariant(name="u", forward=variants.get("softmax").forward)
+    assert run(G.GRADCHECK, "softmax", "float32").reason.startswith("gradcheck runs in float64")
+    assert "claims no kernel" in run(G.GRADIENTS_VS_REFERENCE, unknown).reason
+    no_mask = variants.get("softmax").with_claims(supports_mask=False)
+    for prop in (G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS):
+        assert run(prop, no_mask).status == "skip"
+        assert "supports_mask=False" in run(prop, no_mask).reason
+    unnormalized = variants.get("softmax").with_claims(denominators=(), normalized=False)
+    res = run(G.SINGLE_KEY_GRADIENTS, unnormalized)
+    assert res.status == "skip" and "unnormalized" in res.reason
+    eps = variants.get("softmax").with_claims(eps=1e-6)
+    assert "eps" in run(G.SINGLE_KEY_GRADIENTS, eps).reason
+    declared = _DeclaredNonDifferentiable(
+        name="nd", forward=_no_grad_forward, kernel="softmax", supports_mask=True
+    )
+    for prop in G.PROPERTIES:
+        res = run(prop, declared)
+        assert res.status == "skip" and "not differentiable" in res.reason, (prop.id, res)
+    f64_only = variants.get("softmax").with_claims(dtypes=("float64",))
+    assert "does not claim float32" in run(G.GRADIENTS_VS_REFERENCE, f64_only, "float32").reason
+
+
+# ----------------------------------------------------------------------------- the reference
+
+KERNELS = [
+    ("softmax", None),
+    ("taylor:2", None),
+    ("taylor:3", None),
+    ("linear:elu1", None),
+    ("linear:relu", None),
+    ("linear:identity", None),
+    ("linear:taylor:2", None),
+    ("linear:favor", "favor"),
+]
+
+
+def _qkv(seed=0, B=1, H=2, T=5, S=4, d=3, d_v=2, scale=0.6):
+    g = torch.Generator().manual_seed(seed)
+    q = scale * torch.randn(B, H, T, d, generator=g, dtype=torch.float64)
+    k = scale * torch.randn(B, H, S, d, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, S, d_v, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+def _projection(d):
+    from verify.builtin_variants import favor_projection_for
+
+    return favor_projection_for(d, torch.float64, "cpu")
+
+
+@pytest.mark.parametrize(("kernel", "extra"), KERNELS)
+@pytest.mark.parametrize("mode", ["sum", "none", "count", "l2", "layernorm"])
+def test_reference_matches_the_oracle(kernel, extra, mode):
+    q, k, v = _qkv()
+    mask = torch.tensor([[True, True, False, True]] * 4 + [[False] * 4])  # row 4 sees no key
+    kw = dict(attn_mask=mask, denominator=mode)
+    proj = _projection(q.shape[-1]) if extra == "favor" else None
+    if proj is not None:
+        kw["projection"] = proj
+    out = G.reference_attention(q, k, v, kernel=kernel, **kw)
+    ref = oracle.reference(q, k, v, kernel="exp" if kernel == "softmax" else kernel, **kw)
+    eb = errors.attention_error_bound(
+        kernel, q, k, v, dtype="float64", exact=ref, form="parallel", **kw
+    )
+    obs = errors.compare(out, eb, ref, what=f"reference {kernel}/{mode}")
+    assert obs.ratio <= 1, obs.detail
+    assert torch.all(out[..., 4, :] == 0)  # the empty row
+
+
+@pytest.mark.parametrize(("kernel", "extra"), KERNELS)
+def test_reference_is_differentiable(kernel, extra):
+    q, k, v = (t[:, :1, :3, :2].clone() for t in _qkv(d=2))
+    if kernel in ("linear:relu", "linear:identity"):  # keep every denominator away from 0
+        q, k = q.abs() + 0.1, k.abs() + 0.1
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    proj = _projection(2) if extra == "favor" else None
+
+    def f(q, k, v):
+        return G.reference_attention(q, k, v, kernel=kernel, causal=True, projection=proj)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+@pytest.mark.parametrize(("kernel", "extra"), KERNELS[:5])
+@pytest.mark.parametrize("mode", ["sum", "none", "l2"])
+def test_term_scale_majorizes_the_gradients(kernel, extra, mode):
+    """|dq|, |dk|, |dv| <= M_q, M_k, M_v: the floor is at least the size of the gradients."""
+    name = {"softmax": "softmax", "taylor:2": "taylor-2", "taylor:3": "taylor-3"}.get(
+        kernel, "linear-" + kernel.split(":")[-1]
+    )
+    variant = variants.get(name)
+    q, k, v = _qkv(seed=3, d=2)
+    if kernel == "linear:relu":  # every denominator away from 0
+        q, k = q.abs() + 0.1, k.abs() + 0.1
+    x = _Inputs(q, k, v, causal=False, attn_mask=None)
+    g = G.upstream_gradient(x, 7)
+    ref = G.reference_gradients(variant, x, mode, g, torch.float64)
+    scales = G.term_scale(variant, x, mode, g)
+    for grad, M in zip(ref[1:], scales):
+        assert math.isfinite(M) and M > 0
+        assert float(grad.abs().max()) <= M * (1 + 1e-12)
+
+
+@dataclasses.dataclass
+class _Inputs:
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    causal: bool
+    attn_mask: torch.Tensor | None
+
+
+def test_single_key_term_scale_is_the_cancelling_size():
+    """Softmax, one key: M_q = c |k| sum_j |g_j| (|v_j| + |o_j|) max(1, ...) with o = v."""
+    variant = variants.get("softmax")
+    q, k, v = _qkv(seed=1, T=3, S=1, d=2, d_v=2)
+    x = _Inputs(q, k, v, causal=False, attn_mask=None)
+    g = G.upstream_gradient(x, 3)
+    M_q, M_k, M_v = G.term_scale(variant, x, "sum", g)
+    c = 1 / math.sqrt(2)
+    a = g.abs()
+    vv = v.abs()[..., 0, :]  # (B, H, d_v)
+    b = (a * vv[..., None, :]).sum(-1) * torch.clamp(vv.amax(-1), min=1.0)[..., None]
+    per_t = (a * vv[..., None, :]).sum(-1) + b  # (B, H, T)
+    expect_q = c * k.abs()[..., 0, None, :] * per_t[..., None]
+    assert M_q == pytest.approx(float(expect_q.max()), rel=1e-12)
+    assert M_v == pytest.approx(float(a.sum(-2).max()), rel=1e-12)
+
+
+def test_upstream_gradient_is_reproducible():
+    q, k, v = _qkv()
+    x = _Inputs(q.to(torch.bfloat16), k, v, causal=False, attn_mask=None)
+    g1, g2 = G.upstream_gradient(x, 5), G.upstream_gradient(x, 5)
+    assert torch.equal(g1, g2) and g1.dtype == torch.bfloat16
+    assert g1.shape == (1, 2, 5, 2) and float(g1.abs().max()) <= 1
+    assert not torch.equal(g1, G.upstream_gradient(x, 6))
+
+
+def test_constants_are_the_cited_gradcheck_defaults():
+    import inspect
+
+    sig = inspect.signature(torch.autograd.gradcheck).parameters
+    assert G.GRADCHECK_EPS == sig["eps"].default
+    assert G.GRADCHECK_ATOL == sig["atol"].default
+    assert G.GRADCHECK_RTOL == sig["rtol"].default
+    assert np.isfinite(G.CALIBRATION_FACTOR) and G.CALIBRATION_FACTOR >= 1

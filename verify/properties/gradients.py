@@ -1,0 +1,1085 @@
+"""Gradient properties (THEORY.md D2, D10 "Gradients"; FAULTS.md 5, 8, 12).
+
+- ``gradcheck``: the backward pass of ``forward`` and of every form agrees with central finite
+  differences of the same function, float64, tiny shapes (T, S <= 4, d, d_v <= 2), with the
+  criterion of ``torch.autograd.gradcheck`` (which is also run).
+- ``gradients-vs-reference``: dq, dk, dv of the variant (in the run's dtype) against autograd
+  through a float64 plain-torch reference of the claimed kernel (:func:`reference_attention`),
+  within a *calibrated* bound (rule below).
+- ``single-key-gradients``: with one key the normalized output is v whatever q and k are, so
+  dq = 0 and dk = 0 within the calibrated gradient error model.
+- ``masked-key-gradients``: a key that no query sees (a finite 1e10 value there) gets exactly
+  zero dk and dv; gradients are finite.
+- ``empty-row-gradients``: a query row with no visible key gets exactly zero dq, and every
+  gradient of the batch stays finite.
+
+Calibrated bound (no derivation of the backward error exists here; THEORY.md D10 asks for the
+approach of PyTorch's SDPA tests, ``test/test_transformers.py``: ``get_tolerances()`` and
+``check_out_and_grad()`` take the tolerance as a per-tensor fudge factor times the error of the
+math reference evaluated in the low precision against the float64 reference). For a gradient
+tensor X in {dq, dk, dv}::
+
+    bound_X = K * (E_X + u_a * M_X) + u_c * max|X|
+
+E_X = max |X_ref(a) - X_ref(float64)|, the reference's own error: the same plain-torch
+reference evaluated in the accumulation dtype a (float32 for bf16/fp16/float32) on the same
+rounded inputs; for float64 runs, the float32 measurement scaled by u_64/u_32 (first-order
+rounding errors are proportional to u, D10: gamma_n ~ n u). M_X is the size of the terms that
+make up X (:func:`term_scale`, majorants of the kernel's weight derivatives times the upstream
+gradient over the denominator): a floor so that a measurement that is exactly zero by luck, or
+an exact zero reached by cancellation (one key, layernorm at d_v = 2), does not give a zero
+bound. u_c max|X| is the rounding of the returned gradient to the input dtype c.
+K = ``CALIBRATION_FACTOR``. Exact identities (zero gradients of masked keys and empty rows) are
+bitwise: the masked contribution is multiplied by an exact zero or never formed.
+
+For one key the exact dq and dk are 0 (normalized modes): the bound is K (E_X + u_a M_X)
+(1 + u_c) with E_X the reference's own |X| in the accumulation dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from verify.properties._calls import call
+from verify.properties._common import (
+    MIN_MAGNITUDE,
+    Example,
+    causal_choices,
+    kernel_name,
+    lengths,
+    radius_strategy,
+    shape_strategy,
+)
+from verify.properties.base import NotApplicable, Observation, Property, VariantError
+
+#: K of the calibrated rule (module docstring); PyTorch's SDPA gradient tests use per-tensor
+#: fudge factors of the same kind (single digits to a few hundred, test/test_transformers.py)
+CALIBRATION_FACTOR = 16.0
+#: torch.autograd.gradcheck's defaults (PyTorch documentation, torch.autograd.gradcheck):
+#: central differences with step eps; |analytic - numeric| <= atol + rtol |numeric|
+GRADCHECK_EPS = 1e-6
+GRADCHECK_ATOL = 1e-5
+GRADCHECK_RTOL = 1e-3
+#: a finite-difference estimate is trusted when its estimated truncation error (Richardson,
+#: steps eps and 2 eps) and the gap between one-sided differences (a kink) stay below this
+#: fraction of gradcheck's tolerance; otherwise the example is outside gradcheck's reach
+FD_TRUST = 0.1
+#: scale-invariant modes: with one key the output does not depend on q or k
+SINGLE_KEY_MODES = ("sum", "l2", "rms", "layernorm")
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def _parse(kernel: str) -> tuple[str, int | None, str | None]:
+    """Claimed kernel -> (family: exp | taylor | map, order, map name)."""
+    if kernel == "softmax":
+        return "exp", None, None
+    if kernel.startswith("taylor:"):
+        return "taylor", int(kernel.split(":")[1]), None
+    name = kernel.split(":", 1)[1]
+    if name.startswith("taylor:"):
+        return "taylor", int(name.split(":")[1]), None
+    return "map", None, name
+
+
+def _phi(name: str, x, projection=None):
+    import torch
+
+    if name == "identity":
+        return x
+    if name == "relu":
+        return torch.relu(x)
+    if name == "elu1":
+        return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
+    # favor: exp(w . x - |x|^2 / 2) / sqrt(m), x already scaled by sqrt(c)
+    P = projection.to(x.dtype)
+    return torch.exp(x @ P.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(P.shape[0])
+
+
+def _visible(causal: bool, attn_mask, T: int, S: int, device):
+    import torch
+
+    vis = attn_mask
+    if vis is not None:
+        vis = vis.to(device).reshape((1,) * (4 - vis.dim()) + tuple(vis.shape))
+    if causal:
+        tril = torch.ones(T, S, dtype=torch.bool, device=device).tril()
+        vis = tril if vis is None else vis & tril
+    return vis
+
+
+def _scale(kernel: str, d: int, scale: float | None) -> float:
+    family, _, fmap = _parse(kernel)
+    exp_type = family != "map" or fmap == "favor"
+    return float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
+
+
+def _weights(q, k, v, *, kernel, causal, attn_mask, scale, projection):
+    """Masked kernel weights of the claimed kernel on sanitized inputs.
+
+    Returns (w (B, H, T, S), shift (B, H, T) or None, vis or None, q, k, v sanitized): exp
+    weights are e^{x - m} with m the detached maximum over visible scores (the true weights
+    are e^m w, D6); queries with no visible key and keys no query sees are zeroed.
+    """
+    import torch
+
+    from derivations.feature_maps import taylor_coefficients
+
+    family, order, fmap = _parse(kernel)
+    T, d, S = q.shape[-2], q.shape[-1], k.shape[-2]
+    if causal and T != S:
+        raise ValueError(f"causal: requires T == S, got T={T}, S={S}")
+    if fmap == "favor" and projection is None:
+        raise ValueError("projection: required for linear:favor")
+    c = _scale(kernel, d, scale)
+    vis = _visible(causal, attn_mask, T, S, q.device)
+    if vis is not None:
+        rows = vis.any(-1)[..., None]
+        cols = vis.transpose(-1, -2).any(-1)[..., None]
+        q, k, v = torch.where(rows, q, 0.0), torch.where(cols, k, 0.0), torch.where(cols, v, 0.0)
+    shift = None
+    if family in ("exp", "taylor"):
+        x = c * (q @ k.transpose(-1, -2))
+        if vis is not None:
+            x = torch.where(vis, x, 0.0)
+        if family == "exp":
+            xm = x if vis is None else torch.where(vis, x, float("-inf"))
+            m = xm.amax(-1, keepdim=True)
+            m = torch.where(torch.isfinite(m), m, 0.0).detach()
+            w = torch.exp(x - m)
+            shift = m[..., 0]
+        else:
+            coeffs = [float(a) for a in taylor_coefficients(order)]
+            w = torch.full_like(x, coeffs[-1])
+            for a in reversed(coeffs[:-1]):
+                w = w * x + a
+    elif fmap == "favor":
+        sc = math.sqrt(c)
+        w = _phi(fmap, sc * q, projection) @ _phi(fmap, sc * k, projection).transpose(-1, -2)
+    else:
+        w = _phi(fmap, c * q) @ _phi(fmap, k).transpose(-1, -2)
+    if vis is not None:
+        w = torch.where(vis, w, 0.0)
+    return w, shift, vis, q, k, v
+
+
+def _visible_count(w, vis):
+    import torch
+
+    S = w.shape[-1]
+    if vis is None:
+        return torch.full(w.shape[:-1], float(S), dtype=w.dtype, device=w.device)
+    return vis.to(w.dtype).sum(-1).expand(w.shape[:-1])
+
+
+def _normalize(N, D, n, shift, denominator: str, eps: float):
+    """The D7 mode applied to numerator N (..., d_v), denominator D and count n (...)."""
+    import torch
+
+    empty = (n == 0)[..., None]
+    up = 1.0 if shift is None else torch.exp(shift)[..., None]  # true N, D = e^m N, e^m D
+    if denominator == "sum":
+        out = N / torch.where(empty, 1.0, D[..., None] + (eps / up if eps else 0.0))
+    elif denominator == "none":
+        out = N * up
+    elif denominator == "count":
+        out = N * up / torch.where(empty, 1.0, n[..., None] + eps)
+    else:
+        # on empty rows a stand-in with nonzero norm and variance keeps gradients finite
+        stand = torch.arange(1, N.shape[-1] + 1, dtype=N.dtype, device=N.device)
+        Y = torch.where(empty, stand, N)
+        if denominator == "layernorm":
+            Y = Y - Y.mean(-1, keepdim=True)
+        power = (Y * Y).sum(-1, keepdim=True)
+        if denominator != "l2":
+            power = power / Y.shape[-1]
+        out = Y / torch.sqrt(power + (eps / up**2 if eps else 0.0))
+    return torch.where(empty, 0.0, out)
+
+
+def reference_attention(
+    q,
+    k,
+    v,
+    *,
+    kernel: str,
+    causal: bool = False,
+    attn_mask=None,
+    scale: float | None = None,
+    denominator: str = "sum",
+    eps: float = 0.0,
+    projection=None,
+):
+    """Plain-torch kernel attention of a claimed kernel, differentiable, in the dtype of q.
+
+    The gradient reference of the catalogue: weights kappa(x_ts) on the T x S score matrix
+    (softmax: exp shifted by the detached row maximum, exact by D6; ``taylor:N``: kappa_N by
+    Horner with the coefficients of ``derivations.feature_maps``; ``linear:MAP``:
+    phi(c q) . phi(k) for element-wise maps, phi(sqrt(c) q) . phi(sqrt(c) k) for FAVOR+ and
+    kappa_N(c q.k) for ``linear:taylor:N``), masked weights exactly zero, rows with no visible
+    key zero, then the D7 denominator mode. Queries with no visible key and keys no query sees
+    are zeroed first, so large finite values there give no inf in the graph.
+
+    Args:
+        q: (B, H, T, d), k: (B, H, S, d), v: (B, H, S, d_v), one float dtype and device.
+        kernel: ``softmax``, ``taylor:N`` or ``linear:MAP`` (identity, elu1, relu, favor,
+            taylor:N); THEORY.md conventions for the scale c (``scale`` None: 1/sqrt(d) for
+            exp-type kernels, 1 for element-wise maps).
+        causal: s <= t (T == S); attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
+        denominator: sum | none | count | l2 | rms | layernorm (D7); eps as
+            ``verify.attention.norms`` (added to the true denominator).
+        projection: (m, d) FAVOR+ directions (required for ``linear:favor``).
+
+    Returns:
+        (B, H, T, d_v) tensor in the dtype of q.
+
+    Raises:
+        ValueError: unknown kernel or denominator, causal with T != S, favor without projection.
+    """
+    if denominator not in ("sum", "none", "count", "l2", "rms", "layernorm"):
+        raise ValueError(f"denominator: expected a D7 mode, got {denominator!r}")
+    w, shift, vis, _, _, v = _weights(
+        q, k, v, kernel=kernel, causal=causal, attn_mask=attn_mask, scale=scale,
+        projection=projection,
+    )  # fmt: skip
+    return _normalize(w @ v, w.sum(-1), _visible_count(w, vis), shift, denominator, eps)
+
+
+def _weight_majorants(kernel: str, q, k, c: float, shift, vis, projection=None):
+    """Majorants W >= |w_ts| and Wq >= |dw_ts/dq_ti|, Wk >= |dw_ts/dk_si| (float64).
+
+    exp: W = e^{x - m} (the shifted weights), Wq = c |k_si| W, Wk = c |q_ti| W. kappa_N: the
+    feature-sum majorants W = kappa_N(a), Wq = c |k_si| kappa_{N-1}(a), a = c sum_i |q_i||k_i|
+    (they bound every Taylor feature form as well as the score form). Element-wise maps:
+    W = sum_i |phi(c q_i)| |phi(k_i)|, Wq = c |phi'(c q_i)| |phi(k_i)|, Wk = |phi(c q_i)|
+    |phi'(k_i)|. FAVOR+: W = sum_m phi_m(q) phi_m(k), Wq = sqrt(c) sum_m phi_m(q) phi_m(k)
+    |w_mi - sqrt(c) q_i| (and for k). Shapes (B, H, T, S) and (B, H, T, S, d); zero where masked.
+    """
+    import torch
+
+    from derivations.feature_maps import taylor_coefficients
+
+    family, order, fmap = _parse(kernel)
+    qe, ke = q[..., :, None, :], k[..., None, :, :]  # (B, H, T, 1, d), (B, H, 1, S, d)
+    if family == "exp":
+        x = c * (qe * ke).sum(-1)
+        W = torch.exp(x - (0.0 if shift is None else shift[..., None]))
+        Wq, Wk = c * ke.abs() * W[..., None], c * qe.abs() * W[..., None]
+    elif family == "taylor":
+        a = c * (qe.abs() * ke.abs()).sum(-1)
+        coeffs = [float(t) for t in taylor_coefficients(order)]
+        W = sum(coeffs[n] * a**n for n in range(order + 1))
+        prev = sum(coeffs[n] * a**n for n in range(order)) if order else torch.zeros_like(a)
+        Wq, Wk = c * ke.abs() * prev[..., None], c * qe.abs() * prev[..., None]
+    elif fmap == "favor":
+        P = projection.to(torch.float64)
+        sc = math.sqrt(c)
+        qs, ks = sc * q, sc * k
+        prod = _phi("favor", qs, P)[..., :, None, :] * _phi("favor", ks, P)[..., None, :, :]
+        W = prod.sum(-1)  # (B, H, T, S)
+        gq = (P - qs[..., :, None, None, :]).abs()  # (B, H, T, 1, m, d)
+        gk = (P - ks[..., None, :, None, :]).abs()  # (B, H, 1, S, m, d)
+        Wq, Wk = sc * (prod[..., None] * gq).sum(-2), sc * (prod[..., None] * gk).sum(-2)
+    else:
+        cq = c * qe
+        fq, fk = _phi(fmap, cq), _phi(fmap, ke)
+
+        def deriv(t):
+            if fmap == "identity":
+                return torch.ones_like(t)
+            if fmap == "relu":
+                return (t > 0).to(t.dtype)
+            return torch.where(t > 0, 1.0, torch.exp(torch.clamp(t, max=0.0)))
+
+        W = (fq.abs() * fk.abs()).sum(-1)
+        Wq, Wk = c * deriv(cq).abs() * fk.abs(), fq.abs() * deriv(ke).abs()
+    if vis is not None:
+        W = torch.where(vis, W, 0.0)
+        Wq, Wk = torch.where(vis[..., None], Wq, 0.0), torch.where(vis[..., None], Wk, 0.0)
+    full = (*W.shape, q.shape[-1])
+    return W, Wq.expand(full), Wk.expand(full)
+
+
+def term_scale(variant, x, mode: str, g) -> tuple[float, float, float]:
+    """Size of the terms that make up dq, dk, dv (the floor of the calibrated rule).
+
+    With N = sum_s w_s v_s, D = sum_s w_s and the mode's divisor s_t (|D_t + eps| for sum,
+    ||N_t|| for l2, ||N_t|| / sqrt(d_v) for rms, the standard deviation of N_t for layernorm,
+    the count for count, 1 for none; e^-m for the exp shift), every gradient is a signed sum
+    of terms bounded by a_tj = |g_tj| / s_t on the numerator path and b_t = sum_j |g_tj||o_tj|
+    max(1, |o_t|) / s_t on the divisor path: M_v = max_s,j sum_t W_ts a_tj,
+    M_q = max_t,i sum_s Wq_tsi P_ts, M_k = max_s,i sum_t Wk_tsi P_ts with
+    P_ts = sum_j a_tj |v_sj| + b_t (majorants W, Wq, Wk of ``_weight_majorants``). A rounding
+    in forming the gradient is a few units of roundoff of these, however much they cancel
+    (e.g. dq = 0 with one key). Returns (M_q, M_k, M_v); inf where s_t = 0.
+    """
+    import torch
+
+    kw = _reference_kwargs(variant, x, mode)
+    q, k, v = (t.detach().cpu().to(torch.float64) for t in (x.q, x.k, x.v))
+    mask = None if kw["attn_mask"] is None else kw["attn_mask"].cpu()
+    w, shift, vis, q, k, v = _weights(
+        q, k, v, kernel=kw["kernel"], causal=x.causal, attn_mask=mask, scale=kw["scale"],
+        projection=kw.get("projection"),
+    )  # fmt: skip
+    c = _scale(kw["kernel"], q.shape[-1], kw["scale"])
+    W, Wq, Wk = _weight_majorants(kw["kernel"], q, k, c, shift, vis, kw.get("projection"))
+    N, D = w @ v, w.sum(-1)
+    n = _visible_count(w, vis)
+    o = _normalize(N, D, n, shift, mode, variant.eps).abs()
+    up = torch.ones_like(D) if shift is None else torch.exp(shift)
+    if mode == "sum":
+        s = (D + variant.eps / up).abs()
+    elif mode == "none":
+        s = 1.0 / up
+    elif mode == "count":
+        s = torch.where(n > 0, n, 1.0) / up
+    else:
+        Y = N - N.mean(-1, keepdim=True) if mode == "layernorm" else N
+        s = Y.norm(dim=-1) / (1.0 if mode == "l2" else math.sqrt(N.shape[-1]))
+    ga = g.detach().cpu().to(torch.float64).abs()
+    live = n > 0  # rows with no visible key are constant zeros: no terms
+    with torch.no_grad():
+        a = torch.where(live[..., None], ga / torch.where(live, s, 1.0)[..., None], 0.0)
+        b = (a * o).sum(-1) * torch.clamp(o.amax(-1), min=1.0)
+        if mode in ("none", "count"):
+            b = torch.zeros_like(b)
+        P = a @ v.abs().transpose(-1, -2) + b[..., None]  # (B, H, T, S)
+        P = torch.where(W > 0, P, 0.0)  # masked pairs contribute nothing (no 0 * inf)
+        M_v = W.transpose(-1, -2) @ a
+        M_q = (Wq * P[..., None]).sum(-2)
+        M_k = (Wk * P[..., None]).sum(-3)
+    return tuple(_max_abs(t) for t in (M_q, M_k, M_v))
+
+
+# ----------------------------------------------------------------------------- calling
+
+
+class _Form:
+    """One of ``variant.forms`` presented with the variant's layout, for ``call``."""
+
+    def __init__(self, variant, form: str) -> None:
+        self.forward = variant.forms[form]
+        self.layout = variant.layout
+
+
+def form_callable(variant, form: str):
+    """``variant`` itself for ``"forward"``, else a view of ``variant.forms[form]``."""
+    return variant if form == "forward" else _Form(variant, form)
+
+
+def modes(variant) -> tuple[str, ...]:
+    """The denominator modes the variant claims (its ``denominators`` or its convention)."""
+    if variant.denominators:
+        return tuple(variant.denominators)
+    return ("sum",) if variant.normalized else ("none",)
+
+
+def _kwargs(variant, x, mode: str) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if variant.denominators:
+        kw["denominator"] = mode
+    if x.attn_mask is not None:
+        kw["attn_mask"] = x.attn_mask
+    return kw
+
+
+def variant_gradients(variant, form: str, x, mode: str, g):
+    """(output, dq, dk, dv) of the variant on canonical inputs, upstream gradient ``g``.
+
+    Raises:
+        VariantError: the forward or the backward raised, the output does not depend on the
+            inputs through autograd, or a gradient is NaN/inf or of the wrong shape.
+    """
+    import torch
+
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
+    out = call(form_callable(variant, form), q, k, v, causal=x.causal, **_kwargs(variant, x, mode))
+    try:
+        grads = torch.autograd.grad(out, (q, k, v), g, allow_unused=True)
+    except Exception as exc:
+        raise VariantError(
+            f"backward ({form}) raised {type(exc).__name__}: {exc} (is the forward differentiable?)"
+        ) from exc
+    result = []
+    for name, t, gr in zip(("dq", "dk", "dv"), (q, k, v), grads):
+        if gr is None:  # the output does not depend on this input at all
+            gr = torch.zeros_like(t)
+        if tuple(gr.shape) != tuple(t.shape):
+            raise VariantError(f"{name} has shape {tuple(gr.shape)}, expected {tuple(t.shape)}")
+        if not torch.isfinite(gr).all():
+            bad = (~torch.isfinite(gr)).nonzero()[0].tolist()
+            raise VariantError(f"{name} ({form}) has NaN/inf (first at index {bad})")
+        result.append(gr)
+    return (out.detach(), *result)
+
+
+def _reference_kwargs(variant, x, mode: str) -> dict[str, Any]:
+    import torch
+
+    kw: dict[str, Any] = dict(
+        kernel=kernel_name(variant),
+        causal=x.causal,
+        attn_mask=x.attn_mask,
+        scale=variant.score_scale(x.q.shape[-1]),
+        denominator=mode,
+        eps=variant.eps,
+    )
+    if variant.linear_map == "favor":
+        kw["projection"] = variant.projection(x.q.shape[-1], torch.float64, "cpu")
+    return kw
+
+
+def reference_gradients(variant, x, mode: str, g, dtype):
+    """(output, dq, dk, dv) of :func:`reference_attention` in ``dtype`` on the inputs cast up
+    (or down) to it, on the CPU; ``g`` cast likewise. Returned as float64 tensors."""
+    import torch
+
+    kw = _reference_kwargs(variant, x, mode)
+    if kw.get("projection") is not None:
+        kw["projection"] = kw["projection"].to(dtype)
+    q, k, v = (t.detach().cpu().to(dtype).requires_grad_(True) for t in (x.q, x.k, x.v))
+    if kw["attn_mask"] is not None:
+        kw["attn_mask"] = kw["attn_mask"].cpu()
+    out = reference_attention(q, k, v, **kw)
+    grads = torch.autograd.grad(out, (q, k, v), g.detach().cpu().to(dtype), allow_unused=True)
+    grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip((q, k, v), grads)]
+    return tuple(t.detach().to(torch.float64) for t in (out, *grads))
+
+
+def _require_defined(variant, x, mode: str) -> None:
+    """NotApplicable where the claimed computation is undefined on these inputs: a vanishing
+    denominator (signed kernels) or norm (l2/rms/layernorm of a zero or constant N); the
+    float64 reference output is not finite there."""
+    import torch
+
+    g = torch.zeros((*x.q.shape[:-1], x.v.shape[-1]), dtype=torch.float64)
+    out = reference_gradients(variant, x, mode, g, torch.float64)[0]
+    if not bool(torch.isfinite(out).all()):
+        raise NotApplicable(
+            f"the output is undefined here ({mode}: a vanishing denominator or norm)"
+        )
+
+
+def _unit(dtype: str) -> float:
+    from derivations.rounding import unit_roundoff
+
+    return unit_roundoff(dtype)
+
+
+def _accumulation(dtype: str) -> str:
+    from verify.errors import ACCUMULATION
+
+    return ACCUMULATION[dtype]
+
+
+def _max_abs(t) -> float:
+    return float(t.abs().max()) if t.numel() else 0.0
+
+
+def _argmax(t) -> tuple[int, ...]:
+    if not t.numel():
+        return ()
+    return tuple(int(i) for i in np.unravel_index(int(t.abs().argmax()), tuple(t.shape)))
+
+
+def _reference_error(variant, x, mode: str, g, ctx, exact):
+    """E per tensor (module docstring): the reference in the accumulation dtype against
+    ``exact`` (float64 reference gradients, or zeros), scaled to float64 for float64 runs."""
+    import torch
+
+    acc = _accumulation(ctx.dtype)
+    low = "float32" if acc == "float64" else acc
+    lo = reference_gradients(variant, x, mode, g, getattr(torch, low))
+    scale = _unit(acc) / _unit(low)
+    errs = []
+    for a, b in zip(lo[1:], exact):
+        e = _max_abs(a - b)
+        if not math.isfinite(e):
+            raise NotApplicable(
+                f"the {low} reference gradient is not finite: no calibration for this example"
+            )
+        errs.append(scale * e)
+    return errs
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def upstream_gradient(x, seed: int, dtype=None):
+    """The upstream gradient g of an example: the output's shape (B, H, T, d_v), elements
+    uniform in [-1, 1] from ``torch.Generator().manual_seed(seed)`` in float64, rounded once
+    to ``dtype`` (default the inputs' dtype), on the inputs' device."""
+    import torch
+
+    gen = torch.Generator().manual_seed(int(seed))
+    shape = (*x.q.shape[:-1], x.v.shape[-1])
+    g = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+    return g.to(dtype=dtype or x.q.dtype, device=x.q.device)
+
+
+def _inputs(variant, ctx, *, cases=("random",), masked: bool = False, **shape_kw):
+    """Inputs under the variant's claims (causal support, length multiple, radius, dtype).
+
+    One strategy per causal flag, built once (a strategy built inside a draw pays hypothesis'
+    reflection cost on every draw and shrink step). ``masked``: ``masked_inputs`` (a drawn
+    bool mask, keys hidden from every query poisoned with 1e10)."""
+    from hypothesis import strategies as st
+
+    from verify.strategies import attention_inputs, masked_inputs
+
+    make = masked_inputs if masked else attention_inputs
+    extra = {} if masked else {"cases": cases}
+    return st.one_of(
+        *[
+            make(
+                shape=shape_strategy(variant, causal=is_causal, **shape_kw),
+                dtype=ctx.torch_dtype,
+                device=ctx.device,
+                causal=is_causal,
+                radius=radius_strategy(variant, ctx),
+                min_magnitude=MIN_MAGNITUDE,
+                **extra,
+            )
+            for is_causal in causal_choices(variant)
+        ]
+    )
+
+
+def _force(x, force: str, b: int, h: int, j: int):
+    """Hide one key (b, h, :, j) from every query and poison it (``dead_key``), or hide every
+    key from one query row (b, h, j) (``empty_row``); indices wrapped into range."""
+    from dataclasses import replace
+
+    import torch
+
+    s = x.shape
+    b, h = b % s.B, h % s.H
+    mask = x.attn_mask.expand(s.B, s.H, s.T, s.S).clone()
+    k, v = x.k.clone(), x.v.clone()
+    if force == "empty_row":
+        mask[b, h, j % s.T, :] = False
+    else:
+        j = j % s.S
+        mask[b, h, :, j] = False
+        p = min(1e10, torch.finfo(x.dtype).max / 4)
+        k[b, h, j] = p
+        v[b, h, j] = -p
+    return replace(x, k=k, v=v, attn_mask=mask)
+
+
+def _masked_strategy(variant, ctx, *, force: str | None = None):
+    """``masked_inputs`` under the variant's claims; ``force`` adds one key hidden from every
+    query (``"dead_key"``, poisoned like the others) or one query row with no visible key
+    (``"empty_row"``)."""
+    from hypothesis import strategies as st
+
+    base = _inputs(variant, ctx, masked=True)
+    if force is None:
+        return base
+    index = st.integers(0, 63)
+    return st.builds(lambda x, b, h, j: _force(x, force, b, h, j), base, index, index, index)
+
+
+def _with_grad_output(inputs, **choices):
+    """Examples: inputs, the given choices and the seed of the upstream gradient g."""
+    from hypothesis import strategies as st
+
+    names = tuple(choices)
+
+    def build(x, seed, *values):
+        return Example(x, {**dict(zip(names, values)), "g_seed": seed})
+
+    return st.builds(build, inputs, st.integers(0, 2**31 - 1), *choices.values())
+
+
+def _g(ex: Example):
+    return upstream_gradient(ex.inputs, ex.choices["g_seed"])
+
+
+# ----------------------------------------------------------------------------- gradcheck
+
+
+def _gradcheck_applies(variant, ctx) -> str | None:
+    if getattr(variant, "differentiable", True) is False:
+        return "the variant declares it is not differentiable"
+    if ctx.dtype != "float64":
+        return "gradcheck runs in float64 only (finite differences need it)"
+    if "float64" not in variant.dtypes:
+        return "the variant does not claim float64 (gradcheck needs it)"
+    return None
+
+
+def _tiny_inputs(variant, ctx, *, causal: bool):
+    from hypothesis import strategies as st
+
+    from verify.strategies import Shape, attention_inputs
+
+    @st.composite
+    def shape(d):
+        T = d(lengths(variant, 1, 4))
+        S = T if causal else d(lengths(variant, 1, 4))
+        return Shape(B=1, H=1, T=T, S=S, d=d(st.integers(1, 2)), d_v=d(st.integers(1, 2)))
+
+    return attention_inputs(
+        shape(),
+        dtype=ctx.torch_dtype,
+        device=ctx.device,
+        causal=causal,
+        radius=radius_strategy(variant, ctx),
+        min_magnitude=MIN_MAGNITUDE,
+    )
+
+
+def _gradcheck_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    forms = ("forward", *sorted(variant.forms))
+    tiny = st.one_of(*[_tiny_inputs(variant, ctx, causal=c) for c in causal_choices(variant)])
+    return st.builds(
+        lambda x, form, mode: Example(x, {"form": form, "denominator": mode}),
+        tiny,
+        st.sampled_from(forms),
+        st.sampled_from(modes(variant)),
+    )
+
+
+def _finite_differences(fn, inputs, h: float) -> list[dict[float, Any]]:
+    """f(x + step e_j) flattened, for steps +-h and +-2h, for every input element j."""
+    import torch
+
+    values = []
+    for i, t in enumerate(inputs):
+        for idx in np.ndindex(*t.shape):
+            vals = {}
+            for step in (h, -h, 2 * h, -2 * h):
+                shifted = [s.detach().clone() for s in inputs]
+                shifted[i][idx] += step
+                with torch.no_grad():
+                    vals[step] = fn(*shifted).detach().reshape(-1)
+            values.append(vals)
+    return values
+
+
+def _analytic_jacobian(out, inputs, form: str):
+    """(n_out, n_in) Jacobian, one backward per output element (gradcheck's slow mode)."""
+    import torch
+
+    rows = []
+    n_out = out.numel()
+    for i in range(n_out):
+        e = torch.zeros(n_out, dtype=out.dtype, device=out.device)
+        e[i] = 1.0
+        try:
+            gr = torch.autograd.grad(
+                out, inputs, e.reshape(out.shape), retain_graph=True, allow_unused=True
+            )
+        except Exception as exc:
+            raise VariantError(
+                f"backward ({form}) raised {type(exc).__name__}: {exc} "
+                "(is the forward differentiable?)"
+            ) from exc
+        parts = [(torch.zeros_like(t) if g is None else g).reshape(-1) for t, g in zip(inputs, gr)]
+        rows.append(torch.cat(parts))
+    jac = torch.stack(rows).detach()
+    if not torch.isfinite(jac).all():
+        raise VariantError(f"backward ({form}) returned NaN/inf")
+    return jac
+
+
+def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
+    import torch
+
+    x = ex.inputs
+    form, mode = ex.choices["form"], ex.choices["denominator"]
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    fv = form_callable(variant, form)
+    kw = _kwargs(variant, x, mode)
+    _require_defined(variant, x, mode)
+    # near a vanishing denominator or norm a finite-difference step may leave the domain
+    singular = variant.positive_kernel is not True or mode in ("l2", "rms", "layernorm")
+
+    def fn(q, k, v):
+        out = call(fv, q, k, v, causal=x.causal, allow_nonfinite=singular, **kw)
+        if singular and not bool(torch.isfinite(out).all()):
+            raise NotApplicable("a denominator or norm vanishes near these inputs")
+        return out
+
+    inputs = [t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v)]
+    out = fn(*inputs)
+    analytic = _analytic_jacobian(out, inputs, form)
+    h = GRADCHECK_EPS
+    base = out.detach().reshape(-1)
+    cols, trust = [], []
+    for vals in _finite_differences(fn, inputs, h):
+        c1 = (vals[h] - vals[-h]) / (2 * h)
+        c2 = (vals[2 * h] - vals[-2 * h]) / (4 * h)
+        gap = ((vals[h] - base) - (base - vals[-h])).abs() / h  # one-sided differences
+        cols.append(c1)
+        trust.append(torch.maximum((c2 - c1).abs() / 3, gap))  # Richardson estimate; a kink
+    numeric = torch.stack(cols, 1)
+    tol = GRADCHECK_ATOL + GRADCHECK_RTOL * numeric.abs()
+    reliable = torch.stack(trust, 1) <= FD_TRUST * tol
+    if not bool(reliable.any()):
+        raise NotApplicable("finite differences unreliable at every entry (kinks or poles)")
+    ratio = torch.where(reliable, (analytic - numeric).abs() / tol, 0.0)
+    i, j = np.unravel_index(int(ratio.argmax()), tuple(ratio.shape))
+    skipped = int((~reliable).sum())
+    rule = (
+        f"torch.autograd.gradcheck criterion: central differences, eps={GRADCHECK_EPS}, "
+        f"|analytic - numeric| <= {GRADCHECK_ATOL} + {GRADCHECK_RTOL} |numeric| "
+        "(PyTorch defaults, cited)"
+    )
+    if skipped:
+        rule += (
+            f"; {skipped} of {ratio.numel()} entries skipped where finite differences are "
+            f"unreliable (Richardson or one-sided gap > {FD_TRUST} x tolerance: a kink or pole)"
+        )
+    obs = Observation(
+        float((analytic - numeric).abs()[i, j]),
+        float(tol[i, j]),
+        kind="calibrated",
+        where=f"d(out[{i}])/d(input[{j}])",
+        detail=f"{form}/{mode}: analytic {float(analytic[i, j]):.6g} vs numeric "
+        f"{float(numeric[i, j]):.6g}; {rule}",
+    )
+    if obs.ratio <= 1.0 and not skipped:
+        try:
+            torch.autograd.gradcheck(
+                fn,
+                tuple(inputs),
+                eps=GRADCHECK_EPS,
+                atol=GRADCHECK_ATOL,
+                rtol=GRADCHECK_RTOL,
+                check_undefined_grad=False,
+                fast_mode=True,
+            )
+        except NotApplicable:
+            raise
+        except Exception as exc:
+            raise VariantError(f"torch.autograd.gradcheck ({form}/{mode}) failed: {exc}") from exc
+    return obs
+
+
+GRADCHECK = Property(
+    id="gradcheck",
+    statement="the backward pass of forward and of every form matches central finite "
+    "differences in float64 on tiny shapes (torch.autograd.gradcheck's criterion)",
+    derivation="D2",
+    applies=_gradcheck_applies,
+    examples=_gradcheck_examples,
+    check=_gradcheck_check,
+    faults=(5, 12),
+    max_examples=15,
+)
+
+
+# ----------------------------------------------------------------------------- vs reference
+
+
+def _reference_applies(variant, ctx) -> str | None:
+    if getattr(variant, "differentiable", True) is False:
+        return "the variant declares it is not differentiable"
+    if kernel_name(variant) is None:
+        return "the variant claims no kernel (kernel=unknown): no gradient reference"
+    if variant.linear_map == "favor" and variant.projection is None:
+        return "FAVOR+ without a declared projection: no exact gradient reference"
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def _reference_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    forms = ("forward", *sorted(variant.forms))
+    plain = _with_grad_output(
+        _inputs(variant, ctx),
+        form=st.sampled_from(forms),
+        denominator=st.sampled_from(modes(variant)),
+    )
+    if not variant.supports_mask:
+        return plain
+    masked = _with_grad_output(
+        _masked_strategy(variant, ctx),
+        form=st.just("forward"),
+        denominator=st.sampled_from(modes(variant)),
+    )
+    return st.one_of(plain, masked)
+
+
+def _rule(ctx) -> str:
+    acc = _accumulation(ctx.dtype)
+    how = "scaled from float32 by u64/u32" if acc == "float64" else f"measured in {acc}"
+    return (
+        f"calibrated: K (E + u_{acc} M) + u_{ctx.dtype} |X|max, K = {CALIBRATION_FACTOR:g}, "
+        f"E = the plain-torch reference's own error ({how}); SDPA-test approach "
+        "(PyTorch test/test_transformers.py, get_tolerances/check_out_and_grad)"
+    )
+
+
+def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
+    import torch
+
+    x = ex.inputs
+    form, mode, g = ex.choices["form"], ex.choices["denominator"], _g(ex)
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    # the bound is stated from the reference alone, before the variant runs
+    ref = reference_gradients(variant, x, mode, g, torch.float64)
+    if not all(bool(torch.isfinite(t).all()) for t in ref):
+        raise NotApplicable("the float64 reference is not finite here (a vanishing denominator)")
+    errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
+    scales = term_scale(variant, x, mode, g)
+    u_a, u_c = _unit(_accumulation(ctx.dtype)), _unit(ctx.dtype)
+    bounds = [
+        CALIBRATION_FACTOR * (e + u_a * M) + u_c * _max_abs(t)
+        for e, M, t in zip(errs, scales, ref[1:])
+    ]
+    _, *grads = variant_gradients(variant, form, x, mode, g)
+    obs = []
+    for name, got, want, bound, e, M in zip(
+        ("dq", "dk", "dv"), grads, ref[1:], bounds, errs, scales
+    ):
+        diff = (got.detach().cpu().to(torch.float64) - want).abs()
+        idx = _argmax(diff)
+        obs.append(
+            Observation(
+                _max_abs(diff),
+                bound,
+                kind="calibrated",
+                where=f"{name}{idx}",
+                detail=f"{form}/{mode}: {name} max error {_max_abs(diff):.3e} vs bound "
+                f"{bound:.3e} (E = {e:.3e}, terms M = {M:.3e}); {_rule(ctx)}",
+            )
+        )
+    return obs
+
+
+GRADIENTS_VS_REFERENCE = Property(
+    id="gradients-vs-reference",
+    statement="dq, dk, dv of every form match autograd through a float64 plain-torch "
+    "reference of the claimed kernel within the calibrated gradient bound",
+    derivation="D10",
+    applies=_reference_applies,
+    examples=_reference_examples,
+    check=_reference_check,
+    faults=(5, 8, 12),
+    max_examples=20,
+    low_precision=True,
+)
+
+
+# ----------------------------------------------------------------------------- single key
+
+
+def _single_key_applies(variant, ctx) -> str | None:
+    reason = _reference_applies(variant, ctx)
+    if reason:
+        return reason
+    if not set(modes(variant)) & set(SINGLE_KEY_MODES):
+        return "unnormalized outputs depend on q and k even with one key (needs sum or a norm)"
+    if variant.eps:
+        return f"declares eps = {variant.eps}: with one key w v / (w + eps) depends on q"
+    return None
+
+
+def _one_key(inputs):
+    """Keep only the first key (and, when causal, the first query: T == S == 1)."""
+    from dataclasses import replace
+
+    def cut(x):
+        q = x.q[..., :1, :] if x.causal else x.q
+        shape = replace(x.shape, S=1, T=q.shape[-2])
+        k, v = x.k[..., :1, :], x.v[..., :1, :]
+        if x.case == "positive" and x.radius is None:  # element-wise maps: strictly positive
+            q, k = (t.abs() + (t == 0).to(t.dtype) for t in (q, k))
+        return replace(x, q=q, k=k, v=v, shape=shape, case=f"single_key/{x.case}")
+
+    return inputs.map(cut)
+
+
+def _single_key_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    forms = ("forward", *sorted(variant.forms))
+    usable = tuple(m for m in modes(variant) if m in SINGLE_KEY_MODES)
+    # positive q, k as well: a relu weight with one key vanishes for half the sign patterns
+    return _with_grad_output(
+        _one_key(_inputs(variant, ctx, cases=("random", "positive"))),
+        form=st.sampled_from(forms),
+        denominator=st.sampled_from(usable),
+    )
+
+
+def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
+    import torch
+
+    x = ex.inputs
+    form, mode, g = ex.choices["form"], ex.choices["denominator"], _g(ex)
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    if x.k.shape[-2] != 1:
+        raise NotApplicable("needs exactly one key")
+    ref = reference_gradients(variant, x, mode, g, torch.float64)
+    zeros = [torch.zeros_like(ref[1]), torch.zeros_like(ref[2])]
+    if not bool(torch.isfinite(ref[0]).all()):
+        raise NotApplicable("the float64 reference is not finite here")
+    errs = _reference_error(variant, x, mode, g, ctx, (*zeros, ref[3]))[:2]
+    M_q, M_k, _ = term_scale(variant, x, mode, g)
+    if not (math.isfinite(M_q) and math.isfinite(M_k)):
+        raise NotApplicable("the kernel weight vanishes: the single-key output is not defined")
+    u_a, u_c = _unit(_accumulation(ctx.dtype)), _unit(ctx.dtype)
+    bounds = [CALIBRATION_FACTOR * (e + u_a * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]
+    _, dq, dk, _ = variant_gradients(variant, form, x, mode, g)
+    obs = []
+    for name, got, bound, e, M in zip(("dq", "dk"), (dq, dk), bounds, errs, (M_q, M_k)):
+        got = got.detach().cpu().to(torch.float64)
+        obs.append(
+            Observation(
+                _max_abs(got),
+                bound,
+                kind="calibrated",
+                where=f"{name}{_argmax(got)}",
+                detail=f"{form}/{mode}: one key, exact {name} = 0; max |{name}| "
+                f"{_max_abs(got):.3e} vs bound {bound:.3e} (E = {e:.3e}, cancelling terms "
+                f"{M:.3e}); calibrated: K (E + u_a M) (1 + u_c), K = {CALIBRATION_FACTOR:g}",
+            )
+        )
+    return obs
+
+
+SINGLE_KEY_GRADIENTS = Property(
+    id="single-key-gradients",
+    statement="with one key the normalized output is v, so dq = 0 and dk = 0 within the "
+    "calibrated gradient error model",
+    derivation="D10",
+    applies=_single_key_applies,
+    examples=_single_key_examples,
+    check=_single_key_check,
+    faults=(12,),
+    max_examples=15,
+    low_precision=True,
+)
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def _mask_applies(variant, ctx) -> str | None:
+    if not variant.supports_mask:
+        return "the variant takes no attn_mask (supports_mask=False)"
+    if getattr(variant, "differentiable", True) is False:
+        return "the variant declares it is not differentiable"
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def _mask_examples(force: str):
+    def examples(variant, ctx):
+        from hypothesis import strategies as st
+
+        return _with_grad_output(
+            _masked_strategy(variant, ctx, force=force),
+            denominator=st.sampled_from(modes(variant)),
+        )
+
+    return examples
+
+
+def _visibility(x):
+    import torch
+
+    s = x.shape
+    vis = x.attn_mask.expand(s.B, s.H, s.T, s.S).cpu()
+    if x.causal:
+        vis = vis & torch.ones(s.T, s.S, dtype=torch.bool).tril()
+    return vis
+
+
+def _exact_zero(name: str, t, where_mask, what: str) -> Observation:
+    import torch
+
+    sel = t.detach().cpu().to(torch.float64)[where_mask]
+    worst = _max_abs(sel)
+    return Observation(
+        worst,
+        0.0,
+        kind="exact",
+        where=name,
+        detail=f"{what}: max |{name}| = {worst:.3e}, must be exactly 0 (the masked "
+        "contribution is multiplied by an exact zero or never formed)",
+    )
+
+
+def _dead_key_check(variant, ex: Example, ctx) -> list[Observation]:
+    x = ex.inputs
+    mode, g = ex.choices["denominator"], _g(ex)
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    _require_defined(variant, x, mode)
+    dead = ~_visibility(x).any(-2)  # (B, H, S): keys no query sees
+    empty = ~_visibility(x).any(-1)  # (B, H, T): queries that see no key
+    _, dq, dk, dv = variant_gradients(variant, "forward", x, mode, g)
+    obs = [
+        _exact_zero("dk", dk, dead, "keys hidden from every query (value 1e10)"),
+        _exact_zero("dv", dv, dead, "keys hidden from every query (value 1e10)"),
+    ]
+    if bool(empty.any()):
+        obs.append(_exact_zero("dq", dq, empty, "query rows with no visible key"))
+    return obs
+
+
+def _empty_row_check(variant, ex: Example, ctx) -> list[Observation]:
+    x = ex.inputs
+    mode, g = ex.choices["denominator"], _g(ex)
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    _require_defined(variant, x, mode)
+    empty = ~_visibility(x).any(-1)
+    out, dq, dk, dv = variant_gradients(variant, "forward", x, mode, g)  # finite or VariantError
+    return [
+        _exact_zero("dq", dq, empty, "query rows with no visible key"),
+        _exact_zero("output", out, empty, "query rows with no visible key (SDPA's convention)"),
+    ]
+
+
+MASKED_KEY_GRADIENTS = Property(
+    id="masked-key-gradients",
+    statement="keys hidden from every query (holding 1e10) get exactly zero dk and dv, rows "
+    "with no visible key exactly zero dq, and every gradient is finite",
+    derivation="contract",
+    applies=_mask_applies,
+    examples=_mask_examples("dead_key"),
+    check=_dead_key_check,
+    faults=(8, 12),
+    max_examples=15,
+    low_precision=True,
+)
+
+EMPTY_ROW_GRADIENTS = Property(
+    id="empty-row-gradients",
+    statement="a query row with no visible key gives zeros and exactly zero dq, and every "
+    "gradient of the batch stays finite",
+    derivation="contract",
+    applies=_mask_applies,
+    examples=_mask_examples("empty_row"),
+    check=_empty_row_check,
+    faults=(8,),
+    max_examples=15,
+    low_precision=True,
+)
+
+PROPERTIES = (
+    GRADCHECK,
+    GRADIENTS_VS_REFERENCE,
+    SINGLE_KEY_GRADIENTS,
+    MASKED_KEY_GRADIENTS,
+    EMPTY_ROW_GRADIENTS,
+)
