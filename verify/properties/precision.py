@@ -1,0 +1,426 @@
+"""Precision properties: dtype and device agreement within the error model (THEORY.md D10).
+
+- ``dtype-agreement``: the variant in float32, bfloat16 or float16 on sequences of thousands of
+  tokens (T = 2048..4096, d = 8..16), where a normalizer accumulated in the input precision
+  overflows or stalls (FAULTS.md 11: in float16 a sum of positive features over a few thousand
+  tokens exceeds 65504), against a float64 direct evaluation on the *same rounded inputs*
+  (cast up exactly), within ``verify.errors.attention_error_bound(dtype=..., exact=None)``: the
+  two-level model for bf16/fp16 (fp32 accumulation, output rounded once) plus the float64
+  reference's own bound. The last value column is 1, so for the sum mode that column of the
+  output is D_t / D_t = 1 and a broken normalizer (inf, 0, a stalled sum) shows directly. The
+  comparison covers the last query row (the longest sums) and a few drawn rows (the
+  per-element bound costs O(S) Python work per row); no output element of any row may be inf
+  or NaN (normalized modes; unnormalized sums may legitimately exceed the dtype's range).
+- ``device-agreement``: the same inputs on CUDA and on the CPU; |o_cuda - o_cpu| within the sum
+  of the two derived bounds against the exact result (the cited exp constants differ per
+  device: 1 ulp for the CPU's SLEEF exp, 2.5 ulp for CUDA's expf). Skips without CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from verify.properties._calls import call
+from verify.properties._common import (
+    causal_choices,
+    exact_and_bound,
+    inputs_strategy,
+    kernel_name,
+    radius_strategy,
+)
+from verify.properties.base import NotApplicable, Observation, Property, VariantError
+from verify.properties.gradients import form_callable, modes, reference_attention
+
+#: sequence lengths of the dtype-agreement property (FAULTS.md 11: a few thousand tokens)
+LONG_LENGTHS = (2048, 4096)
+LONG_DIMS = (8, 16)
+#: rows compared against the reference besides the last one (the bound is per element)
+EXTRA_ROWS = 3
+#: magnitudes of the drawn elements: [MIN_ELEMENT, MAX_ELEMENT] with a random sign; bounded
+#: away from zero so that no product of a term leaves the D10 model's normal range
+MIN_ELEMENT = 0.25
+MAX_ELEMENT = 2.0
+LOW_DTYPES = ("float32", "bfloat16", "float16")
+#: Taylor feature forms cost O(T m) with m features per token: d is capped so that the larger
+#: basis (tensor power, sum_n d^n features) stays within this budget (d = 8..16 for N <= 2)
+LONG_FEATURE_BUDGET = 2048
+#: FAVOR+ bounds cost O(H S m) Python-level evaluations (one per key and random feature)
+FAVOR_SIZES = {"H": 1, "T": 2048}
+
+
+# ----------------------------------------------------------------------------- long inputs
+
+
+def long_inputs(
+    seed: int,
+    *,
+    B: int,
+    H: int,
+    T: int,
+    d: int,
+    d_v: int,
+    dtype: str,
+    positive: bool = False,
+    radius: float | None = None,
+    scale: float = 1.0,
+):
+    """Reproducible long-sequence inputs (q, k, v), each (B, H, T, d | d_v), in ``dtype``.
+
+    Elements have magnitudes uniform in [MIN_ELEMENT, MAX_ELEMENT] and a random sign (none
+    when ``positive``), drawn in float64 from ``torch.Generator().manual_seed(seed)`` and
+    rounded once to ``dtype``. With ``radius`` r, q and k are first multiplied by one factor so
+    that max |scale q.k| is about r (measured in float64 before rounding). The last value
+    column is 1 (the unit column that exposes the normalizer).
+
+    Raises:
+        ValueError: sizes below 1, d_v < 2, unknown dtype.
+    """
+    import torch
+
+    for name, n in (("B", B), ("H", H), ("T", T), ("d", d)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name}: expected an int >= 1, got {n!r}")
+    if not isinstance(d_v, int) or d_v < 2:
+        raise ValueError(f"d_v: expected an int >= 2 (one unit column), got {d_v!r}")
+    if dtype not in ("float64", "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype: expected a float dtype name, got {dtype!r}")
+    gen = torch.Generator().manual_seed(int(seed))
+
+    def draw(shape):
+        mag = MIN_ELEMENT + (MAX_ELEMENT - MIN_ELEMENT) * torch.rand(
+            shape, generator=gen, dtype=torch.float64
+        )
+        if positive:
+            return mag
+        sign = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
+        return mag * sign
+
+    q, k, v = draw((B, H, T, d)), draw((B, H, T, d)), draw((B, H, T, d_v))
+    v[..., -1] = 1.0
+    if radius is not None:
+        top = max(_max_score(q, k, scale), 1e-300)
+        lam = math.sqrt(radius / top)
+        q, k = q * lam, k * lam
+    target = getattr(torch, dtype)
+    return q.to(target), k.to(target), v.to(target)
+
+
+def _max_score(q, k, scale: float, block: int = 512) -> float:
+    """max |scale q_t . k_s| over all pairs, float64, in row blocks (bounded memory)."""
+    best = 0.0
+    for lo in range(0, q.shape[-2], block):
+        s = (q[..., lo : lo + block, :] @ k.transpose(-1, -2)).abs().max()
+        best = max(best, float(s) * abs(scale))
+    return best
+
+
+@dataclass
+class LongExample:
+    """A long-sequence example: how to rebuild the inputs, plus the property's choices."""
+
+    seed: int
+    sizes: dict[str, int]
+    dtype: str
+    positive: bool
+    radius: float | None
+    scale: float
+    causal: bool
+    rows: tuple[int, ...]
+    choices: dict[str, Any] = field(default_factory=dict)
+
+    def tensors(self):
+        return long_inputs(
+            self.seed,
+            dtype=self.dtype,
+            positive=self.positive,
+            radius=self.radius,
+            scale=self.scale,
+            **self.sizes,
+        )
+
+    def __repr__(self) -> str:
+        extra = ", ".join(f"{k}={v!r}" for k, v in self.choices.items())
+        return (
+            f"LongExample(seed={self.seed}, sizes={self.sizes}, dtype={self.dtype}, "
+            f"positive={self.positive}, radius={self.radius!r}, scale={self.scale!r}, "
+            f"causal={self.causal}, rows={self.rows}, {extra})"
+        )
+
+    def snippet(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.sizes.items())
+        return (
+            "from verify.properties.precision import long_inputs\n\n"
+            f"q, k, v = long_inputs({self.seed}, {args}, dtype={self.dtype!r}, "
+            f"positive={self.positive!r}, radius={self.radius!r}, scale={self.scale!r})\n"
+            f"causal = {self.causal!r}\n"
+            f"# rows compared: {self.rows}; "
+            + "; ".join(f"{k} = {v!r}" for k, v in self.choices.items())
+            + "\n"
+        )
+
+
+# ----------------------------------------------------------------------------- dtype
+
+
+def _dtype_applies(variant, ctx) -> str | None:
+    if kernel_name(variant) is None:
+        return "the variant claims no kernel (kernel=unknown): no reference"
+    if variant.linear_map == "favor" and variant.projection is None:
+        return "FAVOR+ without a declared projection: no exact reference"
+    if ctx.dtype not in LOW_DTYPES:
+        return "float64 is the reference precision (oracle-agreement covers it)"
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def _dtype_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    m = variant.length_multiple
+    forms = ("forward", *sorted(variant.forms))
+
+    d_hi = _max_dim(variant)
+    d_lo = min(LONG_DIMS[0], d_hi)
+    favor = variant.linear_map == "favor"
+
+    @st.composite
+    def draw(d):
+        T = FAVOR_SIZES["T"] if favor else d(st.integers(*LONG_LENGTHS))
+        T = max(T // m * m, m)
+        dim = d(st.integers(d_lo, d_hi))
+        H = FAVOR_SIZES["H"] if favor else d(st.integers(1, 2))
+        sizes = dict(B=1, H=H, T=T, d=dim, d_v=d(st.integers(2, 4)))
+        causal = d(st.sampled_from(causal_choices(variant)))
+        rows = {T - 1, *(d(st.integers(0, T - 1)) for _ in range(EXTRA_ROWS))}
+        return LongExample(
+            seed=d(st.integers(0, 2**31 - 1)),
+            sizes=sizes,
+            dtype=ctx.dtype,
+            positive=d(st.booleans()),
+            radius=d(radius_strategy(variant, ctx)),
+            scale=variant.score_scale(dim),
+            causal=causal,
+            rows=tuple(sorted(rows)),
+            choices={
+                "form": d(st.sampled_from(forms)),
+                "denominator": d(st.sampled_from(modes(variant))),
+            },
+        )
+
+    return draw()
+
+
+def _max_dim(variant) -> int:
+    """Largest head dimension drawn: 16, or less for Taylor kernels whose tensor-power feature
+    count sum_{n <= N} d^n would exceed ``LONG_FEATURE_BUDGET`` (at least 2)."""
+    from derivations.feature_maps import feature_count
+
+    N = variant.order
+    top = LONG_DIMS[1]
+    if N is None:
+        return top
+    while top > 2 and feature_count(N, top, "tensor") > LONG_FEATURE_BUDGET:
+        top -= 1
+    return top
+
+
+def _form_kind(form: str) -> str:
+    return "parallel" if form.startswith("parallel") else "any"
+
+
+def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
+    import numpy as np
+    import torch
+
+    from verify import errors
+
+    form, mode = ex.choices["form"], ex.choices["denominator"]
+    kernel = kernel_name(variant)
+    q, k, v = ex.tensors()
+    c = ex.scale
+    why = errors.outside_model(kernel, q, k, v, dtype=ctx.dtype, scale=c, denominator=mode)
+    if why:
+        raise NotApplicable(why)
+    rows = list(ex.rows)
+    S = k.shape[-2]
+    mask = None
+    if ex.causal:
+        mask = torch.arange(S)[None, :] <= torch.tensor(rows)[:, None]  # (R, S)
+    proj = None
+    if variant.linear_map == "favor":
+        proj = variant.projection(q.shape[-1], torch.float64, "cpu")
+    # the bound and the float64 reference, stated before the variant runs
+    q_rows = q[..., rows, :]
+    eb = errors.attention_error_bound(
+        kernel,
+        q_rows,
+        k,
+        v,
+        dtype=ctx.dtype,
+        exact=None,
+        attn_mask=mask,
+        scale=c,
+        denominator=mode,
+        eps=variant.eps,
+        projection=proj,
+        form=_form_kind(form),
+        device=ctx.device,
+        exp_library=variant.exp_library,
+    )
+    with torch.no_grad():
+        ref = reference_attention(
+            q_rows.to(torch.float64),
+            k.to(torch.float64),
+            v.to(torch.float64),
+            kernel=kernel,
+            attn_mask=mask,
+            scale=c,
+            denominator=mode,
+            eps=variant.eps,
+            projection=proj,
+        ).numpy()
+    top = float(torch.finfo(getattr(torch, ctx.dtype)).max)
+    if not np.isfinite(ref).all() or float(np.abs(ref).max()) > top / 2:
+        raise NotApplicable(f"the exact output is not representable in {ctx.dtype} here")
+    kw = {"denominator": mode} if variant.denominators else {}
+    fn = form_callable(variant, form)
+    dev = torch.device(ctx.device)
+    # unnormalized sums may legitimately exceed the range; kernels that are not positive may
+    # have a vanishing denominator on rows not compared: IEEE inf/NaN is allowed there
+    unbounded = mode in ("none", "count") or variant.positive_kernel is not True
+    with torch.no_grad():
+        out = call(
+            fn, q.to(dev), k.to(dev), v.to(dev), causal=ex.causal, allow_nonfinite=unbounded, **kw
+        )
+    return errors.compare(out[..., rows, :], eb, ref, what=f"{form}/{mode}, rows {rows}")
+
+
+DTYPE_AGREEMENT = Property(
+    id="dtype-agreement",
+    statement="on sequences of thousands of tokens, float32/bf16/fp16 inputs track the float64 "
+    "result on the same rounded inputs within the two-level D10 model; no inf or NaN, "
+    "normalizers finite and positive",
+    derivation="D10",
+    applies=_dtype_applies,
+    examples=_dtype_examples,
+    check=_dtype_check,
+    faults=(11,),
+    max_examples=3,
+    low_precision=True,
+)
+
+
+# ----------------------------------------------------------------------------- device
+
+
+def _device_applies(variant, ctx) -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if "cuda" not in variant.devices:
+        return "the variant does not claim cuda"
+    if kernel_name(variant) is None:
+        return "the variant claims no kernel (kernel=unknown): no reference bound"
+    if variant.linear_map == "favor" and variant.projection is None:
+        return "FAVOR+ without a declared projection: no exact reference"
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def _device_examples(variant, ctx):
+    from dataclasses import replace
+
+    from hypothesis import strategies as st
+
+    from verify.properties._common import Example
+
+    cpu = replace(ctx, device="cpu")
+    forms = ("forward", *sorted(variant.forms))
+    return st.builds(
+        lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
+        inputs_strategy(variant, cpu),
+        st.sampled_from(modes(variant)),
+        st.sampled_from(forms),
+    )
+
+
+def _device_check(variant, ex, ctx) -> Observation:
+    from dataclasses import replace
+
+    import numpy as np
+    import torch
+
+    from verify import errors
+
+    x = ex.inputs
+    form, mode = ex.choices["form"], ex.choices["denominator"]
+    if mode == "layernorm" and x.v.shape[-1] < 2:
+        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    cpu = replace(ctx, device="cpu")
+    ref, eb_cpu = exact_and_bound(variant, x, cpu, denominator=mode, form=_form_kind(form))
+    d = x.q.shape[-1]
+    kw_bound: dict[str, Any] = dict(
+        causal=x.causal,
+        attn_mask=x.attn_mask,
+        scale=variant.score_scale(d),
+        denominator=mode,
+        eps=variant.eps,
+    )
+    if variant.linear_map == "favor":
+        kw_bound["projection"] = variant.projection(d, torch.float64, "cpu")
+    eb_cuda = errors.attention_error_bound(
+        kernel_name(variant),
+        x.q,
+        x.k,
+        x.v,
+        dtype=ctx.dtype,
+        exact=ref,
+        form=_form_kind(form),
+        device="cuda",
+        exp_library=variant.exp_library,
+        **kw_bound,
+    )
+    total = replace(eb_cpu, bound=eb_cpu.bound + eb_cuda.bound)
+    finite = np.isfinite(total.bound)
+    if not finite.any():
+        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
+    kw = {"denominator": mode} if variant.denominators else {}
+    if x.attn_mask is not None:
+        kw["attn_mask"] = x.attn_mask
+    fn = form_callable(variant, form)
+    out_cpu = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kw)
+    if "attn_mask" in kw:
+        kw["attn_mask"] = x.attn_mask.to("cuda")
+    out_cuda = call(
+        fn,
+        x.q.to("cuda"),
+        x.k.to("cuda"),
+        x.v.to("cuda"),
+        causal=x.causal,
+        allow_nonfinite=not finite.all(),
+        **kw,
+    )
+    if out_cuda.device.type != "cuda":
+        raise VariantError(f"CUDA inputs gave an output on {out_cuda.device} (a device change)")
+    cpu64 = out_cpu.detach().to(torch.float64).numpy()
+    return errors.compare(out_cuda.detach().cpu(), total, cpu64, what=f"{form}/{mode} cuda-cpu")
+
+
+DEVICE_AGREEMENT = Property(
+    id="device-agreement",
+    statement="CUDA and CPU outputs on the same inputs agree within the sum of the two "
+    "devices' derived D10 bounds",
+    derivation="D10",
+    applies=_device_applies,
+    examples=_device_examples,
+    check=_device_check,
+    max_examples=15,
+    low_precision=True,
+)
+
+PROPERTIES = (DTYPE_AGREEMENT, DEVICE_AGREEMENT)
