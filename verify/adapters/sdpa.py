@@ -1,0 +1,148 @@
+"""PyTorch ``torch.nn.functional.scaled_dot_product_attention`` as a checked variant.
+
+SDPA is the softmax yardstick (issue 5): the same battery that checks the project's softmax runs
+on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
+
+* kernel ``softmax`` at the default scale 1/sqrt(d); boolean ``attn_mask`` with True = keep (the
+  project's convention); the torch documentation forbids ``is_causal`` together with
+  ``attn_mask``, and torch 2.13 is inconsistent about it (the fused CPU kernel applies both, the
+  math path -- taken e.g. when d != d_v or under autograd -- raises), so for a masked causal
+  call the adapter passes the documented equivalent: ``attn_mask & tril`` (top-left) with
+  ``is_causal=False``;
+* causal T != S is aligned top-left (query t sees keys s <= t; FAULTS 7), declared
+  ``causal_alignment="top-left"`` and checked by the ``causal-alignment`` property;
+* a row with no visible key returns zeros (older torch returned NaN; FAULTS 8);
+* every CPU dtype runs ``aten::_scaled_dot_product_flash_attention_for_cpu`` (seen with
+  ``torch.profiler``), whose ``_exp_reduce_sum_fusion_kernel`` calls ``Vectorized::exp_u20()``
+  (pytorch/pytorch, aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): declared
+  ``exp_library="cpu-torch-exp_u20"`` (20 ulps, ``derivations.rounding.LIBRARY_EXP_ULPS``; for
+  float64 exp_u20 falls back to exp(), so the declaration is conservative there).
+"""
+
+from __future__ import annotations
+
+from verify.variants import AttentionVariant
+
+#: the exp SDPA's fused CPU kernel calls in float32 / bf16 / fp16 (see the module docstring)
+SDPA_EXP_LIBRARY = "cpu-torch-exp_u20"
+
+
+def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
+    """``scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)``.
+
+    Args:
+        q: (B, H, T, d); k: (B, H, S, d); v: (B, H, S, d_v); any float dtype SDPA accepts.
+        causal: SDPA's ``is_causal`` (top-left aligned when T != S).
+        attn_mask: optional bool (B, H, T, S), True = keep. With ``causal`` it is combined
+            with the top-left causal mask (SDPA's documented way to ask for both).
+
+    Returns:
+        (B, H, T, d_v) tensor of q's dtype.
+
+    Raises:
+        Whatever SDPA raises (the checker reports it as a failure of the property).
+    """
+    import torch.nn.functional as F
+
+    if attn_mask is not None and causal:
+        attn_mask = attn_mask & causal_mask(q.shape[-2], k.shape[-2], attn_mask.device)
+        causal = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+
+
+def causal_mask(t: int, s: int, device):
+    """Top-left aligned causal mask (T, S) as SDPA builds it: query t sees keys s <= t."""
+    import torch
+
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril()
+
+
+def sdpa_variant() -> AttentionVariant:
+    """SDPA with its declared conventions (zero-argument factory for ``attn-theory check``)."""
+    return AttentionVariant(
+        name="torch-sdpa",
+        forward=sdpa_forward,
+        layout="BHTD",
+        kernel="softmax",
+        causal="both",
+        causal_alignment="top-left",
+        normalized=True,
+        supports_mask=True,
+        exp_library=SDPA_EXP_LIBRARY,
+        dtypes=("float64", "float32", "bfloat16", "float16"),
+        devices=("cpu", "cuda"),
+        description="torch.nn.functional.scaled_dot_product_attention (boolean attn_mask, "
+        "is_causal)",
+    )
+
+
+# -- conventions measured for the report card ---------------------------------------------------
+def _row_kind(row) -> str:
+    import torch
+
+    if torch.isnan(row).all():
+        return "NaN"
+    if torch.isnan(row).any():
+        return "partly NaN"
+    if (row == 0).all():
+        return "zeros"
+    return "finite, nonzero"
+
+
+def measure_conventions(dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16")) -> dict:
+    """What SDPA does where conventions differ between libraries (FAULTS 7, 8), measured.
+
+    Returns a dict of JSON values:
+        ``empty_row``: {dtype: output of a query row whose mask is all False ("zeros", "NaN")};
+        ``nan_in_masked_key``: {dtype: the output of a row whose only masked key holds NaN};
+        ``alignment``: causal T = 1, S = 2: which keys query 0 sees ("key 0 only" = top-left);
+        ``causal_with_mask``: {path: "accepted, equals attn_mask & tril" | "raises ..."} for the
+        fused CPU kernel (d == d_v) and the math path (d != d_v), both called with
+        ``is_causal=True`` and a boolean mask directly (not through the adapter).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(0)
+    out: dict = {"empty_row": {}, "nan_in_masked_key": {}}
+    for name in dtypes:
+        dt = getattr(torch, name)
+        q, k, v = (torch.randn(1, 1, 3, 4, generator=gen).to(dt) for _ in range(3))
+        mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+        mask[..., 1, :] = False
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out["empty_row"][name] = _row_kind(o[0, 0, 1])
+        mask2 = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+        mask2[..., 2] = False  # key 2 hidden from every query
+        k2, v2 = k.clone(), v.clone()
+        k2[..., 2, :] = float("nan")
+        v2[..., 2, :] = float("nan")
+        o2 = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask2)
+        out["nan_in_masked_key"][name] = _row_kind(o2[0, 0, 0])
+    q1 = torch.randn(1, 1, 1, 4, generator=gen, dtype=torch.float64)
+    k2 = torch.randn(1, 1, 2, 4, generator=gen, dtype=torch.float64)
+    eye = torch.eye(2, dtype=torch.float64).view(1, 1, 2, 2)
+    w = F.scaled_dot_product_attention(q1, k2, eye, is_causal=True)[0, 0, 0]
+    seen = [s for s in range(2) if w[s] > 0]
+    out["alignment"] = {
+        "weights": [float(x) for x in w],
+        "sees": "key 0 only (top-left)" if seen == [0] else f"keys {seen} (bottom-right)",
+    }
+    out["causal_with_mask"] = {}
+    for path, dv in (("fused CPU kernel (d == d_v)", 4), ("math path (d != d_v)", 3)):
+        q = torch.randn(1, 1, 3, 4, generator=gen)
+        k = torch.randn(1, 1, 3, 4, generator=gen)
+        v = torch.randn(1, 1, 3, dv, generator=gen)
+        mask = torch.tensor([[True, False, True], [True, True, False], [False, True, True]])
+        mask = mask.view(1, 1, 3, 3)
+        try:
+            both = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+        except Exception as exc:  # noqa: BLE001 - the finding is the message
+            out["causal_with_mask"][path] = f"raises {type(exc).__name__}: {exc}"
+            continue
+        comb = F.scaled_dot_product_attention(q, k, v, attn_mask=mask & causal_mask(3, 3, "cpu"))
+        same = torch.equal(both, comb)
+        out["causal_with_mask"][path] = "accepted, " + (
+            "equals attn_mask & tril (both applied)" if same else "differs from attn_mask & tril"
+        )
+    return out
