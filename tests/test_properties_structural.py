@@ -1,0 +1,384 @@
+"""Structural properties (verify.properties.structural): pass on the built-in variants, fail on
+deliberately faulty twins with a counterexample, skip with a reason where they do not apply.
+
+Each faulty twin is a small AttentionVariant wrapping a broken implementation of a kind that has
+shipped (FAULTS.md); its claims are those of the correct variant it imitates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from verify import variants
+from verify.attention import softmax_attention
+from verify.properties import structural as S
+from verify.properties.base import RunContext, run_property
+from verify.variants import AttentionVariant
+
+BUILTINS = ("taylor-2", "taylor-3", "softmax", "linear-elu1")
+DTYPES = ("float64", "float32")
+EXAMPLES = 4
+
+
+def run(prop, variant, dtype="float64", n=EXAMPLES):
+    return run_property(prop, variant, RunContext(dtype=dtype, max_examples=n))
+
+
+@pytest.fixture
+def no_shrink():
+    """Faulty twins report their first failing example unshrunk: every shrink candidate
+    re-draws inputs (exact-radius rescaling) and re-runs the mpmath oracle, minutes per twin,
+    and the file must stay under a minute. The hypothesis profile is restored afterwards."""
+    from hypothesis import Phase, settings
+
+    from verify import profiles
+
+    settings.register_profile(
+        "_no_shrink",
+        parent=settings.get_profile(profiles.selected()),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+    settings.load_profile("_no_shrink")
+    yield
+    profiles.load()
+
+
+def assert_fails(res, fragment: str = ""):
+    assert res.status == "fail", (res.status, res.reason)
+    assert res.counterexample, "a failure must come with a counterexample"
+    assert fragment in res.reason, res.reason
+
+
+# ----------------------------------------------------------------------------- twins
+
+
+def _scores(q, k, scale=None):
+    c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return c * (q @ k.transpose(-1, -2))
+
+
+def _causal_keep(T, S, device):
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril()
+
+
+def _elu1(x):
+    return F.elu(x) + 1.0
+
+
+def _linear_parts(q, k, v, causal):
+    """Numerator (B, H, T, d_v) and denominator (B, H, T) of elu1 linear attention."""
+    A = _elu1(q) @ _elu1(k).transpose(-1, -2)
+    if causal:
+        A = torch.where(_causal_keep(q.shape[2], k.shape[2], q.device), A, 0.0)
+    return A @ v, A.sum(-1)
+
+
+def softmax_twin(name, forward, **claims):
+    base = dict(kernel="softmax", dtypes=("float64", "float32", "bfloat16"))
+    base.update(claims)
+    return AttentionVariant(name=name, forward=forward, **base)
+
+
+def elu1_twin(name, forward, **claims):
+    base = dict(kernel="linear:elu1", dtypes=("float64", "float32"))
+    base.update(claims)
+    return AttentionVariant(name=name, forward=forward, **base)
+
+
+def _softmax_fwd(q, k, v, *, causal, **kw):
+    return softmax_attention(q, k, v, causal=causal, **kw)
+
+
+def _flag_dropped(q, k, v, *, causal, **kw):
+    """FAULTS 9: this code path ignores the causal flag."""
+    return softmax_attention(q, k, v, causal=False, **kw)
+
+
+def _divide_by_length(q, k, v, *, causal, denominator="count"):
+    """A 'count' normalization that divides by the sequence length, not the visible keys."""
+    return softmax_attention(q, k, v, causal=causal, denominator="none") / k.shape[2]
+
+
+def _normalizer_over(axis):
+    """FAULTS 4: the normalizer sums over batch (axis 0) or heads (axis 1) as well as keys."""
+
+    def fwd(q, k, v, *, causal):
+        num, den = _linear_parts(q, k, v, causal)
+        return num / den.sum(axis, keepdim=True)[..., None]
+
+    return fwd
+
+
+def _heads_not_time(q, k, v, *, causal):
+    """FAULTS 4: the running key sum z_t is taken over heads instead of time."""
+    num, _ = _linear_parts(q, k, v, causal)
+    z = _elu1(k).sum(1, keepdim=True)  # (B, 1, T, m): the heads at time t, not keys s <= t
+    den = (_elu1(q) * z).sum(-1)
+    return num / den[..., None]
+
+
+def _position_bias(q, k, v, *, causal):
+    """A distance bias (ALiBi-like) that a plain-softmax claim does not declare."""
+    T, S_ = q.shape[2], k.shape[2]
+    dist = (torch.arange(T)[:, None] - torch.arange(S_)[None, :]).abs().to(q.dtype)
+    x = _scores(q, k) - 0.5 * dist
+    if causal:
+        x = x.masked_fill(~_causal_keep(T, S_, q.device), -math.inf)
+    return torch.softmax(x, -1) @ v
+
+
+def _value_bias(q, k, v, *, causal):
+    """Values shifted by a constant before mixing: affine, not linear, in v."""
+    return softmax_attention(q, k, v + 0.25, causal=causal)
+
+
+class _Jitter:
+    """A reduction whose result changes by one ulp every other call (atomics-like)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, q, k, v, *, causal):
+        self.calls += 1
+        o = softmax_attention(q, k, v, causal=causal)
+        return torch.nextafter(o, torch.full_like(o, math.inf)) if self.calls % 2 else o
+
+
+def _times_denominator(q, k, v, *, causal):
+    """FAULTS 6: the normalizer multiplied instead of divided."""
+    num, den = _linear_parts(q, k, v, causal)
+    return num * den[..., None]
+
+
+def _scale_twice(q, k, v, *, causal):
+    """The 1/sqrt(d) scale applied on the scores and again on q: c = 1/d."""
+    c = 1.0 / math.sqrt(q.shape[-1])
+    return softmax_attention(q * c, k, v, causal=causal, scale=c)
+
+
+def _silent_eps(q, k, v, *, causal):
+    """A denominator eps (1e-6, as some libraries add) that the claims do not declare."""
+    x = _scores(q, k)
+    if causal:
+        x = x.masked_fill(~_causal_keep(q.shape[2], k.shape[2], q.device), -math.inf)
+    w = torch.exp(x - x.amax(-1, keepdim=True))
+    return (w @ v) / (w.sum(-1, keepdim=True) + 1e-6)
+
+
+def _finite_sentinel(q, k, v, *, causal, attn_mask=None):
+    """FAULTS 8: masking by adding a finite -1e4 instead of removing the key."""
+    x = _scores(q, k)
+    keep = torch.ones_like(x, dtype=torch.bool)
+    if causal:
+        keep = keep & _causal_keep(q.shape[2], k.shape[2], q.device)
+    if attn_mask is not None:
+        keep = keep & attn_mask
+    x = x + torch.where(keep, 0.0, -1e4)
+    return torch.softmax(x, -1) @ v
+
+
+def _top_left(q, k, v, *, causal):
+    """SDPA: causal with T != S is aligned top-left (s <= t)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _bottom_right(q, k, v, *, causal):
+    """FlashAttention >= 2.1: causal with T != S is aligned bottom-right (s <= t + S - T)."""
+    mask = S.alignment_mask(q.shape[2], k.shape[2], "bottom-right") if causal else None
+    return softmax_attention(q, k, v, attn_mask=mask)
+
+
+def _accepts_mismatch(q, k, v, *, causal):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+# posing as project code: causal-mismatch-rejected applies to the project's own variants only
+_accepts_mismatch.__module__ = "verify._impersonated"
+
+
+# ----------------------------------------------------------------------------- built-ins
+
+PASSING = (
+    S.CAUSALITY,
+    S.PREFIX_INVARIANCE,
+    S.BATCH_INDEPENDENCE,
+    S.HEAD_INDEPENDENCE,
+    S.PERMUTATION_EQUIVARIANCE,
+    S.LINEARITY_IN_V,
+    S.DETERMINISM,
+    S.UNIFORM_WEIGHTS,
+    S.SINGLE_KEY,
+    S.MASKS,
+    S.CAUSAL_MISMATCH_REJECTED,
+)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", BUILTINS)
+@pytest.mark.parametrize("prop", PASSING, ids=lambda p: p.id)
+def test_passes_on_builtins(prop, name, dtype):
+    res = run(prop, variants.get(name), dtype)
+    assert res.status == "pass", res.reason
+    assert res.examples >= 1
+    assert res.max_ratio is not None and res.max_ratio <= 1.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ("taylor-2", "softmax", "linear-elu1"))
+def test_convex_combination_on_positive_kernels(name, dtype):
+    res = run(S.CONVEX_COMBINATION, variants.get(name), dtype)
+    assert res.status == "pass", res.reason
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ("taylor-2", "taylor-3", "softmax"))
+def test_scale_once_on_exp_kernels(name, dtype):
+    res = run(S.SCALE_ONCE, variants.get(name), dtype)
+    assert res.status == "pass", res.reason
+
+
+@pytest.mark.parametrize(
+    "prop", (S.CAUSALITY, S.MASKS, S.BATCH_INDEPENDENCE, S.DETERMINISM), ids=lambda p: p.id
+)
+@pytest.mark.parametrize("name", ("softmax", "taylor-2"))
+def test_bfloat16(prop, name):
+    """The two-level model (bf16 inputs, fp32 accumulation, bf16 output) carries these."""
+    res = run(prop, variants.get(name), "bfloat16", n=4)
+    assert res.status == "pass", res.reason
+
+
+def test_skips_with_reasons():
+    t3, elu1, sm = variants.get("taylor-3"), variants.get("linear-elu1"), variants.get("softmax")
+    expect = [
+        (S.CONVEX_COMBINATION, t3, "signed kernel"),
+        (S.SCALE_ONCE, elu1, "element-wise feature map"),
+        (S.SCALE_ONCE, variants.get("taylor-0"), "constant"),
+        (S.CAUSAL_ALIGNMENT, sm, "declares no causal alignment"),
+        (S.MASKS, softmax_twin("nomask", _softmax_fwd), "mask support"),
+        (S.PERMUTATION_EQUIVARIANCE, softmax_twin("c", _softmax_fwd, causal="yes"), "causal"),
+        (S.CAUSALITY, softmax_twin("nc", _softmax_fwd, causal="no"), "causal=True"),
+        (S.SINGLE_KEY, sm.with_claims(denominators=("none",), normalized=False), "not normal"),
+        (S.UNIFORM_WEIGHTS, variants.get("linear-identity").with_claims(denominators=()), "0/0"),
+        (S.CAUSAL_MISMATCH_REJECTED, softmax_twin("3p", _softmax_fwd), "third-party"),
+        (S.CAUSALITY, sm.with_claims(kernel="unknown"), "kernel unknown"),
+        (S.SINGLE_KEY, softmax_twin("eps", _silent_eps, eps=1e-6), "declared eps"),
+    ]
+    for prop, variant, fragment in expect:
+        res = run(prop, variant)
+        assert res.status == "skip", (prop.id, variant.name, res.status, res.reason)
+        assert fragment in res.reason, (prop.id, res.reason)
+
+
+def test_uniform_weights_unnormalized_identity_map():
+    """kappa(0) = 0 for the identity map: the unnormalized modes must give exactly 0-ish."""
+    res = run(S.UNIFORM_WEIGHTS, variants.get("linear-identity"))
+    assert res.status == "pass", res.reason
+
+
+# ----------------------------------------------------------------------------- twins fail
+
+
+def test_causality_catches_a_path_that_drops_the_flag(no_shrink):
+    twin = softmax_twin("flag-dropped", _softmax_fwd, forms={"parallel/fast": _flag_dropped})
+    res = run(S.CAUSALITY, twin)
+    assert_fails(res, "parallel/fast")
+    assert run(S.CAUSALITY, softmax_twin("ok", _softmax_fwd)).status == "pass"
+
+
+def test_prefix_invariance_catches_length_dependent_normalization(no_shrink):
+    twin = softmax_twin("by-length", _divide_by_length, denominators=("count",))
+    assert_fails(run(S.PREFIX_INVARIANCE, twin), "f(x)[:")
+    # the same twin is causal: changing the future does not change the past
+    assert run(S.CAUSALITY, twin).status == "pass"
+
+
+@pytest.mark.parametrize("axis", (0, 1))
+def test_independence_catches_a_normalizer_over_the_wrong_axis(axis, no_shrink):
+    twin = elu1_twin(f"norm-axis-{axis}", _normalizer_over(axis))
+    prop = S.BATCH_INDEPENDENCE if axis == 0 else S.HEAD_INDEPENDENCE
+    assert_fails(run(prop, twin), "other")
+    other = S.HEAD_INDEPENDENCE if axis == 0 else S.BATCH_INDEPENDENCE
+    assert run(other, twin).status == "pass"
+
+
+def test_uniform_weights_catches_a_key_sum_over_heads(no_shrink):
+    """FAULTS 4 with H = 1 possible: summing over a size-1 axis is silent elsewhere."""
+    twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
+    res = run(S.UNIFORM_WEIGHTS, twin)
+    assert_fails(res, "kappa(0) = ")
+    assert_fails(run(S.HEAD_INDEPENDENCE, twin))
+
+
+def test_permutation_catches_a_position_bias(no_shrink):
+    twin = softmax_twin("alibi", _position_bias, causal="no")
+    assert_fails(run(S.PERMUTATION_EQUIVARIANCE, twin), "f(q[P]")
+
+
+def test_linearity_catches_a_value_bias(no_shrink):
+    assert_fails(run(S.LINEARITY_IN_V, softmax_twin("v-bias", _value_bias)), "a f(v1)")
+
+
+def test_determinism_catches_a_jittering_reduction(no_shrink):
+    res = run(S.DETERMINISM, softmax_twin("jitter", _Jitter()))
+    assert_fails(res, "differ bitwise")
+    assert res.bound_kind == "exact"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_convex_combination_catches_a_multiplied_normalizer(dtype, no_shrink):
+    assert_fails(run(S.CONVEX_COMBINATION, elu1_twin("times-d", _times_denominator), dtype))
+
+
+def test_scale_once_catches_a_scale_applied_twice_and_names_the_fit(no_shrink):
+    res = run(S.SCALE_ONCE, softmax_twin("scale-twice", _scale_twice))
+    assert_fails(res, "fits: claimed applied twice = 1/d;")
+    ok = run(S.SCALE_ONCE, softmax_twin("ok", _softmax_fwd))
+    assert ok.status == "pass"
+
+
+def test_single_key_catches_an_undeclared_eps(no_shrink):
+    assert_fails(run(S.SINGLE_KEY, softmax_twin("eps", _silent_eps)), "S = 1")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masks_catch_a_finite_sentinel(dtype, no_shrink):
+    twin = softmax_twin("sentinel", _finite_sentinel, supports_mask=True)
+    assert_fails(run(S.MASKS, twin, dtype))
+
+
+def test_causal_alignment_checks_the_declared_convention(no_shrink):
+    top = softmax_twin("sdpa", _top_left, causal_alignment="top-left")
+    bottom = softmax_twin("flash", _bottom_right, causal_alignment="bottom-right")
+    assert run(S.CAUSAL_ALIGNMENT, top).status == "pass"
+    assert run(S.CAUSAL_ALIGNMENT, bottom).status == "pass"
+    # FAULTS 7: declared bottom-right, implemented top-left (and the converse)
+    assert_fails(run(S.CAUSAL_ALIGNMENT, top.with_claims(causal_alignment="bottom-right")))
+    assert_fails(run(S.CAUSAL_ALIGNMENT, bottom.with_claims(causal_alignment="top-left")))
+
+
+def test_causal_mismatch_must_be_rejected_by_project_code(no_shrink):
+    twin = softmax_twin("accepts", _accepts_mismatch)
+    assert S.project_owned(twin)
+    assert_fails(run(S.CAUSAL_MISMATCH_REJECTED, twin), "instead of raising")
+
+
+def test_scale_candidates_merge_coinciding_names():
+    names = S.scale_candidates(variants.get("softmax"))
+    assert "1/sqrt(d) = claimed" in names or "claimed = 1/sqrt(d)" in names
+    assert any("applied twice" in n and "1/d" in n for n in names)
+    fixed = S.scale_candidates(variants.get("softmax").with_claims(scale=0.3))
+    assert "claimed" in fixed and "claimed applied twice" in fixed
+
+
+def test_array_observation_ignores_unbounded_elements():
+    import numpy as np
+
+    obs = S.array_observation(np.array([np.nan, 1.0]), np.array([np.inf, 2.0]), what="t")
+    assert obs.ratio == 0.5
+    assert S.form_kind("chunked/symmetric/C=3") == "chunked"
+    assert S.form_kind("forward") == "any"
+    assert S.form_kind("recurrent") == "recurrent"
