@@ -106,6 +106,14 @@ def test_mask_gradients_pass(prop, name, dtype):
     assert res.bound_kind == "exact"
 
 
+def test_gradcheck_needs_no_kernel_claim():
+    """gradcheck compares the variant with its own finite differences: no reference needed."""
+    unknown = variants.get("softmax").with_claims(kernel="unknown")
+    res = run(G.GRADCHECK, unknown, n=4)
+    assert res.status == "pass" and res.examples == 4
+    assert run(G.GRADIENTS_VS_REFERENCE, unknown).status == "skip"
+
+
 # ----------------------------------------------------------------------------- failures
 
 

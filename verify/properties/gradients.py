@@ -19,21 +19,27 @@ approach of PyTorch's SDPA tests, ``test/test_transformers.py``: ``get_tolerance
 math reference evaluated in the low precision against the float64 reference). For a gradient
 tensor X in {dq, dk, dv}::
 
-    bound_X = K * (E_X + u_a * M_X) + u_c * max|X|
+    bound_X = K * (E_X + gamma_n(u_a) * M_X) + u_c * max|X|
 
 E_X = max |X_ref(a) - X_ref(float64)|, the reference's own error: the same plain-torch
 reference evaluated in the accumulation dtype a (float32 for bf16/fp16/float32) on the same
-rounded inputs; for float64 runs, the float32 measurement scaled by u_64/u_32 (first-order
-rounding errors are proportional to u, D10: gamma_n ~ n u). M_X is the size of the terms that
-make up X (:func:`term_scale`, majorants of the kernel's weight derivatives times the upstream
-gradient over the denominator): a floor so that a measurement that is exactly zero by luck, or
-an exact zero reached by cancellation (one key, layernorm at d_v = 2), does not give a zero
-bound. u_c max|X| is the rounding of the returned gradient to the input dtype c.
-K = ``CALIBRATION_FACTOR``. Exact identities (zero gradients of masked keys and empty rows) are
-bitwise: the masked contribution is multiplied by an exact zero or never formed.
+rounded inputs; for float64 runs, the float32 evaluation (on the inputs rounded to float32, so
+the measurement includes the gradient's sensitivity to its inputs) scaled by u_64/u_32
+(first-order rounding errors are proportional to u, D10: gamma_n ~ n u). M_X is the size of
+the terms that make up X (:func:`term_scale`, majorants of the kernel's weight derivatives
+times the upstream gradient over the denominator) and gamma_n(u_a) = n u_a / (1 - n u_a) with
+n = S + d + d_v + m (:func:`sum_length`: the sums over keys, the score and value dot products
+and, for feature forms, the m features): the rounding of sums of n such terms (Higham eq. 3.5,
+4.4), a floor so that a measurement that is exactly zero by luck, or an exact zero reached by
+cancellation (one key, layernorm at d_v = 2), does not give a zero bound, and one that grows
+with the feature count of a feature-form backward that the score-form reference does not
+have. u_c max|X| is the one rounding of the returned gradient to the input dtype c (the
+two-level model of D10: bf16/fp16 inputs, float32 accumulation, one rounding at the end).
+K = ``CALIBRATION_FACTOR``. Exact identities (zero gradients of masked keys and empty rows)
+are bitwise: the masked contribution is multiplied by an exact zero or never formed.
 
-For one key the exact dq and dk are 0 (normalized modes): the bound is K (E_X + u_a M_X)
-(1 + u_c) with E_X the reference's own |X| in the accumulation dtype.
+For one key the exact dq and dk are 0 (normalized modes): the bound is
+K (E_X + gamma_n(u_a) M_X) (1 + u_c) with E_X the reference's own |X| in the accumulation dtype.
 """
 
 from __future__ import annotations
@@ -302,6 +308,31 @@ def _weight_majorants(kernel: str, q, k, c: float, shift, vis, projection=None):
         Wq, Wk = torch.where(vis[..., None], Wq, 0.0), torch.where(vis[..., None], Wk, 0.0)
     full = (*W.shape, q.shape[-1])
     return W, Wq.expand(full), Wk.expand(full)
+
+
+def sum_length(variant, x) -> int:
+    """n of the calibrated floor: S + d + d_v + m, m the feature count of the claimed kernel's
+    feature form (Taylor-N: the larger of the symmetric and tensor-power counts; element-wise
+    maps: d; FAVOR+: the projection's rows; softmax: 0)."""
+    from derivations.feature_maps import feature_count
+
+    S, d, d_v = x.k.shape[-2], x.q.shape[-1], x.v.shape[-1]
+    family, order, fmap = _parse(kernel_name(variant))
+    if family == "taylor":
+        m = max(feature_count(order, d, b) for b in ("symmetric", "tensor"))
+    elif fmap == "favor":
+        m = int(_reference_kwargs(variant, x, "sum")["projection"].shape[0])
+    elif family == "map":
+        m = d
+    else:
+        m = 0
+    return S + d + d_v + m
+
+
+def _gamma(n: int, u: float) -> float:
+    from derivations.rounding import gamma
+
+    return gamma(n, u)
 
 
 def term_scale(variant, x, mode: str, g) -> tuple[float, float, float]:
@@ -700,8 +731,10 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
         raise NotApplicable("layernorm needs d_v >= 2 (D7)")
     fv = form_callable(variant, form)
     kw = _kwargs(variant, x, mode)
-    _require_defined(variant, x, mode)
-    # near a vanishing denominator or norm a finite-difference step may leave the domain
+    if _reference_applies(variant, ctx) is None:
+        _require_defined(variant, x, mode)
+    # near a vanishing denominator or norm a finite-difference step may leave the domain (an
+    # unknown kernel may be signed: its non-finite outputs make the example inapplicable)
     singular = variant.positive_kernel is not True or mode in ("l2", "rms", "layernorm")
 
     def fn(q, k, v):
@@ -817,7 +850,8 @@ def _rule(ctx) -> str:
     acc = _accumulation(ctx.dtype)
     how = "scaled from float32 by u64/u32" if acc == "float64" else f"measured in {acc}"
     return (
-        f"calibrated: K (E + u_{acc} M) + u_{ctx.dtype} |X|max, K = {CALIBRATION_FACTOR:g}, "
+        f"calibrated: K (E + gamma_n(u_{acc}) M) + u_{ctx.dtype} |X|max, "
+        f"K = {CALIBRATION_FACTOR:g}, n = S + d + d_v + features, "
         f"E = the plain-torch reference's own error ({how}); SDPA-test approach "
         "(PyTorch test/test_transformers.py, get_tolerances/check_out_and_grad)"
     )
@@ -837,8 +871,9 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
     scales = term_scale(variant, x, mode, g)
     u_a, u_c = _unit(_accumulation(ctx.dtype)), _unit(ctx.dtype)
+    floor = _gamma(sum_length(variant, x), u_a)
     bounds = [
-        CALIBRATION_FACTOR * (e + u_a * M) + u_c * _max_abs(t)
+        CALIBRATION_FACTOR * (e + floor * M) + u_c * _max_abs(t)
         for e, M, t in zip(errs, scales, ref[1:])
     ]
     _, *grads = variant_gradients(variant, form, x, mode, g)
@@ -935,7 +970,8 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
     if not (math.isfinite(M_q) and math.isfinite(M_k)):
         raise NotApplicable("the kernel weight vanishes: the single-key output is not defined")
     u_a, u_c = _unit(_accumulation(ctx.dtype)), _unit(ctx.dtype)
-    bounds = [CALIBRATION_FACTOR * (e + u_a * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]
+    floor = _gamma(sum_length(variant, x), u_a)
+    bounds = [CALIBRATION_FACTOR * (e + floor * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]
     _, dq, dk, _ = variant_gradients(variant, form, x, mode, g)
     obs = []
     for name, got, bound, e, M in zip(("dq", "dk"), (dq, dk), bounds, errs, (M_q, M_k)):
@@ -948,7 +984,8 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
                 where=f"{name}{_argmax(got)}",
                 detail=f"{form}/{mode}: one key, exact {name} = 0; max |{name}| "
                 f"{_max_abs(got):.3e} vs bound {bound:.3e} (E = {e:.3e}, cancelling terms "
-                f"{M:.3e}); calibrated: K (E + u_a M) (1 + u_c), K = {CALIBRATION_FACTOR:g}",
+                f"{M:.3e}); calibrated: K (E + gamma_n(u_a) M) (1 + u_c), K = "
+                f"{CALIBRATION_FACTOR:g}, n = S + d + d_v + features",
             )
         )
     return obs
