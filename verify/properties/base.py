@@ -158,6 +158,10 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         if ctx.shrink_budget is not None and "first_failure" in state:
             key = hash(repr(example))
             if time.monotonic() - state["first_failure"] > ctx.shrink_budget:
+                if key in state.get("rejected_keys", ()):  # replay as rejected (no Flaky)
+                    from hypothesis import assume
+
+                    assume(False)
                 if key not in state["failing_keys"]:
                     return  # shrink budget spent: stop exploring new candidates
         try:
@@ -165,6 +169,8 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         except NotApplicable:
             from hypothesis import assume
 
+            if ctx.shrink_budget is not None:
+                state.setdefault("rejected_keys", set()).add(hash(repr(example)))
             assume(False)
             return
         except VariantError as exc:
