@@ -121,8 +121,18 @@ def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
     res = run(G.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=10, shrink_budget=2)
     assert res.status == "fail" and res.counterexample
     assert "dk" in res.reason and "calibrated" in res.reason
-    # forward, dq and dv are right: only dk is off
     assert res.max_ratio > 1e6
+    # the snippet rebuilds the example: dk is off there, forward, dq and dv are right
+    scope: dict = {}
+    exec(res.snippet, scope)
+    q, k, v, g, causal = (scope[n] for n in ("q", "k", "v", "g", "causal"))
+    grads = {}
+    for name, variant in (("bad", fv.fault05_key_sum_detached), ("ok", fv.twin05_key_sum_tracked)):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = variant.forward(*leaves, causal=causal)
+        grads[name] = (out, *torch.autograd.grad(out, leaves, g))
+    same = [torch.allclose(a, b, rtol=1e-12, atol=0) for a, b in zip(grads["bad"], grads["ok"])]
+    assert same == [True, True, False, True]  # output, dq, dk, dv
 
 
 def test_detached_key_sum_fails_gradcheck():
@@ -136,7 +146,7 @@ def test_fused_backward_without_delta_fails_single_key_and_shrinks():
     assert res.status == "fail"
     assert "one key, exact" in res.reason
     assert "S=1" in res.counterexample
-    assert "g_seed" in res.snippet  # the upstream gradient is reproducible from its seed
+    assert "g = upstream_gradient(q, v, " in res.snippet  # g is rebuilt from its seed
 
 
 def test_nan_rows_fail_empty_row_gradients(no_shrink):
@@ -268,7 +278,7 @@ def test_term_scale_majorizes_the_gradients(kernel, extra, mode):
     if kernel == "linear:relu":  # every denominator away from 0
         q, k = q.abs() + 0.1, k.abs() + 0.1
     x = _Inputs(q, k, v, causal=False, attn_mask=None)
-    g = G.upstream_gradient(x, 7)
+    g = G.upstream_gradient(x.q, x.v, 7)
     ref = G.reference_gradients(variant, x, mode, g, torch.float64)
     scales = G.term_scale(variant, x, mode, g)
     for grad, M in zip(ref[1:], scales):
@@ -290,7 +300,7 @@ def test_single_key_term_scale_is_the_cancelling_size():
     variant = variants.get("softmax")
     q, k, v = _qkv(seed=1, T=3, S=1, d=2, d_v=2)
     x = _Inputs(q, k, v, causal=False, attn_mask=None)
-    g = G.upstream_gradient(x, 3)
+    g = G.upstream_gradient(x.q, x.v, 3)
     M_q, M_k, M_v = G.term_scale(variant, x, "sum", g)
     c = 1 / math.sqrt(2)
     a = g.abs()
@@ -305,10 +315,10 @@ def test_single_key_term_scale_is_the_cancelling_size():
 def test_upstream_gradient_is_reproducible():
     q, k, v = _qkv()
     x = _Inputs(q.to(torch.bfloat16), k, v, causal=False, attn_mask=None)
-    g1, g2 = G.upstream_gradient(x, 5), G.upstream_gradient(x, 5)
+    g1, g2 = G.upstream_gradient(x.q, x.v, 5), G.upstream_gradient(x.q, x.v, 5)
     assert torch.equal(g1, g2) and g1.dtype == torch.bfloat16
     assert g1.shape == (1, 2, 5, 2) and float(g1.abs().max()) <= 1
-    assert not torch.equal(g1, G.upstream_gradient(x, 6))
+    assert not torch.equal(g1, G.upstream_gradient(x.q, x.v, 6))
 
 
 def test_constants_are_the_cited_gradcheck_defaults():

@@ -541,16 +541,28 @@ def _reference_error(variant, x, mode: str, g, ctx, exact):
 # ----------------------------------------------------------------------------- strategies
 
 
-def upstream_gradient(x, seed: int, dtype=None):
-    """The upstream gradient g of an example: the output's shape (B, H, T, d_v), elements
-    uniform in [-1, 1] from ``torch.Generator().manual_seed(seed)`` in float64, rounded once
-    to ``dtype`` (default the inputs' dtype), on the inputs' device."""
+def upstream_gradient(q, v, seed: int, dtype=None):
+    """The upstream gradient g of an example with queries q (B, H, T, d) and values
+    v (B, H, S, d_v): shape (B, H, T, d_v), elements uniform in [-1, 1] from
+    ``torch.Generator().manual_seed(seed)`` in float64, rounded once to ``dtype`` (default the
+    dtype of q), on the device of q."""
     import torch
 
     gen = torch.Generator().manual_seed(int(seed))
-    shape = (*x.q.shape[:-1], x.v.shape[-1])
+    shape = (*q.shape[:-1], v.shape[-1])
     g = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
-    return g.to(dtype=dtype or x.q.dtype, device=x.q.device)
+    return g.to(dtype=dtype or q.dtype, device=q.device)
+
+
+class GradExample(Example):
+    """An example with the seed of its upstream gradient; the snippet rebuilds g too."""
+
+    def snippet(self) -> str:
+        return super().snippet() + (
+            "from verify.properties.gradients import upstream_gradient\n\n"
+            f"g = upstream_gradient(q, v, {self.choices['g_seed']})  # the upstream gradient\n"
+            "# grads: torch.autograd.grad(o, (q, k, v), g) with q, k, v requiring grad\n"
+        )
 
 
 def _inputs(variant, ctx, *, cases=("random",), masked: bool = False, **shape_kw):
@@ -623,13 +635,13 @@ def _with_grad_output(inputs, **choices):
     names = tuple(choices)
 
     def build(x, seed, *values):
-        return Example(x, {**dict(zip(names, values)), "g_seed": seed})
+        return GradExample(x, {**dict(zip(names, values)), "g_seed": seed})
 
     return st.builds(build, inputs, st.integers(0, 2**31 - 1), *choices.values())
 
 
 def _g(ex: Example):
-    return upstream_gradient(ex.inputs, ex.choices["g_seed"])
+    return upstream_gradient(ex.inputs.q, ex.inputs.v, ex.choices["g_seed"])
 
 
 # ----------------------------------------------------------------------------- gradcheck
