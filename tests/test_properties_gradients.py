@@ -135,6 +135,26 @@ def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
     assert same == [True, True, False, True]  # output, dq, dk, dv
 
 
+def test_detached_key_sum_at_the_faults_trigger_scale():
+    """FAULTS.md 5's trigger (B = 2, T = 64, H = 2, d = 8, positive q, k): the check fails on
+    dk only, far outside the calibrated bound; the twin is within it."""
+    from verify.properties._common import Example
+    from verify.strategies import AttentionInputs, Shape
+
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.rand(2, 2, 64, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 2, 64, 4, generator=g, dtype=torch.float64)
+    x = AttentionInputs(q, k, v, True, None, None, Shape(B=2, H=2, T=64, S=64, d=8, d_v=4))
+    ex = G.GradExample(x, {"form": "forward", "denominator": "sum", "g_seed": 1})
+    ctx = RunContext(dtype="float64")
+    bad = G.GRADIENTS_VS_REFERENCE.check(fv.fault05_key_sum_detached, ex, ctx)
+    good = G.GRADIENTS_VS_REFERENCE.check(fv.twin05_key_sum_tracked, ex, ctx)
+    assert [o.ratio > 1 for o in bad] == [False, True, False]  # dq, dk, dv
+    assert bad[1].ratio > 1e6
+    assert all(o.ratio <= 1 for o in good)
+    assert isinstance(ex, Example)
+
+
 def test_detached_key_sum_fails_gradcheck():
     res = run(G.GRADCHECK, fv.fault05_key_sum_detached, n=10, shrink_budget=2)
     assert res.status == "fail" and res.counterexample
