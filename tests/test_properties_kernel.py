@@ -22,8 +22,12 @@ from verify.variants import AttentionVariant
 EXAMPLES = 6
 
 
-def ctx(dtype="float64", n=EXAMPLES):
-    return RunContext(dtype=dtype, max_examples=n)
+#: seconds of shrinking after a failure (the faulty twins only need a counterexample)
+SHRINK_BUDGET = 2.0
+
+
+def ctx(dtype="float64", n=EXAMPLES, shrink_budget=None):
+    return RunContext(dtype=dtype, max_examples=n, shrink_budget=shrink_budget)
 
 
 def assert_pass(prop, variant, dtype="float64", n=EXAMPLES):
@@ -35,7 +39,7 @@ def assert_pass(prop, variant, dtype="float64", n=EXAMPLES):
 
 
 def assert_fail(prop, variant, dtype="float64", n=EXAMPLES):
-    res = run_property(prop, variant, ctx(dtype, n))
+    res = run_property(prop, variant, ctx(dtype, n, SHRINK_BUDGET))
     assert res.status == "fail", (prop.id, variant.name, res.status, res.reason)
     assert res.counterexample, "a failure must come with a counterexample"
     assert res.snippet

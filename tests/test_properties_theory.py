@@ -1,0 +1,371 @@
+"""Theory properties (verify.properties.theory): pass on the built-ins, fail on faulty twins.
+
+Each faulty twin is a small AttentionVariant wrapping a deliberately broken implementation (a
+Taylor kernel with 1/n coefficients or the wrong order, a softmax with its scale applied twice,
+mean pooling presented as softmax, a FAVOR+ map without its -|x|^2/2 term, ...); the test
+asserts that the property fails with a counterexample, while the built-in twin passes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from verify import variants
+from verify.attention import (
+    favor_features,
+    favor_projection,
+    linear_attention,
+    softmax_attention,
+    taylor_attention,
+)
+from verify.properties import theory as TH
+from verify.properties.base import NotApplicable, RunContext, run_property
+from verify.variants import AttentionVariant
+
+EXAMPLES = 5
+
+
+#: seconds of shrinking after a failure (the faulty twins only need a counterexample)
+SHRINK_BUDGET = 2.0
+
+
+def ctx(dtype="float64", n=EXAMPLES, shrink_budget=None):
+    return RunContext(dtype=dtype, max_examples=n, shrink_budget=shrink_budget)
+
+
+def assert_pass(prop, variant, dtype="float64", n=EXAMPLES):
+    res = run_property(prop, variant, ctx(dtype, n))
+    assert res.status == "pass", (prop.id, variant.name, dtype, res.reason, res.counterexample)
+    assert res.examples > 0
+    assert res.max_ratio is not None and res.max_ratio <= 1.0
+    return res
+
+
+def assert_fail(prop, variant, dtype="float64", n=EXAMPLES):
+    res = run_property(prop, variant, ctx(dtype, n, SHRINK_BUDGET))
+    assert res.status == "fail", (prop.id, variant.name, res.status, res.reason)
+    assert res.counterexample, "a failure must come with a counterexample"
+    return res
+
+
+def assert_skip(prop, variant, text):
+    res = run_property(prop, variant, ctx())
+    assert res.status == "skip", (prop.id, variant.name, res.status, res.reason)
+    assert text in res.reason, res.reason
+    return res
+
+
+# ----------------------------------------------------------------------------- faulty twins
+def kernel_attention(q, k, v, *, causal, kappa, scale=None, attn_mask=None, denominator="sum"):
+    """o = sum_s kappa(c q.k_s) v_s / sum_s kappa(c q.k_s) with a given (possibly wrong) kappa."""
+    c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    w = kappa(c * (q @ k.transpose(-1, -2)))
+    if causal:
+        w = w * torch.tril(torch.ones_like(w))
+    return (w @ v) / w.sum(-1, keepdim=True)
+
+
+def one_over_n(x, order):
+    """kappa with coefficients 1/n instead of 1/n! (equal to kappa_N for N <= 2)."""
+    return 1.0 + sum(x**n / n for n in range(1, order + 1))
+
+
+def twin(name, kernel, forward, **claims):
+    return AttentionVariant(name=name, forward=forward, kernel=kernel, **claims)
+
+
+SCALE_TWICE = twin(
+    "softmax-scale-twice",
+    "softmax",
+    lambda q, k, v, *, causal: softmax_attention(
+        q, k, v, causal=causal, scale=1.0 / q.shape[-1]
+    ),  # c^2 = 1/d instead of 1/sqrt(d)
+)
+MEAN_POOLING = twin(
+    "mean-pooling-as-softmax",
+    "softmax",
+    partial(kernel_attention, kappa=lambda x: torch.ones_like(x)),
+)
+LINEAR_AS_SOFTMAX = twin(
+    "linear-as-softmax",
+    "softmax",
+    partial(linear_attention, feature_map="identity"),
+)
+SOFTMAX_AS_LINEAR = twin(
+    "softmax-as-linear", "linear:identity", lambda q, k, v, *, causal: softmax_attention(
+        q, k, v, causal=causal, scale=1.0
+    )
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- D4
+@pytest.mark.parametrize("order", [0, 1, 2, 4, 6])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_truncation_within_d4_builtins(order, dtype):
+    res = assert_pass(TH.TRUNCATION_WITHIN_D4, variants.get(f"taylor-{order}"), dtype)
+    assert res.bound_kind == "derived"
+
+
+ONE_OVER_N = twin(
+    "taylor-4-one-over-n",
+    "taylor:4",
+    partial(kernel_attention, kappa=partial(one_over_n, order=4)),
+)
+WRONG_ORDER = twin("taylor-4-is-2", "taylor:4", partial(taylor_attention, order=2))
+
+
+@pytest.mark.parametrize("bad", [ONE_OVER_N, WRONG_ORDER], ids=["coefficients-1/n", "wrong-order"])
+def test_truncation_within_d4_catches(bad):
+    res = assert_fail(TH.TRUNCATION_WITHIN_D4, bad, n=10)
+    assert "|o_hat - softmax|" in res.reason
+
+
+def test_truncation_outside_the_informative_range_does_not_apply():
+    from verify.properties._common import Example
+    from verify.properties.kernel import make_inputs
+
+    # scores up to 3 for kappa_2: delta_2(3) > 1/2, so the property makes no statement
+    q = torch.tensor([[[[3.0], [-3.0]]]], dtype=torch.float64)
+    k = torch.tensor([[[[1.0], [0.5]]]], dtype=torch.float64)
+    x = make_inputs(q, k, torch.ones(1, 1, 2, 1, dtype=torch.float64))
+    with pytest.raises(NotApplicable, match="informative range"):
+        TH.TRUNCATION_WITHIN_D4.check(variants.get("taylor-2"), Example(x), ctx())
+
+
+def test_truncation_skips():
+    assert_skip(TH.TRUNCATION_WITHIN_D4, variants.get("softmax"), "Taylor kernel")
+    unnorm = variants.get("taylor-2").with_claims(denominators=("none",))
+    assert_skip(TH.TRUNCATION_WITHIN_D4, unnorm, "unnormalized")
+
+
+@pytest.mark.parametrize("order", [1, 2, 5])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_convergence_in_n_builtins(order, dtype):
+    assert_pass(TH.CONVERGENCE_IN_N, variants.get(f"taylor-{order}"), dtype, n=3)
+
+
+def test_convergence_in_n_reports_slow_convergence_facts():
+    assert "x = -4: N = 12, x = -8: N = 26, x = -16: N = 54" in TH._slow_convergence_facts()
+
+
+def test_convergence_in_n_catches_a_wrong_order():
+    res = assert_fail(TH.CONVERGENCE_IN_N, WRONG_ORDER, n=10)
+    assert "the variant (order 4)" in res.reason
+
+
+# ----------------------------------------------------------------------------- D7
+@pytest.mark.parametrize("name", ["softmax", "taylor-2", "taylor-3", "linear-identity"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_norm_identities_builtins(name, dtype):
+    assert_pass(TH.NORM_IDENTITIES, variants.get(name), dtype)
+
+
+def test_norm_identities_with_eps_match_the_derived_gap():
+    eps = 1e-2
+    with_eps = variants.get("softmax").with_claims(
+        name="softmax-eps",
+        eps=eps,
+        forward=partial(softmax_attention, eps=eps),
+    )
+    res = assert_pass(TH.NORM_IDENTITIES, with_eps)
+    assert res.bound_kind == "derived"
+
+
+def test_norm_identities_catch_rms_with_a_sum_and_a_silent_eps():
+    def rms_is_l2(q, k, v, *, causal, attn_mask=None, denominator="sum"):
+        mode = "l2" if denominator == "rms" else denominator
+        return softmax_attention(q, k, v, causal=causal, attn_mask=attn_mask, denominator=mode)
+
+    bad = variants.get("softmax").with_claims(
+        name="rms-divides-by-the-sum", forward=rms_is_l2, denominators=("sum", "rms")
+    )
+    assert_fail(TH.NORM_IDENTITIES, bad)
+    silent = variants.get("softmax").with_claims(
+        name="silent-eps",
+        forward=partial(softmax_attention, eps=1e-2),
+        denominators=("sum", "l2"),
+    )
+    res = assert_fail(TH.NORM_IDENTITIES, silent)
+    assert "D7 gap 0.000000e+00" in res.reason
+
+
+def test_norm_identities_skip():
+    plain = variants.get("softmax").with_claims(denominators=())
+    assert_skip(TH.NORM_IDENTITIES, plain, "denominator modes")
+
+
+# ----------------------------------------------------------------------------- D8
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_softmax_d8_properties_builtin(dtype):
+    sm = variants.get("softmax")
+    for prop in (TH.SOFTMAX_PEAK_BOUNDS, TH.SOFTMAX_PEAK_MONOTONE, TH.POWER_ATTENTION_PEAK):
+        assert_pass(prop, sm, dtype)
+
+
+def test_peak_bounds_catch_a_double_scale():
+    res = assert_fail(TH.SOFTMAX_PEAK_BOUNDS, SCALE_TWICE)
+    assert "A: peak" in res.reason or "D_1" in res.reason
+
+
+def test_power_attention_peak_catches_a_double_scale():
+    assert_fail(TH.POWER_ATTENTION_PEAK, SCALE_TWICE)
+
+
+def test_peak_monotone_catches_scale_invariant_attention():
+    res = assert_fail(TH.SOFTMAX_PEAK_MONOTONE, LINEAR_AS_SOFTMAX)
+    assert "measured change" in res.reason
+
+
+def test_separation_needs_n_at_least_four():
+    from derivations.separation import smallest_separating_n
+
+    assert smallest_separating_n(0.5) == 4  # the strategy draws n >= this
+
+
+@pytest.mark.parametrize("name", ["linear-identity", "linear-relu"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_linear_d8_and_homogeneity_builtins(name, dtype):
+    assert_pass(TH.LINEAR_PEAK_BOUND, variants.get(name), dtype)
+    assert_pass(TH.HOMOGENEOUS_MAP_COLLISION, variants.get(name), dtype)
+
+
+def test_linear_peak_bound_catches_softmax_presented_as_linear():
+    assert_fail(TH.LINEAR_PEAK_BOUND, SOFTMAX_AS_LINEAR)
+
+
+def test_d8_skips():
+    assert_skip(TH.SOFTMAX_PEAK_BOUNDS, variants.get("taylor-2"), "softmax")
+    assert_skip(TH.LINEAR_PEAK_BOUND, variants.get("linear-elu1"), "positively homogeneous")
+    causal_only = variants.get("softmax").with_claims(causal="yes")
+    assert_skip(TH.SOFTMAX_PEAK_BOUNDS, causal_only, "non-causal")
+
+
+# ----------------------------------------------------------------------------- D9
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_softmax_d9_builtin(dtype):
+    sm = variants.get("softmax")
+    assert_pass(TH.SOFTMAX_INJECTIVITY, sm, dtype)
+    assert_pass(TH.EXP_KERNEL_FULL_RANK, sm, dtype)
+
+
+def test_injectivity_and_full_rank_catch_mean_pooling():
+    res = assert_fail(TH.SOFTMAX_INJECTIVITY, MEAN_POOLING)
+    assert "injective keys" in res.reason
+    assert_fail(TH.EXP_KERNEL_FULL_RANK, MEAN_POOLING)
+
+
+def test_injectivity_collision_direction_when_rank_is_low():
+    from verify.properties.theory import QueryPairExample
+
+    # S = 1 <= d: rank [K, 1] <= d, so q + t u (K u = c 1) gives identical weights
+    ex = QueryPairExample(keys=[[1.0, 0.5]], q=[0.25, -1.0], direction=[1.0, 0.0], t=1.5)
+    obs = TH.SOFTMAX_INJECTIVITY.check(variants.get("softmax"), ex, ctx())
+    assert "collision direction" in obs[0].detail and obs[0].ratio <= 1.0
+
+
+def test_homogeneous_map_collision_catches_elu1_presented_as_relu():
+    bad = twin("elu1-as-relu", "linear:relu", partial(linear_attention, feature_map="elu1"))
+    assert_fail(TH.HOMOGENEOUS_MAP_COLLISION, bad)
+
+
+@pytest.mark.parametrize("name", ["linear-identity", "linear-relu", "linear-elu1", "taylor-2"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_linear_attention_rank_builtins(name, dtype):
+    assert_pass(TH.LINEAR_ATTENTION_RANK, variants.get(name), dtype, n=4)
+
+
+def test_linear_attention_rank_catches_softmax_presented_as_linear():
+    res = assert_fail(TH.LINEAR_ATTENTION_RANK, SOFTMAX_AS_LINEAR, n=4)
+    assert "sigma_" in res.reason
+
+
+def test_rank_skips():
+    assert_skip(TH.LINEAR_ATTENTION_RANK, variants.get("linear-favor"), "feature dimension 64")
+    assert_skip(TH.LINEAR_ATTENTION_RANK, variants.get("softmax"), "finite feature dimension")
+
+
+# ----------------------------------------------------------------------------- FAVOR+
+def redrawing_favor(x, *, orthogonal=True, m=16, drop_norm=False, repeat_row=False):
+    """A FAVOR+ map drawing fresh directions from torch's global RNG on every call."""
+    d = x.shape[-1]
+    proj = favor_projection(d, m, orthogonal=orthogonal, dtype=x.dtype)
+    if repeat_row:  # every feature uses the same direction: unbiased, variance m times iid
+        proj = proj[:1].expand(m, d).contiguous()
+    phi = favor_features(x, proj)
+    if drop_norm:  # the missing -|x~|^2/2 term: biased by e^{(|x~|^2 + |y~|^2)/2}
+        c = 1.0 / math.sqrt(d)
+        phi = phi * torch.exp(0.5 * c * x.square().sum(-1, keepdim=True))
+    return phi
+
+
+def favor_variant(name, fmap):
+    return twin(
+        name,
+        "linear:favor",
+        partial(linear_attention, feature_map=fmap),
+        feature_map=fmap,
+        dtypes=("float64", "float32"),
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_favor_statistics_builtin(dtype):
+    fav = variants.get("linear-favor")
+    res = assert_pass(TH.FAVOR_UNBIASED, fav, dtype, n=3)
+    assert res.bound_kind == "statistical"
+    assert_pass(TH.FAVOR_VARIANCE, fav, dtype, n=2)
+
+
+def test_favor_statistics_redrawing_callable():
+    good = favor_variant("favor-redraw", redrawing_favor)
+    assert_pass(TH.FAVOR_UNBIASED, good, n=2)
+    assert_pass(TH.FAVOR_VARIANCE, good, n=2)
+
+
+def test_favor_unbiased_catches_the_missing_norm_term():
+    bad = favor_variant("favor-no-norm", partial(redrawing_favor, drop_norm=True))
+    res = assert_fail(TH.FAVOR_UNBIASED, bad, n=4)
+    assert "confidence 1 - 1e-06" in res.reason
+
+
+def test_favor_variance_catches_repeated_directions():
+    bad = favor_variant("favor-one-direction", partial(redrawing_favor, repeat_row=True))
+    res = assert_fail(TH.FAVOR_VARIANCE, bad, n=3)
+    assert "empirical variance" in res.reason
+
+
+def test_favor_deterministic_map_is_not_sampled():
+    def fixed_map(x):  # one fixed projection per d: the same features on every call
+        gen = torch.Generator().manual_seed(x.shape[-1])
+        return favor_features(x, favor_projection(x.shape[-1], 8, generator=gen, dtype=x.dtype))
+
+    fixed = favor_variant("favor-fixed", fixed_map)
+    assert_skip(TH.FAVOR_UNBIASED, fixed, "fixed projection")
+
+
+def test_favor_skips():
+    assert_skip(TH.FAVOR_UNBIASED, variants.get("softmax"), "linear:favor")
+    assert_skip(
+        TH.FAVOR_VARIANCE,
+        variants.get("linear-favor").with_claims(projection=None),
+        "nothing to sample",
+    )
+
+
+def test_iid_central_moments_match_the_exported_variance_and_fourth_moment():
+    from derivations.related import favor_kernel_fourth_central_moment, favor_kernel_variance
+
+    mu = TH._iid_central_moments(0.3, 0.7, 8)
+    assert float(mu[2]) == pytest.approx(favor_kernel_variance(0.3, 0.7, 8), rel=1e-12)
+    assert float(mu[4]) == pytest.approx(favor_kernel_fourth_central_moment(0.3, 0.7, 8), rel=1e-12)
+
+
+def test_catalogue_collects_the_theory_group():
+    from verify.properties import catalogue
+
+    ids = {p.id for p in catalogue()}
+    assert {p.id for p in TH.PROPERTIES} <= ids
