@@ -238,3 +238,54 @@ def test_state_bounds_are_stated_for_each_kernel():
         assert len(state_obs) == 4, name  # s = 1..4
         assert all(np.isfinite(o.bound) and o.bound > 0 for o in state_obs), name
         assert all(o.ratio <= 1.0 for o in obs), name
+
+
+# ----------------------------------------------------------------------------- FAULTS triggers
+
+
+def _inputs(T, *, d=2, d_v=2, dtype=torch.float64, seed=0):
+    from verify.strategies import AttentionInputs, Shape
+
+    g = torch.Generator().manual_seed(seed)
+    shape = Shape(B=1, H=2, T=T, S=T, d=d, d_v=d_v)
+    q, k, v = (
+        (2 * torch.rand(*s, generator=g, dtype=torch.float64) - 1).to(dtype)
+        for s in (shape.q, shape.k, shape.v)
+    )
+    return AttentionInputs(q=q, k=k, v=v, causal=True, scale=None, radius=None, shape=shape)
+
+
+def _worst(obs):
+    return max(obs, key=lambda o: o.ratio)
+
+
+def test_faults_1_trigger_twelve_tokens_chunk_three():
+    """T = 12, chunk 3, float32: agree on the first chunk, diverge after."""
+    from verify.properties._common import Example
+
+    ex = Example(_inputs(12, dtype=torch.float32), {"denominator": "sum"})
+    ctx = RunContext(dtype="float32")
+    obs = P.FORMS_AGREE.check(chunked_twin(3), ex, ctx)
+    bad = {o.detail.split(" (")[0]: o.ratio for o in obs}
+    assert bad["forward vs chunked/C=3"] > 1
+    assert bad["forward vs chunked/C=1"] <= 1 and bad["forward vs chunked/C=64"] <= 1
+    assert _worst(P.FORMS_AGREE.check(chunked_twin(None), ex, ctx)).ratio <= 1
+
+
+def test_faults_2_trigger_taylor2_five_tokens_chunk_64():
+    """Taylor-2, T = 5, chunk 64: prefill of 4 tokens + one step against the forward."""
+    from verify.properties._common import Example
+
+    ex = Example(_inputs(5), {})
+    assert _worst(P.STATE_STEP.check(_state_twin(_padded_prefill), ex, RunContext())).ratio > 1
+    assert _worst(P.STATE_STEP.check(variants.get("taylor-2"), ex, RunContext())).ratio <= 1
+
+
+def test_faults_3_trigger_split_at_one():
+    """Any T >= 2 split at s = 1: the running key sum must be carried."""
+    from verify.properties._common import Example
+
+    ex = Example(_inputs(2), {})
+    obs = P.STATE_SPLIT_RESUME.check(_state_twin(_forgetful_prefill), ex, RunContext())
+    split = [o for o in obs if "split at s = 1" in o.detail and "state" not in o.detail]
+    assert split and split[0].ratio > 1

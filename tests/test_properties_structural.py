@@ -7,6 +7,7 @@ shipped (FAULTS.md); its claims are those of the correct variant it imitates.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -382,3 +383,87 @@ def test_array_observation_ignores_unbounded_elements():
     assert S.form_kind("chunked/symmetric/C=3") == "chunked"
     assert S.form_kind("forward") == "any"
     assert S.form_kind("recurrent") == "recurrent"
+
+
+# ----------------------------------------------------------------------------- FAULTS triggers
+
+
+def _inputs(B, H, T, S_, d, d_v, *, causal, seed=0, positive=False, zeros=False):
+    from verify.strategies import AttentionInputs, Shape
+
+    g = torch.Generator().manual_seed(seed)
+    shape = Shape(B=B, H=H, T=T, S=S_, d=d, d_v=d_v)
+    q, k, v = (
+        torch.rand(*s, generator=g, dtype=torch.float64) for s in (shape.q, shape.k, shape.v)
+    )
+    if not positive:
+        q, k = 2 * q - 1, 2 * k - 1
+    if zeros:
+        q, k = torch.zeros_like(q), torch.zeros_like(k)
+    return AttentionInputs(q=q, k=k, v=v, causal=causal, scale=None, radius=None, shape=shape)
+
+
+def _worst(obs):
+    return max(obs if isinstance(obs, list) else [obs], key=lambda o: o.ratio)
+
+
+def test_faults_4_trigger_heads_one_length_two():
+    """H = 1, T = 2: the key sum over heads is silent to head independence; with features
+    identically one the denominator at t (1-based) must be m t (here m = d = 3)."""
+    from verify.properties._common import Example
+
+    twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
+    x = _inputs(1, 1, 2, 2, 3, 2, causal=True, zeros=True)
+    ex = Example(x, {"path": "forward", "denominator": "sum"})
+    assert _worst(S.UNIFORM_WEIGHTS.check(twin, ex, RunContext())).ratio > 1
+    good = elu1_twin(
+        "ok",
+        lambda q, k, v, *, causal: (
+            _linear_parts(q, k, v, causal)[0] / _linear_parts(q, k, v, causal)[1][..., None]
+        ),
+        causal="yes",
+    )
+    assert _worst(S.UNIFORM_WEIGHTS.check(good, ex, RunContext())).ratio <= 1
+
+
+def test_faults_9_trigger_length_two():
+    """T = 2, causal: output 0 must not change when token 1 changes (huge finite values)."""
+    import numpy as np
+
+    from verify.properties._common import Example
+
+    twin = softmax_twin("flag-dropped", _softmax_fwd, forms={"parallel/fast": _flag_dropped})
+    x = _inputs(1, 1, 2, 2, 2, 1, causal=True)
+    p = S.poison_value(x.dtype)
+    future = (np.full((1, 1, 1, 2), p), np.full((1, 1, 1, 2), p), np.full((1, 1, 1, 1), -p))
+    for path, fails in (("parallel/fast", True), ("forward", False)):
+        choices = {"last_kept": 0, "future": "huge", "path": path, "denominator": "sum"}
+        ex = Example(x, dict(choices, _future=future))
+        assert (_worst(S.CAUSALITY.check(twin, ex, RunContext())).ratio > 1) == fails, path
+
+
+def test_faults_6_trigger_two_keys_one_dim():
+    """T = 2, d = 1, positive features: v = 1 must give 1, not the denominator."""
+    from verify.properties._common import Example
+
+    twin = elu1_twin("times-d", _times_denominator)
+    x = _inputs(1, 1, 2, 2, 1, 1, causal=False, positive=True)
+    x = dataclasses.replace(x, v=torch.ones_like(x.v), case="unit_values")
+    ex = Example(x, {"path": "forward"})
+    assert _worst(S.CONVEX_COMBINATION.check(twin, ex, RunContext())).ratio > 1
+
+
+def test_faults_7_trigger_one_query_two_keys():
+    """T = 1, S = 2: top-left sees key 0 only, bottom-right sees both."""
+    from verify.properties._common import Example
+
+    x = _inputs(1, 1, 1, 2, 2, 2, causal=False)
+    ex = Example(x, {"path": "forward"})
+    top = softmax_twin("sdpa", _top_left, causal_alignment="top-left")
+    assert _worst(S.CAUSAL_ALIGNMENT.check(top, ex, RunContext())).ratio <= 1
+    wrong = top.with_claims(causal_alignment="bottom-right")
+    assert _worst(S.CAUSAL_ALIGNMENT.check(wrong, ex, RunContext())).ratio > 1
+    assert (
+        _worst(S.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())).ratio
+        == 0
+    )

@@ -142,7 +142,7 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
     elif kern in ("identity", "relu"):
         a, e_phi = ak, 0.0
     elif kern == "elu1":
-        a = np.maximum(k, 0.0) + 1.0
+        a = (np.maximum(k, 0.0) + 1.0) * (1 + d10.gamma(1, u64))  # one float64 addition
         e_phi = d10.elu1_feature_relative_error(float(ak.max(initial=0.0)), u, exp_ulps)
     elif kern == "favor" and state.projection is not None:
         P = np.abs(state.projection.detach().cpu().double().numpy())  # (M, d)
@@ -151,7 +151,8 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
         sq = (kt * kt).sum(-1)
         expo = proj - sq / 2 + d10.gamma(d + 4, u64) * (proj + sq / 2)
         M = P.shape[0]
-        per = np.exp(expo) / math.sqrt(M) * (1 + 4 * u64)
+        # float64 exp (<= 1 ulp), sqrt and division: within gamma_6 of the exact quotient
+        per = np.exp(expo) / math.sqrt(M) * (1 + d10.gamma(6, u64))
         a = np.repeat(per[..., None], M, axis=-1)
         e_phi = d10.favor_feature_relative_error(
             float(proj.max(initial=0.0)), float(sq.max(initial=0.0)), d, u, exp_ulps

@@ -1028,7 +1028,7 @@ def _scale_examples(variant, ctx):
 
     @st.composite
     def draw(draw_):
-        T = draw_(lengths(variant, 1, 6))
+        T = draw_(lengths(variant, 2, 6))  # S = T >= 2: one key is v whatever the scale
         B, H, d_v = draw_(st.integers(1, 2)), draw_(st.integers(1, 2)), draw_(st.integers(1, 3))
         causal = draw_(st.sampled_from(causal_choices(variant)))
         xs = []
@@ -1117,6 +1117,8 @@ def _scale_check(variant, ex: Example, ctx):
                     continue
             worst[name] = max(worst[name], obs.ratio)
     fits = [n for n, r in worst.items() if r <= 1.0]
+    if len(fits) == len(worst):  # e.g. q = 0 or equal values: the scale cannot show
+        raise NotApplicable("uninformative inputs: every candidate scale fits")
     summary = ", ".join(f"{n}: {r:.3g}" for n, r in worst.items())
     obs = max(claimed_obs, key=lambda o: o.ratio)
     verdict = f"fits: {', '.join(fits) if fits else 'no candidate'}"
