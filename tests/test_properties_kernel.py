@@ -248,3 +248,12 @@ def test_catalogue_collects_the_kernel_group():
 
     ids = {p.id for p in catalogue()}
     assert {p.id for p in K.PROPERTIES} <= ids
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_kernel_group_low_precision(dtype):
+    # two-level model: fp32 accumulation, inputs/outputs in the low-precision dtype
+    assert_pass(K.KERNEL_IDENTITY, variants.get("taylor-2"), dtype, n=4)
+    assert_pass(K.POSITIVE_WEIGHTS, variants.get("softmax"), dtype, n=4)
+    assert_pass(K.ODD_ORDER_COUNTEREXAMPLE, variants.get("taylor-3"), dtype, n=2)
+    assert all(p.low_precision for p in K.PROPERTIES)

@@ -307,6 +307,7 @@ KERNEL_IDENTITY = Property(
     applies=_kernel_identity_applies,
     examples=lambda variant, ctx: _pairs_strategy(ctx),
     check=_kernel_identity_check,
+    low_precision=True,
     faults=(10,),
 )
 
@@ -441,6 +442,7 @@ POSITIVE_WEIGHTS = Property(
     applies=_positive_applies,
     examples=_positive_examples,
     check=_positive_check,
+    low_precision=True,
     faults=(6,),
 )
 
@@ -581,6 +583,7 @@ ODD_ORDER_COUNTEREXAMPLE = Property(
     applies=_odd_applies,
     examples=_odd_examples,
     check=_odd_check,
+    low_precision=True,
 )
 
 
@@ -697,6 +700,7 @@ SOFTMAX_SHIFT_INVARIANCE = Property(
         variant, ctx, n_shifts=1, max_len=8, max_dim=MAX_DIM
     ),
     check=_softmax_shift_check,
+    low_precision=True,
 )
 
 
@@ -776,6 +780,7 @@ TAYLOR_NOT_SHIFT_INVARIANT = Property(
     applies=_taylor_shift_applies,
     examples=lambda variant, ctx: _shift_examples(variant, ctx, n_shifts=3, max_len=6, max_dim=3),
     check=_taylor_shift_check,
+    low_precision=True,
     max_examples=15,
 )
 
