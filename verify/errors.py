@@ -692,7 +692,7 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
     ratio = np.where(np.isnan(err), np.inf, ratio)
-    ratio = np.where(silent, 0.0, ratio)
+    ratio = np.where(silent, -1.0, ratio)  # never chosen as the worst element
     if ratio.size == 0:
         return Observation(0.0, 0.0, "derived", "", f"{what}: empty")
     idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape)

@@ -124,6 +124,7 @@ class PropertyResult:
     reason: str = ""  # skip reason, or failure message
     counterexample: str = ""
     snippet: str = ""
+    detail: str = ""  # the worst observation's detail (evidence, also for passes)
     ratios: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -235,6 +236,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         res.observed = float(worst_obs.observed)
         res.bound = float(worst_obs.bound)
         res.bound_kind = worst_obs.kind
+        res.detail = worst_obs.detail
         res.loose = (
             not failed
             and worst_obs.kind in ("derived", "calibrated")

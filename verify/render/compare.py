@@ -10,6 +10,7 @@ Rules (DESIGN.md, "Reports"):
   ``measured_*`` fields) depend on the CPU's rounding, so they may differ across machines
   within a factor of ``RATIO_FACTOR``, or both be below ``RATIO_FLOOR`` (ratios that small are
   rounding noise: the bound is then reported loose anyway);
+- free-text ``detail`` fields quote measured numbers and are not compared;
 - Markdown and PNG files are rendered from the JSON, so only their presence is checked.
 """
 
@@ -22,7 +23,8 @@ from pathlib import Path
 RATIO_FACTOR = 16.0
 RATIO_FLOOR = 1e-6
 MEASURED_KEYS = {"max_ratio", "observed", "bound", "ratios", "error", "max_error", "mean_error"}
-IGNORED_KEYS = {"environment", "versions", "metadata"}
+#: machine descriptions, and free-text details that quote measured numbers
+IGNORED_KEYS = {"environment", "versions", "metadata", "detail", "runtime_s"}
 
 
 def _owned_files(root: Path, owns) -> set[str]:
