@@ -49,10 +49,29 @@ def selected(name: str | None = None) -> str:
 
 
 def load(name: str | None = None) -> str:
-    """Register the profiles and load the selected one; returns its name."""
+    """Register the profiles and load the selected one; returns its name.
+
+    For ``ci`` also pins hypothesis' pool of "local constants": hypothesis mixes literals
+    from every imported module under the working directory into its draws, so which of the
+    suite's modules a worker process happened to import before would change the examples of
+    a derandomized run. With the pool pinned to its (empty) initial value the draws depend
+    only on the strategy, in any process.
+    """
     from hypothesis import settings
 
     register()
     chosen = selected(name)
     settings.load_profile(chosen)
+    if chosen == "ci":
+        _pin_local_constants()
     return chosen
+
+
+def _pin_local_constants() -> None:
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a hypothesis without the mechanism
+        return
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "_local_constants"):
+        initial = providers._local_constants
+        providers._get_local_constants = lambda: initial
