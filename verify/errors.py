@@ -278,9 +278,17 @@ def _terms(
         pk, ak, sq_k = feats(k)
         w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
         W = np.where(vis, _inflate(w, m + 2 * d + 8), 0.0)
-        e_q = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), aq, sq_q)
-        e_k = _vec(lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps), ak, sq_k)
-        e_phi = float(max(np.max(e_q, initial=0.0), np.max(e_k, initial=0.0)))
+        # one feature error for all: the bound increases in both arguments, so its value at
+        # the largest |w|.|x| and |x|^2 over queries, keys and features covers every feature
+        a_max = float(max(np.max(aq, initial=0.0), np.max(ak, initial=0.0)))
+        s_max = float(max(np.max(sq_q, initial=0.0), np.max(sq_k, initial=0.0)))
+        e_phi = float(
+            _vec(
+                lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps),
+                np.array(a_max),
+                np.array(s_max),
+            )
+        )
         if not math.isfinite(e_phi):  # an exponent too large for a finite bound
             inf = np.full(vis.shape[:-1], math.inf)
             return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite"
