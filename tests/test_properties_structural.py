@@ -198,7 +198,7 @@ def _accepts_mismatch(q, k, v, *, causal):
 
 
 # posing as project code: causal-mismatch-rejected applies to the project's own variants only
-_accepts_mismatch.__module__ = "verify._impersonated"
+_accepts_mismatch.__module__ = "verify.builtin_variants"
 
 
 # ----------------------------------------------------------------------------- built-ins
@@ -467,3 +467,17 @@ def test_faults_7_trigger_one_query_two_keys():
         _worst(S.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())).ratio
         == 0
     )
+
+
+def test_convex_combination_with_a_declared_eps_is_sub_convex():
+    """N/(D + eps): weights sum to D/(D + eps) < 1, so the box widens to include 0 (an
+    undeclared eps in the same place is caught by single-key instead)."""
+    res = run(S.CONVEX_COMBINATION, softmax_twin("eps", _silent_eps, eps=1e-6))
+    assert res.status == "pass", res.reason
+
+
+def test_adapters_of_third_party_code_are_not_project_owned():
+    from verify.adapters.sdpa import sdpa_variant
+
+    assert not S.project_owned(sdpa_variant())
+    assert S.project_owned(variants.get("taylor-2")) and S.project_owned(variants.get("softmax"))
