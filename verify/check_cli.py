@@ -7,7 +7,6 @@ import error (the message names the problem); 3 no property applicable.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 DTYPE_CHOICES = ("float64", "float32", "bfloat16", "float16")
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     except (ValueError, TypeError) as exc:
         return _usage(str(exc))
-    from verify.render.markdown import table
+    from verify.render.markdown import dumps, table
 
     print(f"\n{result.variant}: {result.description}", file=out)
     for n in result.notes:
@@ -145,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         md_path, _ = card.write(result, args.report_dir)
         print(f"report card: {md_path}", file=out)
     if args.json:
-        text = json.dumps(result.to_json(), indent=2)
+        text = dumps(result.to_json())
         if args.json == "-":
             print(text)
         else:

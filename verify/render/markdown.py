@@ -35,10 +35,30 @@ def inline_math(latex: str) -> str:
     return f"${latex.strip()}$"
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats as the strings "inf", "-inf", "nan" (strict JSON)."""
+    if isinstance(obj, float):
+        if obj != obj:
+            return "nan"
+        if obj in (float("inf"), float("-inf")):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    """Deterministic strict JSON text: key order as given, 2-space indent."""
+    return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Deterministic JSON: fixed key order as given, 2-space indent, trailing newline."""
+    """Deterministic JSON file (``dumps``) with a trailing newline."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    path.write_text(dumps(obj) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
