@@ -5,7 +5,8 @@ Expected verdicts come from the implementations' sources (fla-core 0.6, performe
 torch 2.13), not from the code under test: SDPA is exact softmax (oracle-agreement passes);
 naive_recurrent_linear_attn computes in float32 (fails the float64 bound, passes float32);
 naive_chunk_based needs T to be a multiple of its chunk size; TaylorFeatureMap realizes
-kappa_2(q.k/sqrt(d)); RebasedFeatureMap realizes (q.k)^2/d; performer adds 1e-4 to every feature.
+kappa_2(q.k/sqrt(d)); RebasedFeatureMap realizes (q.k)^2/d; performer adds 1e-4 to every feature
+and samples its orthogonal blocks with an unsigned QR.
 """
 
 from __future__ import annotations
@@ -195,6 +196,49 @@ def test_performer_differs_from_favor_only_by_its_feature_eps():
     scale = favor.abs().max().item()
     assert (out - favor).abs().max().item() > 1e-8 * scale  # far above float64 rounding
     assert (no_eps - favor).abs().max().item() < 1e-12 * scale  # the eps is the whole gap
+
+
+@pytest.mark.thirdparty
+def test_performer_causal_single_key_fails_only_through_its_denominator_constant():
+    pp = _performer().performer_pytorch
+    from verify.adapters import performer
+
+    def constants_off(q, k, v, *, causal):
+        proj = performer.fast_attention(q.shape[-1], causal=True).projection_matrix
+        fq = pp.softmax_kernel(q, projection_matrix=proj, is_query=True, eps=0.0)
+        fk = pp.softmax_kernel(k, projection_matrix=proj, is_query=False, eps=0.0)
+        return pp.causal_linear_attention_noncuda(fq, fk, v, eps=0.0)
+
+    default = performer.causal_variant()
+    twin = default.with_claims(forward=constants_off, feature_map=None)
+    kw = dict(dtypes=("float64",), select=["single-key"], **SMOKE)
+    assert _status(checker.check(default, **kw), "single-key")["status"] == "fail"
+    assert _status(checker.check(twin, **kw), "single-key")["status"] == "pass"
+
+
+@pytest.mark.thirdparty
+def test_performer_orthogonal_blocks_are_not_haar_distributed():
+    _performer()
+    from verify.adapters.performer import orthogonal_sign_bias
+
+    # Haar: each fraction is 1/2 (P(all 200 draws negative) = 2^-200); performer's QR without
+    # the sign(diag(R)) correction puts the first direction in a half-space every time
+    frac = orthogonal_sign_bias(d=2, draws=200)["negative_diagonal_fraction"]
+    assert frac[0] == 1.0
+    with pytest.raises(ValueError, match="draws"):
+        orthogonal_sign_bias(draws=0)
+
+
+@pytest.mark.thirdparty
+def test_performer_causal_leak_comes_from_the_key_maximum_and_its_constants():
+    _performer()
+    from verify.adapters.performer import causal_leak_evidence
+
+    rows = {(r["feature_eps"], r["denominator_eps"]): r for r in causal_leak_evidence()}
+    # performer's defaults: a later key changes earlier outputs far above float64 rounding
+    assert rows[(1e-4, 1e-6)]["max_change_of_earlier_outputs"] > 1e-3
+    # without the two constants the e^-M rescaling cancels exactly (rounding only)
+    assert rows[(0.0, 0.0)]["max_change_of_earlier_outputs"] < 1e-12
 
 
 @pytest.mark.thirdparty

@@ -30,7 +30,7 @@ DEFAULT_TIMEOUT = 60.0  # seconds per property (watchdog)
 #: candidate examples hypothesis may draw after a property's first failure before shrinking
 #: stops (a count, not seconds: the same minimal input on every run, and a bounded cost when
 #: drawing or checking an example is slow)
-SHRINK_DRAWS = 40
+SHRINK_DRAWS = 25
 
 
 class TargetError(Exception):

@@ -374,3 +374,33 @@ def rebased_default_on_cpu() -> str:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"raises {type(exc).__name__}: {msg[:200]}"
     return "works"
+
+
+def feature_map_gradient_finding() -> dict:
+    """How gradients flow through fla's feature maps (float64, d = 3).
+
+    fla wraps the outer product of both maps in ``fla.utils.checkpoint``, i.e.
+    ``torch.utils.checkpoint.checkpoint`` without ``use_reentrant`` (reentrant by default in
+    torch 2.13). Returns {map: {"backward()": result, "torch.autograd.grad": result}} with
+    "works" or the exception raised.
+    """
+    import torch
+
+    out = {}
+    maps = (("TaylorFeatureMap", taylor_features), ("RebasedFeatureMap", rebased_features))
+    for name, fmap in maps:
+        res = {}
+        for how in ("backward()", "torch.autograd.grad"):
+            x = torch.tensor([[0.5, -1.0, 0.25]], dtype=torch.float64, requires_grad=True)
+            try:
+                y = fmap(x).sum()
+                if how == "backward()":
+                    y.backward()
+                else:
+                    torch.autograd.grad(y, x)
+                res[how] = "works"
+            except Exception as exc:  # noqa: BLE001 - the finding is the message
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                res[how] = f"raises {type(exc).__name__}: {first[:160]}"
+        out[name] = res
+    return out

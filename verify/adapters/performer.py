@@ -15,7 +15,10 @@ functions; the checks decide whether it matters):
 * features phi(x) = m^-1/2 (exp(w.x~ - |x~|^2/2 - M) + 1e-4) with x~ = d^-1/4 x; M is the
   row's largest w.x~ for queries and the largest over *all* tokens and features for keys; the
   e^-M factor cancels in the normalized output, the 1e-4 does not;
-* causal mode (``causal_linear_attention_noncuda``, CPU) divides by q.(k_cumsum + 1e-6).
+* causal mode (``causal_linear_attention_noncuda``, CPU) divides by q.(k_cumsum + 1e-6);
+* the orthogonal blocks come from ``torch.linalg.qr`` without the sign(diag(R)) correction, so
+  the directions are not Haar distributed (:func:`orthogonal_sign_bias`) and the FAVOR+
+  estimate is biased.
 
 ``nb_features`` is fixed at :data:`NB_FEATURES` for the battery (performer's default
 int(d ln d) is 0 at d = 1 and 1 at d = 2). :func:`feature_count_experiment` measures the error
@@ -194,9 +197,11 @@ def feature_count_experiment(
     Inputs: q, k, v ~ N(0, input_std^2) of shape (batch, heads, length, d) in float64, drawn once
     from ``data_seed``; for each m, ``seeds`` modules with seeds ``PERFORMER_SEED + 1000 m + s``.
     Per run: the relative RMS error ||o_perf - o_softmax||_F / ||o_softmax||_F (exact softmax in
-    float64: its rounding, ~1e-16, is far below the estimator's error) and the same for the
+    float64: its rounding, ~1e-16, is far below the estimator's error), the same for the
     FAVOR+ estimate with the same directions (``verify.attention.linear_attention``,
-    ``feature_map="favor"``), which isolates what performer adds (eps = 1e-4 per feature).
+    ``feature_map="favor"``), which isolates what performer adds (eps = 1e-4 per feature), and
+    for FAVOR+ with Haar-distributed orthogonal blocks (``verify.attention.favor_projection``),
+    which isolates performer's sampler (:func:`orthogonal_sign_bias`).
 
     D9 (``derivations.related.favor_kernel_variance``): for m i.i.d. positive features the
     kernel estimate of exp(x.y) has relative standard deviation sqrt(expm1(|x+y|^2)/m); the
@@ -206,7 +211,8 @@ def feature_count_experiment(
 
     Returns:
         dict with ``rows`` (m, mean and std of the error over seeds, FAVOR+ error, performer
-        minus FAVOR+, D9 prediction), ``slope`` (least squares on log-log), ``settings``.
+        minus FAVOR+, Haar-FAVOR+ error, D9 prediction), ``slope`` and ``haar_slope`` (least
+        squares on log-log), ``settings``.
 
     Raises:
         ValueError: fewer than two feature counts, or a count < 1, or seeds < 1.
@@ -232,9 +238,11 @@ def feature_count_experiment(
     c = d**-0.5
     sums = ((q.unsqueeze(-2) + k.unsqueeze(-3)) ** 2).sum(-1) * c
     median_sq = float(sums.median())
+    from verify.attention import favor_projection
+
     rows = []
     for m in feature_counts:
-        errs, favor_errs, gaps = [], [], []
+        errs, favor_errs, gaps, haar_errs = [], [], [], []
         for s in range(seeds):
             mod = fast_attention(d, causal=False, nb_features=m, seed=PERFORMER_SEED + 1000 * m + s)
             with torch.no_grad():
@@ -246,6 +254,11 @@ def feature_count_experiment(
                     feature_map="favor",
                     projection=mod.projection_matrix.to(torch.float64),
                 )
+                # the same estimator with Haar-distributed orthogonal blocks (sign-corrected QR)
+                gen = torch.Generator().manual_seed(PERFORMER_SEED + 1000 * m + s)
+                haar = favor_projection(d, m, orthogonal=True, generator=gen, dtype=torch.float64)
+                ref_haar = linear_attention(q, k, v, feature_map="favor", projection=haar)
+            haar_errs.append(float((ref_haar - exact).norm() / norm))
             errs.append(float((out - exact).norm() / norm))
             favor_errs.append(float((ref - exact).norm() / norm))
             gaps.append(float((out - ref).norm() / norm))
@@ -258,16 +271,19 @@ def feature_count_experiment(
                 "std_error": float(np.std(errs, ddof=1)) if seeds > 1 else 0.0,
                 "favor_mean_error": float(np.mean(favor_errs)),
                 "performer_minus_favor": float(np.mean(gaps)),
+                "haar_favor_mean_error": float(np.mean(haar_errs)),
                 "d9_kernel_relative_std": predicted,
             }
         )
     logm = np.log([r["m"] for r in rows])
     loge = np.log([r["mean_error"] for r in rows])
     slope, intercept = np.polyfit(logm, loge, 1)
+    haar_slope = np.polyfit(logm, np.log([r["haar_favor_mean_error"] for r in rows]), 1)[0]
     return {
         "rows": rows,
         "slope": float(slope),
         "intercept": float(intercept),
+        "haar_slope": float(haar_slope),
         "reference_slope": -0.5,
         "settings": {
             "batch": batch,
@@ -280,3 +296,76 @@ def feature_count_experiment(
             "median_x_plus_y_sq": median_sq,
         },
     }
+
+
+def orthogonal_sign_bias(d: int = 3, draws: int = 2000, seed: int = 0) -> dict:
+    """How performer's orthogonal blocks are distributed: the fraction of draws in which row i of
+    ``orthogonal_matrix_chunk(d)`` has a negative i-th coordinate (Haar: 1/2 for every i).
+
+    performer takes Q from ``torch.linalg.qr`` of a Gaussian matrix without multiplying its
+    columns by sign(diag(R)); Householder QR then fixes those signs, so the directions are not
+    Haar distributed (the first direction of every block has a negative first coordinate) and
+    E[phi(q).phi(k)] = exp(c q.k) (THEORY.md D9) fails. Correct sampling: Mezzadri, "How to
+    generate random matrices from the classical compact groups", Notices AMS 54 (2007).
+
+    Returns:
+        {"d": d, "draws": draws, "negative_diagonal_fraction": [f_0, ..., f_{d-1}]}.
+
+    Raises:
+        ValueError: d < 1 or draws < 1.
+    """
+    import torch
+
+    if not isinstance(d, int) or d < 1:
+        raise ValueError(f"d: expected an int >= 1, got {d!r}")
+    if not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws: expected an int >= 1, got {draws!r}")
+    pp = _performer()
+    neg = torch.zeros(d, dtype=torch.float64)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for _ in range(draws):
+            neg += (torch.diagonal(pp.orthogonal_matrix_chunk(d)) < 0).double()
+    return {"d": d, "draws": draws, "negative_diagonal_fraction": (neg / draws).tolist()}
+
+
+def causal_leak_evidence(seed: int = 0) -> list[dict]:
+    """Why causal ``FastAttention`` lets a later key change earlier outputs (FAULTS 9).
+
+    performer stabilizes key features by M = the largest w.k~ over *all* tokens and features,
+    so a later key rescales every earlier key feature by e^-M'; that cancels in the normalized
+    output only if nothing else is added. This runs performer's own pipeline (``softmax_kernel``
+    and ``causal_linear_attention_noncuda``, float64, T = 4, d = 3, the adapter's directions)
+    with its feature constant (1e-4) and denominator constant (1e-6) on and off, changes key 3
+    to (5, 5, 5) and reports the largest change of outputs 0..2.
+
+    Returns:
+        [{"feature_eps": e1, "denominator_eps": e2, "max_change_of_earlier_outputs": x}, ...]
+        (the first row is performer's default).
+    """
+    import torch
+
+    pp = _performer()
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 1, 4, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    proj = fast_attention(3, causal=True).projection_matrix.to(torch.float64)
+    k2 = k.clone()
+    k2[..., 3, :] = 5.0
+
+    def run(keys, eps, deps):
+        fq = pp.softmax_kernel(q, projection_matrix=proj, is_query=True, eps=eps)
+        fk = pp.softmax_kernel(keys, projection_matrix=proj, is_query=False, eps=eps)
+        return pp.causal_linear_attention_noncuda(fq, fk, v, eps=deps)
+
+    out = []
+    with torch.no_grad():
+        for eps, deps in ((FEATURE_EPS, 1e-6), (0.0, 1e-6), (FEATURE_EPS, 0.0), (0.0, 0.0)):
+            change = (run(k, eps, deps) - run(k2, eps, deps))[..., :3, :].abs().max()
+            out.append(
+                {
+                    "feature_eps": eps,
+                    "denominator_eps": deps,
+                    "max_change_of_earlier_outputs": float(change),
+                }
+            )
+    return out

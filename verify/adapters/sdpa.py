@@ -16,7 +16,12 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
   ``torch.profiler``), whose ``_exp_reduce_sum_fusion_kernel`` calls ``Vectorized::exp_u20()``
   (pytorch/pytorch, aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): declared
   ``exp_library="cpu-torch-exp_u20"`` (20 ulps, ``derivations.rounding.LIBRARY_EXP_ULPS``; for
-  float64 exp_u20 falls back to exp(), so the declaration is conservative there).
+  float64 exp_u20 falls back to exp(), so the declaration is conservative there);
+* for bfloat16/float16 the same kernel stores the exponentials in the input's type before
+  multiplying by V (``conditional_data_ptr(qk_data, qk_reduced_data)``) while summing them in
+  float32: a second low-precision rounding that the two-level D10 model (accumulate in float32,
+  round the output once) does not allow for. The card shows the resulting failures and
+  :func:`bf16_weight_rounding_evidence` measures the mechanism.
 """
 
 from __future__ import annotations
@@ -146,3 +151,37 @@ def measure_conventions(dtypes: tuple[str, ...] = ("float64", "float32", "bfloat
             "equals attn_mask & tril (both applied)" if same else "differs from attn_mask & tril"
         )
     return out
+
+
+def bf16_weight_rounding_evidence(seed: int = 0) -> dict:
+    """Does SDPA's bfloat16 CPU path round the softmax weights to bf16 before P @ V?
+
+    The fused kernel stores exp(s - max) in the input's reduced type
+    (``conditional_data_ptr(qk_data, qk_reduced_data)`` in FlashAttentionKernel.cpp) and
+    multiplies that by V, while the row sum is accumulated from the float32 exponentials. This
+    measures it: bf16 inputs (B = H = 2, T = 16, S = 64, d = 16, one key block), SDPA's output
+    against (a) the exact softmax of the same bf16 inputs and (b) the same with the weights
+    exp(s - max) rounded to bf16 before P @ V (both in float64, then rounded to bf16 once).
+
+    Returns:
+        {"exact" | "weights_rounded": {"bitwise_equal_fraction": f, "max_abs_diff": x}}.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    b, h, t, s, d = 2, 2, 16, 64, 16
+    q, k, v = (torch.randn(b, h, n, d, generator=gen).bfloat16() for n in (t, s, s))
+    out = F.scaled_dot_product_attention(q, k, v)
+    q64, k64, v64 = (x.double() for x in (q, k, v))
+    scores = (q64 @ k64.transpose(-1, -2)) * d**-0.5
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    total = e.sum(-1, keepdim=True)
+    models = {"exact": (e @ v64) / total, "weights_rounded": (e.bfloat16().double() @ v64) / total}
+    return {
+        name: {
+            "bitwise_equal_fraction": float((x.bfloat16() == out).double().mean()),
+            "max_abs_diff": float((out.double() - x).abs().max()),
+        }
+        for name, x in models.items()
+    }
