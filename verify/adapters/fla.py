@@ -401,6 +401,6 @@ def feature_map_gradient_finding() -> dict:
                 res[how] = "works"
             except Exception as exc:  # noqa: BLE001 - the finding is the message
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                res[how] = f"raises {type(exc).__name__}: {first[:160]}"
+                res[how] = f"raises {type(exc).__name__}: {first.split('. ')[0].rstrip('.')}"
         out[name] = res
     return out
