@@ -1,150 +1,69 @@
-"""Provisional D10 error model for the attention tests, plus tests of the model itself.
+"""The attention tests' tolerances, from the project's error model ``verify.errors`` (D10).
 
-TODO(errors.py): replace by ``verify.errors`` once that module exists (separate issue).
+A thin adapter: :func:`output_bound` turns a test's kernel name and torch dtype into a call of
+``verify.errors.float64_reference`` (the float64 direct evaluation) and
+``verify.errors.attention_error_bound(..., exact=None)``, whose bound covers the
+implementation's error in ``dtype`` *plus* the reference's own float64 error (THEORY.md D10,
+recipe 6 of ``derivations/rounding.py``). :func:`oracle_bound` states the bound against the
+mpmath oracle's exact output instead (``exact=`` given: no reference error), and
+:func:`callable_map_bound` does that for a test's own feature map. ``U`` and ``gamma`` are
+``derivations.rounding``'s.
 
-Model (THEORY.md D10; Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed. 2002):
-unit roundoff u (fp64 2^-53, fp32 2^-24, fp16 2^-11, bf16 2^-8), gamma_n = n u / (1 - n u).
-- A product of n rounded factors has relative error <= gamma_n (Lemma 3.1); a sum of n terms,
-  in any order, has absolute error <= gamma_{n-1} sum |terms| (eq. (3.4) and Sec. 4.2).
-- Horner on p(x) = sum a_i x^i: |fl(p) - p| <= gamma_{2N} sum |a_i||x|^i (eq. (5.3)).
-- exp of a rounded argument: relative error e^{|dx|} - 1 plus about one ulp of the library exp
-  (THEORY.md D10 cites ~1 ulp on CPU, 2 ulp for CUDA fast exp; we charge 2u).
-
-Each kernel attention output is N_t / D_t (or a D7 mode applied to N_t) with
-N_t = sum_s kappa_ts v_s. For every kernel we bound the error of each computed *term* relative
-(feature count m and feature-product roundings included) to a magnitude
-W_ts >= sum over the term's pieces of |piece| (for Taylor features
-sum_alpha |phi_alpha(q) phi_alpha(k)| = kappa_N(c |q|.|k|), D1), which covers the parallel,
-recurrent and chunked orders of summation alike:
-    E_N = sum_s ((1 + rel_ts)(1 + gamma_{S+3}) - 1) W_ts |v_s|,   E_D likewise without |v_s|,
-and then propagate E_N, E_D through the denominator mode (``output_bound``). For signed kernels
-the bound is relative to sum |kappa| |v| / |D| (D10 conditioning), not to the output.
+The tests at the bottom check ``verify.errors`` itself against mpmath: the bounds hold and are
+not vacuous, the float64 reference is within its stated bound, and the recipe-6 composition.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-U = {
-    torch.float64: 2.0**-53,
-    torch.float32: 2.0**-24,
-    torch.float16: 2.0**-11,
-    torch.bfloat16: 2.0**-8,
+from derivations import rounding as d10
+from derivations.rounding import gamma, unit_roundoff
+from verify import errors
+from verify.oracle import linear_reference, softmax_reference, taylor_reference
+
+__all__ = ["U", "assert_within", "callable_map_bound", "gamma", "oracle_bound", "output_bound"]
+
+DTYPE_NAMES = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
 }
-#: library exp error charged per evaluation, in units of u (THEORY.md D10: ~1 ulp CPU, 2 CUDA)
-EXP_ULPS = 2
+#: unit roundoff per torch dtype (``derivations.rounding.unit_roundoff``)
+U = {dt: unit_roundoff(name) for dt, name in DTYPE_NAMES.items()}
+_U64 = U[torch.float64]
 
 
-def gamma(n: int, u: float) -> float:
-    """gamma_n = n u / (1 - n u) (Higham Lemma 3.1); requires n u < 1."""
-    assert n * u < 1, f"gamma_{n} undefined for u = {u}"
-    return n * u / (1 - n * u)
-
-
-def visible(T: int, S: int, causal: bool, attn_mask=None) -> torch.Tensor:
-    """(B|1, H|1, T, S) bool visibility (independent of verify.attention)."""
-    vis = torch.ones(1, 1, T, S, dtype=torch.bool)
-    if causal:
-        vis = vis & torch.ones(T, S, dtype=torch.bool).tril()
-    if attn_mask is not None:
-        vis = vis & attn_mask.cpu()
-    return vis
-
-
-def _taylor(x: torch.Tensor, order: int) -> torch.Tensor:
-    # independent of derivations/verify: plain series with math.factorial
-    return sum(x**n / math.factorial(n) for n in range(order + 1)) + 0 * x
-
-
-def _elu1(x):
-    return torch.where(x > 0, x + 1, torch.exp(x))
-
-
-def kernel_terms(kernel, q, k, *, scale=None, vis, projection=None, u, shift=True):
-    """(kappa, W, rel): signed kernel values, magnitudes and per-term relative bounds, float64.
-
-    ``kernel``: "exp", "taylor:N" (basis-independent: m = tensor feature count, the larger),
-    "identity", "elu1", "relu", "favor" or ("callable", fn64, K_w, m) for a test's own map whose
-    per-term relative error is <= gamma_{K_w} w.r.t. W = phi(q).phi(k) of |features|.
-    """
-    q, k = q.double().cpu(), k.double().cpu()
-    d = q.shape[-1]
-    T, S = q.shape[-2], k.shape[-2]
-    shape = torch.broadcast_shapes(q.shape[:-2] + (T, S), vis.shape)
-    zero = torch.zeros(shape, dtype=torch.float64)
-    exp_type = kernel == "exp" or kernel == "favor" or str(kernel).startswith("taylor:")
-    c = (
-        (1 / math.sqrt(d) if scale is None else scale)
-        if exp_type
-        else (1.0 if scale is None else scale)
-    )
-    y = c * (q.abs() @ k.abs().transpose(-1, -2))
-    x = c * (q @ k.transpose(-1, -2))
+def model_kernel(kernel: str) -> str:
+    """A test kernel name as ``verify.errors`` spells it: ``exp`` -> ``softmax``, ``taylor:N``
+    unchanged (kappa_N on scores or through features: every form), feature maps ->
+    ``linear:MAP``."""
     if kernel == "exp":
-        # shift=False: the unshifted sum_s e^x (modes none/count); the implementation computes
-        # e^m * sum e^(x-m): two more roundings (exp(m), product) per term
-        xm = torch.where(vis, x, -math.inf)
-        m = xm.amax(-1, keepdim=True)
-        m = torch.where(torch.isfinite(m), m, 0.0)
-        extra = 0.0 if shift else (EXP_ULPS + 1) * u
-        if not shift:
-            x, m0 = x - m, m
-            m = torch.zeros_like(m)
-        kap = torch.where(vis, torch.exp(torch.where(vis, x, m) - m), zero)
-        ym = torch.where(vis, y, 0.0).amax(-1, keepdim=True)
-        arg = gamma(d + 2, u) * (y + ym) + u * (x - m).abs()
-        rel = torch.expm1(arg) * (1 + EXP_ULPS * u) + EXP_ULPS * u + extra
-        if not shift:
-            kap = kap * torch.exp(m0)
-        return kap, kap.abs(), torch.where(vis, rel, zero)
+        return "softmax"
     if isinstance(kernel, str) and kernel.startswith("taylor:"):
-        N = int(kernel.split(":")[1])
-        m = sum(d**n for n in range(N + 1))
-        kap = _taylor(x, N)
-        W = _taylor(y, N)
-        rel = gamma(2 * N * (d + 2) + 2 * N + 13 + m, u)
-    elif kernel in ("identity", "relu", "elu1"):
-        f = {"identity": torch.abs, "relu": torch.relu, "elu1": lambda t: _elu1(t).abs()}[kernel]
-        g = {"identity": lambda t: t, "relu": torch.relu, "elu1": _elu1}[kernel]
-        kap = g(c * q) @ g(k).transpose(-1, -2)
-        if kernel == "elu1":  # |elu(x)| + 1 bounds the absolute error scale of elu(x) + 1
-            f = lambda t: (torch.where(t > 0, t, torch.expm1(t))).abs() + 1  # noqa: E731
-        W = f(c * q) @ f(k).transpose(-1, -2)
-        rel = gamma({"identity": 3, "relu": 3, "elu1": 9}[kernel] + d, u)
-    elif kernel == "favor":
-        P = projection.double().cpu()
-        m = P.shape[0]
+        return kernel
+    if kernel in ("identity", "elu1", "relu", "favor"):
+        return f"linear:{kernel}"
+    raise ValueError(
+        f"kernel: expected exp, taylor:N, identity, elu1, relu or favor, got {kernel!r} "
+        "(a test's own feature map: use callable_map_bound)"
+    )
 
-        def phi_theta(z):
-            zs = z * math.sqrt(c)
-            arg = zs @ P.T - 0.5 * zs.square().sum(-1, keepdim=True)
-            phi = torch.exp(arg) / math.sqrt(m)
-            darg = (
-                gamma(d + 3, u) * (zs.abs() @ P.abs().T + 0.5 * zs.square().sum(-1, keepdim=True))
-                + u * arg.abs()
-            )
-            theta = torch.expm1(darg) * (1 + EXP_ULPS * u) + (EXP_ULPS + 3) * u
-            return phi, theta.amax(-1)
 
-        pq, tq = phi_theta(q)
-        pk, tk = phi_theta(k)
-        kap = pq @ pk.transpose(-1, -2)
-        W = kap
-        rel = (1 + tq[..., :, None]) * (1 + tk[..., None, :]) * (1 + gamma(m + 2, u)) - 1
-    elif isinstance(kernel, tuple) and kernel[0] == "callable":
-        _, fn64, K_w, m = kernel
-        kap = fn64(c * q) @ fn64(k).transpose(-1, -2)
-        W = fn64(c * q).abs() @ fn64(k).abs().transpose(-1, -2)
-        rel = gamma(K_w + m, u)
-    else:
-        raise AssertionError(f"unknown kernel {kernel!r}")
-    kap = torch.where(vis, kap, zero)
-    W = torch.where(vis, W, zero)
-    rel = torch.where(vis, torch.as_tensor(rel, dtype=torch.float64), zero)
-    return kap, W, rel
+def _bound(kernel, q, k, v, *, dtype, exact, form, basis, device, **kw):
+    name = model_kernel(kernel)
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype: expected one of {tuple(DTYPE_NAMES)}, got {dtype!r}")
+    eb = errors.attention_error_bound(
+        name, q, k, v, dtype=DTYPE_NAMES[dtype], exact=exact, form=form, basis=basis,
+        device=device, **kw,
+    )  # fmt: skip
+    return name, torch.from_numpy(np.ascontiguousarray(eb.bound))
 
 
 def output_bound(
@@ -160,64 +79,121 @@ def output_bound(
     denominator="sum",
     eps=0.0,
     projection=None,
+    form="any",
+    basis=None,
+    device="cpu",
 ):
-    """(reference float64 output, elementwise error bound) for an output computed in ``dtype``.
+    """(float64 reference, elementwise bound), both float64 (B, H, T, d_v) CPU tensors.
 
-    The reference is a plain float64 evaluation (not the code under test); the returned bound
-    covers the implementation's error in ``dtype`` *plus* the reference's own float64 error, so
-    ``|out - ref| <= bound`` is the check. Rows with no visible key: reference 0, bound 0.
+    The check is ``|out - ref| <= bound`` for an output computed in ``dtype`` (a torch dtype;
+    bf16/fp16: the two-level model, fp32 accumulation, output rounded to the dtype) by any
+    ``form`` (default ``any``: the worst per key of the score and feature evaluations; ``basis``
+    None: the larger Taylor feature count), on ``device`` (``cuda``: CUDA's cited exp ulps).
+    The bound includes the reference's own float64 bound. Rows with no visible key: reference
+    0, bound 0. Not checked here: ``errors.outside_model``'s no-underflow criterion, a
+    sufficient condition that ordinary inputs of high Taylor orders in float32 fail (entries
+    below about 1e-3 for N = 4); callers choose inputs whose products stay normal.
     """
-    u = U[dtype]
-    u64 = U[torch.float64]
-    T, S = q.shape[-2], k.shape[-2]
-    vis = visible(T, S, causal, attn_mask)
-    v64 = v.double().cpu()
     kw = dict(
-        scale=scale, vis=vis, projection=projection, shift=denominator not in ("none", "count")
+        causal=causal,
+        attn_mask=attn_mask,
+        scale=scale,
+        denominator=denominator,
+        eps=eps,
+        projection=projection,
     )
-    kap, W, rel = kernel_terms(kernel, q, k, u=u, **kw)
-    _, _, rel64 = kernel_terms(kernel, q, k, u=u64, **kw)
-    N = kap @ v64
-    D = kap.sum(-1)
-    n = vis.expand(kap.shape).sum(-1).double()
-    # implementation in dtype + float64 reference, both summing S terms (features inside rel)
-    tot = (1 + rel) * (1 + gamma(S + 3, u)) - 1 + (1 + rel64) * (1 + gamma(S + 3, u64)) - 1
-    EN = (tot * W) @ v64.abs()
-    ED = (tot * W).sum(-1)
-    uo = u + u64
-    empty = (n == 0)[..., None]
-    absN = N.abs()
-    if denominator == "sum":
-        Dd = D + eps
-        ED = ED + uo * Dd.abs()
-        o = N / Dd[..., None]
-        gap = (Dd.abs() - ED)[..., None]
-        lin = (EN + o.abs() * ED[..., None]) / gap
-        bound = torch.where(gap > 0, lin + uo * (o.abs() + lin), math.inf)
-    elif denominator == "none":
-        o = N
-        bound = EN + uo * absN
-    elif denominator == "count":
-        nn = (n + eps)[..., None]
-        o = N / nn
-        bound = (EN + uo * absN) / nn + uo * o.abs()
-    else:
-        dv = N.shape[-1]
-        if denominator == "l2":
-            scale_f, Nv, E, epsf = 1.0, N, EN, eps
-        elif denominator == "rms":
-            scale_f, Nv, E, epsf = math.sqrt(dv), N, EN, dv * eps
-        else:  # layernorm: centring is a projection (norm 1); its rounding adds to E
-            scale_f, Nv = math.sqrt(dv), N - N.mean(-1, keepdim=True)
-            E = EN + gamma(dv + 2, uo) * (absN + absN.amax(-1, keepdim=True))
-            epsf = dv * eps
-        s = torch.sqrt(Nv.square().sum(-1, keepdim=True) + epsf)
-        o = scale_f * Nv / s
-        lip = scale_f * 2 * torch.linalg.vector_norm(E, dim=-1, keepdim=True) / s
-        bound = lip + gamma(dv + 4, uo) * o.abs()
-    o = torch.where(empty, 0.0, o)
-    bound = torch.where(empty, 0.0, bound)
-    return o, bound
+    name, bound = _bound(
+        kernel, q, k, v, dtype=dtype, exact=None, form=form, basis=basis, device=device, **kw
+    )
+    return torch.from_numpy(errors.float64_reference(name, q, k, v, **kw)), bound
+
+
+def oracle_bound(
+    kernel,
+    exact,
+    q,
+    k,
+    v,
+    *,
+    dtype,
+    causal=False,
+    attn_mask=None,
+    scale=None,
+    denominator="sum",
+    eps=0.0,
+    projection=None,
+    form="any",
+    basis=None,
+    device="cpu",
+):
+    """(exact output rounded once to float64, elementwise bound) for ``exact``, the
+    ``verify.oracle`` result on the same inputs and options: as :func:`output_bound`, but the
+    comparison is against the exact output, so no reference error is added and the bound uses
+    the exact |o|."""
+    kw = dict(
+        causal=causal,
+        attn_mask=attn_mask,
+        scale=scale,
+        denominator=denominator,
+        eps=eps,
+        projection=projection,
+    )
+    _, bound = _bound(
+        kernel, q, k, v, dtype=dtype, exact=exact, form=form, basis=basis, device=device, **kw
+    )
+    return torch.from_numpy(exact.float64), bound
+
+
+def callable_map_bound(
+    fmap, fmap_mp, feature_rel_error, q, k, v, *, dtype, causal=False, attn_mask=None
+):
+    """(exact output, bound) for kernel linear attention with a test's own feature map.
+
+    Derived from ``derivations.rounding`` (recipe 3-4 of its module docstring): each computed
+    feature has relative error <= ``feature_rel_error`` (the caller derives it for its map), so
+    for every form num_rel, den_rel = ``feature_form_relative_bound(e_phi, m, n_t, u, .)``
+    relative to A = sum_s W_s |v_s|, B = sum_s W_s; then ``kernel_attention_output_bound``
+    with one IEEE division. The features must be non-negative (checked on the inputs in
+    float64), so W_s = sum_m |phi_m(q)| |phi_m(k_s)| = kappa_ts and the oracle's exact
+    sum_s |kappa| |v|, sum_s |kappa| and D are A, B, D; rounded once to float64 they are
+    widened by one float64 rounding. Scale 1 (the map sees q and k unscaled).
+
+    Args:
+        fmap: the torch map (..., d) -> (..., m); fmap_mp: the same map on lists of mpf.
+        feature_rel_error: e_phi for the computation in ``dtype``.
+        q, k, v: (B, H, T, d), (B, H, S, d), (B, H, S, d_v); dtype: torch.float64 or float32.
+
+    Returns:
+        (exact rounded once to float64, bound), float64 CPU tensors; 0 bound on empty rows.
+    """
+    if dtype not in (torch.float64, torch.float32):
+        raise ValueError(f"dtype: expected torch.float64 or torch.float32, got {dtype!r}")
+    for name, x in (("q", q), ("k", k)):
+        assert (fmap(x.double()) >= 0).all(), f"{name}: the feature map must be non-negative"
+    u = U[dtype]
+    ex = linear_reference(q, k, v, feature_map=fmap_mp, causal=causal, attn_mask=attn_mask)
+    m = int(fmap(q[..., :1, :].double()).shape[-1])
+    up, down = 1 + 2 * _U64, 1 - 2 * _U64  # a value rounded once to float64, widened
+    A = np.asarray(ex.abs_numerator, dtype=np.float64) * up
+    B = np.asarray(ex.abs_denominator, dtype=np.float64) * up
+    D = np.abs(np.asarray(ex.denominator, dtype=np.float64)) * down
+    o = np.abs(ex.float64) * up
+    div = d10.division_relative_bound(u)
+    bound = np.zeros(o.shape)
+    for idx in np.ndindex(o.shape):
+        n = int(ex.count[idx[:-1]])
+        if n == 0:
+            continue  # an empty row must be exactly 0
+        bound[idx] = d10.kernel_attention_output_bound(
+            num_rel=d10.feature_form_relative_bound(feature_rel_error, m, n, u, True),
+            den_rel=d10.feature_form_relative_bound(feature_rel_error, m, n, u, False),
+            abs_numerator=float(A[idx]),
+            abs_denominator=float(B[idx[:-1]]),
+            denominator=float(D[idx[:-1]]),
+            output_abs=float(o[idx]),
+            div_rel=div,
+        )
+    return torch.from_numpy(ex.float64), torch.from_numpy(bound)
 
 
 def assert_within(out, ref, bound, what=""):
@@ -235,26 +211,117 @@ def assert_within(out, ref, bound, what=""):
         )
 
 
-# ---------------------------------------------------------------------------- model self-tests
-def test_gamma_definition():
-    assert gamma(1, 2.0**-53) == pytest.approx(2.0**-53, rel=1e-15)
-    with pytest.raises(AssertionError):
-        gamma(2**24, 2.0**-24)
+# ---------------------------------------------------------------- tests of verify.errors
+#: THEORY.md D10: a bound never approached within this factor is flagged loose
+LOOSE = 1e-6
+
+
+def test_unit_roundoff_per_dtype_is_half_the_machine_epsilon():
+    """The adapter's dtype names: u = 2^-p (derivations.rounding) = torch's eps / 2."""
+    for dt in DTYPE_NAMES:
+        assert U[dt] == torch.finfo(dt).eps / 2, dt
 
 
 def test_bound_holds_and_is_not_vacuous_against_mpmath():
-    """The model's bound covers a float32 evaluation and is not orders of magnitude loose."""
-    from verify.oracle import taylor_reference
-
+    """A float32 evaluation written here (independent of verify.attention): within the stated
+    bound of the exact output, and the bound is approached within ``LOOSE``."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 4, 3, generator=g) for _ in range(3))
     exact = taylor_reference(q, k, v, order=2, causal=True)
-    # plain float32 evaluation written here (independent of verify.attention)
     x = (q @ k.transpose(-1, -2)) / math.sqrt(3)
     w = (1 + x + x * x / 2).tril()
     out32 = (w @ v) / w.sum(-1, keepdim=True)
+    eb = errors.attention_error_bound(
+        "taylor:2", q, k, v, dtype="float32", exact=exact, causal=True, form="parallel"
+    )
+    obs = errors.compare(out32, eb, exact)
+    assert obs.observed <= obs.bound, obs.detail
+    assert obs.observed >= LOOSE * obs.bound, obs.detail
+    assert (eb.bound < 1e-3).all()  # non-vacuous at fp32 on O(1) data
+    # the float64 reference is the exact output up to its own (tiny) bound
     ref, bound = output_bound("taylor:2", q, k, v, dtype=torch.float32, causal=True)
-    err = (out32.double() - torch.from_numpy(exact.float64)).abs()
-    assert (err <= bound).all()
-    assert (bound < 1e-3).all()  # non-vacuous at fp32 on O(1) data
-    assert (ref - torch.from_numpy(exact.float64)).abs().max() < 1e-12
+    assert_within(out32, ref, bound, "float32 vs float64 reference")
+
+
+REFERENCE_CASES = [
+    ("exp", dict(denominator=d)) for d in ("sum", "none", "count", "l2", "rms", "layernorm")
+] + [
+    ("exp", dict(denominator="sum", eps=0.3)),
+    ("exp", dict(denominator="layernorm", eps=0.3)),
+    ("taylor:3", dict(denominator="sum")),
+    ("taylor:2", dict(denominator="rms", eps=0.2)),
+    ("elu1", dict(denominator="sum")),
+    ("identity", dict(denominator="count", eps=0.5)),
+    ("relu", dict(denominator="none")),
+]
+
+
+REFERENCE_IDS = [f"{k}-{'-'.join(map(str, c.values()))}" for k, c in REFERENCE_CASES]
+
+
+@pytest.mark.parametrize("kernel,kw", REFERENCE_CASES, ids=REFERENCE_IDS)
+def test_float64_reference_within_its_own_bound(kernel, kw):
+    """float64_reference vs mpmath: within the float64 parallel-form bound, which is what
+    ``exact=None`` adds for it; a row with no visible key is exactly 0."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (1.5 * torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.tensor([[False] * 4, [True, False, True, True], [True] * 4, [True] * 4])
+    name = model_kernel(kernel)
+    if kernel == "exp":
+        exact = softmax_reference(q, k, v, attn_mask=mask, **kw)
+    elif kernel.startswith("taylor:"):
+        exact = taylor_reference(q, k, v, order=int(kernel[7:]), attn_mask=mask, **kw)
+    else:
+        exact = linear_reference(q, k, v, feature_map=kernel, attn_mask=mask, **kw)
+    ref = errors.float64_reference(name, q, k, v, attn_mask=mask, **kw)
+    assert (ref[:, :, 0] == 0).all()
+    eb = errors.attention_error_bound(
+        name, q, k, v, dtype="float64", exact=exact, attn_mask=mask, form="parallel", **kw
+    )
+    obs = errors.compare(ref, eb, exact)
+    assert obs.observed <= obs.bound, obs.detail
+    assert obs.observed >= LOOSE * obs.bound, obs.detail
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked", "any"])
+@pytest.mark.parametrize("kernel", ["taylor:3", "linear:taylor:3"])
+def test_reference_bound_is_the_parallel_forms(kernel, form):
+    """Recipe 6: against ``float64_reference`` (kappa_N on the scores), the ``exact=None``
+    bound is at least the implementation's bound in its form plus the float64 parallel bound
+    of the reference -- also when the implementation uses features. Positive q, k, v with
+    scores near 12 make the parallel bound (its score error grows with |x|) the larger one per
+    key, and |o| equal to its majorant A/D up to float64 rounding, so the inequality is tight."""
+    g = torch.Generator().manual_seed(2)
+    q = 3 + torch.rand(1, 1, 6, 2, generator=g, dtype=torch.float64)
+    k = 2 + torch.rand(1, 1, 6, 2, generator=g, dtype=torch.float64)
+    v = 1 + torch.rand(1, 1, 6, 2, generator=g, dtype=torch.float64)
+    exact = taylor_reference(q, k, v, order=3, causal=True)
+    kw = dict(dtype="float64", causal=True, form=form)
+    none = errors.attention_error_bound(kernel, q, k, v, **kw).bound
+    impl = errors.attention_error_bound(kernel, q, k, v, exact=exact, **kw).bound
+    ref = errors.attention_error_bound(
+        "taylor:3", q, k, v, dtype="float64", exact=exact, causal=True, form="parallel"
+    ).bound
+    assert (none >= impl + ref).all()
+
+
+def test_softmax_eps_is_added_to_the_unshifted_denominator():
+    """sum mode with eps: o = N / (D + eps) with D = sum_s e^{x_s}. Scores near 30 make eps
+    negligible (e^-30), so an output computed from scores perturbed within the model's score
+    error e_x (a computation the model admits) must stay within the bound with eps too; the
+    shifted denominator sum_s e^{x_s - m} + eps would understate the bound."""
+    q = torch.full((1, 1, 1, 1), 6.0, dtype=torch.float64)
+    k = torch.full((1, 1, 2, 1), 5.0, dtype=torch.float64)
+    v = torch.tensor([1.0, -1.0], dtype=torch.float64).reshape(1, 1, 2, 1)
+    for eps in (0.0, 1.0):
+        exact = softmax_reference(q, k, v, scale=1.0, eps=eps)
+        eb = errors.attention_error_bound(
+            "softmax", q, k, v, dtype="float32", exact=exact, scale=1.0, eps=eps
+        )
+        # the model's score error: gamma_{d + 5} c |q||k| per key (SCALE_ROUNDINGS = 5)
+        e_x = gamma(1 + errors.SCALE_ROUNDINGS, U[torch.float32]) * 30.0
+        x = np.array([30.0 + e_x, 30.0 - e_x])  # the first key up, the second down
+        w = np.exp(x - x.max())
+        adversarial = (w @ np.array([1.0, -1.0])) / (w.sum() + eps * math.exp(-x.max()))
+        obs = errors.compare(np.array(adversarial).reshape(1, 1, 1, 1), eb, exact)
+        assert obs.observed <= obs.bound, (eps, obs.detail)

@@ -1,7 +1,8 @@
 """Public feature maps (THEORY.md D1, D3, D9; FAULTS.md 10).
 
 Kernel identities are checked against exact rational arithmetic (``fractions``) with the D10
-bound gamma_K * kappa_N(c |q|.|k|) (provisional model of ``test_attention_bounds``).
+bound gamma_K * kappa_N(c |q|.|k|) (``gamma`` and ``U`` of ``derivations.rounding``, re-exported by
+``test_attention_bounds``).
 """
 
 from __future__ import annotations

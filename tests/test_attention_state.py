@@ -1,13 +1,13 @@
 """Streaming state API: init_state, step, prefill (THEORY.md D2, D3; FAULTS.md 2, 3, 7).
 
-Tolerances: ``test_attention_bounds.output_bound`` (provisional D10 model, TODO(errors.py)).
+Tolerances: ``verify.errors`` (THEORY.md D10) through ``test_attention_bounds``.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_attention_bounds import U, assert_within, gamma, output_bound
+from test_attention_bounds import U, assert_within, callable_map_bound, gamma, output_bound
 
 from verify.attention import (
     AttentionState,
@@ -170,9 +170,9 @@ def test_low_precision_keeps_a_float32_state(dtype):
     assert st.dtype == dtype and o.dtype == dtype
     o_t, st = step(st, q[:, :, 5], k[:, :, 5], v[:, :, 5])
     assert o_t.dtype == dtype
-    ref, b32 = model("taylor:2", q, k, v, dtype=torch.float32)
+    ref, bound = model("taylor:2", q, k, v, dtype=dtype)  # two-level model
     out = torch.cat([o, o_t[:, :, None]], 2)
-    assert_within(out, ref, b32 + U[dtype] * (ref.abs() + b32), str(dtype))
+    assert_within(out, ref, bound, str(dtype))
 
 
 def test_favor_state_carries_its_random_directions():
@@ -181,10 +181,12 @@ def test_favor_state_carries_its_random_directions():
                      generator=torch.Generator().manual_seed(9))  # fmt: skip
     assert st.projection.shape == (6, 3)
     o2, st = prefill(sl(q, 3, 5), sl(k, 3, 5), sl(v, 3, 5), kernel="favor", state=st)
-    ref = linear_attention(q, k, v, feature_map="favor", causal=True, projection=st.projection)
-    _, bound = output_bound("favor", q, k, v, dtype=torch.float64, causal=True,
-                            projection=st.projection)  # fmt: skip
-    assert_within(torch.cat([o1, o2], 2), ref.double(), 2 * bound, "favor resume")
+    full_pass = linear_attention(q, k, v, feature_map="favor", causal=True,
+                                 projection=st.projection)  # fmt: skip
+    ref, bound = output_bound("favor", q, k, v, dtype=torch.float64, causal=True,
+                              projection=st.projection)  # fmt: skip
+    assert_within(torch.cat([o1, o2], 2), ref, bound, "favor resume")
+    assert_within(full_pass, ref, bound, "favor full pass")
     with pytest.raises(ValueError, match="num_features/generator"):
         prefill(q, k, v, kernel="favor", state=st, generator=torch.Generator())
 
@@ -240,13 +242,16 @@ def test_gradients_flow_through_a_stream():
 
 
 def test_callable_kernel_state():
+    """A user feature map (x_i^2, 1) streamed: within ``callable_map_bound`` of the exact
+    output (mpmath), feature error u: each feature is fl(x_i * x_i) or the exact 1 (scale 1)."""
     sq = lambda x: torch.cat([x * x, torch.ones_like(x[..., :1])], -1)  # noqa: E731
     q, k, v = qkv(T=4, seed=11)
     st = init_state(2, 2, 3, 2, kernel=sq, dtype=torch.float64)
     assert st.kernel == "callable" and st.block_sizes == (4,)
     o, st = prefill(sl(q, 0, 3), sl(k, 0, 3), sl(v, 0, 3), kernel=sq, state=st)
     o_t, st = step(st, q[:, :, 3], k[:, :, 3], v[:, :, 3])
-    ref, bound = output_bound(("callable", sq, 6, 4), q, k, v, dtype=torch.float64, causal=True)
+    ref, bound = callable_map_bound(sq, lambda xs: [x * x for x in xs] + [1], U[torch.float64],
+                                    q, k, v, dtype=torch.float64, causal=True)  # fmt: skip
     assert_within(torch.cat([o, o_t[:, :, None]], 2), ref, bound, "callable")
     with pytest.raises(ValueError, match="kernel"):
         prefill(q, k, v, kernel=lambda x: x, state=st)

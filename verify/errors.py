@@ -18,7 +18,8 @@ The recipe is the one in ``derivations/rounding.py``'s module docstring:
 
 Majorants (A, B, |D| lower bound) are computed in float64 and inflated by their own float64
 rounding bound, so they stay upper (lower) bounds. Comparisons are made in float64 space against
-the mpmath oracle (``verify.oracle``): |actual - exact| is measured exactly and rounded once.
+the mpmath oracle (``verify.oracle``): |actual - exact| is measured exactly and rounded once,
+or against :func:`float64_reference` (``exact=None``: recipe 6 adds the reference's own bound).
 
 A bound is labelled ``derived``. :func:`compare` turns (actual, bound) into an
 ``Observation`` (observed error, bound, observed/bound, error in units of roundoff, where).
@@ -125,6 +126,45 @@ def _vec(fn, *arrays: np.ndarray) -> np.ndarray:
     return out
 
 
+def _kappa(order: int, x: np.ndarray) -> np.ndarray:
+    """kappa_N(x) = sum_{n<=N} x^n/n! by Horner in float64 (coefficients: D1, rounded once).
+
+    Error: gamma_{2N+1} kappa_N(|x|) (Higham eq. 5.3 and the rounded coefficients), the count
+    ``_inflate(., 2N + 2)`` covers for a majorant (one more rounding for its argument).
+    """
+    coeffs = [float(d1.taylor_coefficient(n)) for n in range(order + 1)]
+    out = np.full(np.shape(x), coeffs[-1])
+    for a in reversed(coeffs[:-1]):
+        out = out * x + a
+    return out
+
+
+def _row_max_increasing(fn, a: np.ndarray, b: np.ndarray, vis: np.ndarray) -> np.ndarray:
+    """max over visible s of fn(a_s, b_s) per row (last axis), 0 on rows with no visible key.
+
+    ``fn`` must be non-decreasing in both arguments, so the maximum is attained on the pairs
+    not dominated by another visible pair (a' >= a and b' >= b): only those are evaluated
+    (the same value as evaluating every pair, in far fewer scalar calls). A non-finite visible
+    argument gives inf, as in :func:`_vec`.
+    """
+    a, b, vis = np.broadcast_arrays(a, b, vis)
+    out = np.zeros(a.shape[:-1])
+    bad = (vis & ~(np.isfinite(a) & np.isfinite(b))).any(-1)
+    ok = vis & ~bad[..., None]
+    a_m = np.where(ok, a, -np.inf)
+    b_m = np.where(ok, b, -np.inf)
+    order = np.lexsort((-b_m, -a_m), axis=-1)  # a descending, ties: b descending
+    a_s = np.take_along_axis(a_m, order, -1)
+    b_s = np.take_along_axis(b_m, order, -1)
+    best_b = np.maximum.accumulate(b_s, axis=-1)
+    prev = np.concatenate([np.full((*b_s.shape[:-1], 1), -np.inf), best_b[..., :-1]], -1)
+    front = (b_s > prev) & np.isfinite(a_s)
+    for idx in zip(*np.nonzero(front)):
+        out[idx[:-1]] = max(out[idx[:-1]], fn(float(a_s[idx]), float(b_s[idx])))
+    out[bad] = math.inf
+    return out
+
+
 def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
     """'softmax' | 'exp' | 'taylor:N' | 'linear:MAP' -> (family, order, map)."""
     if kernel in ("softmax", "exp"):
@@ -173,17 +213,18 @@ def _terms(
         W = _inflate(w, 4)  # float64 exp (<= 1 ulp) of a rounded argument: a few roundings
         # the argument error: score error + the subtraction of the (common) maximum
         shift = np.abs(np.where(vis, x - m, 0.0)) + e_x
-        e_w = _vec(
+        # the row's largest per-key weight error (non-decreasing in both arguments)
+        e_row = _row_max_increasing(
             lambda ex, sh: d10.softmax_weight_relative_bound(ex, sh, u, exp_ulps),
             np.where(vis, e_x, 0.0),
             shift,
+            vis,
         )
         if not shifted:  # unnormalized modes: w = e^{x - m} e^{m}: one more exp and a product
             extra = d10.exp_relative_bound(0.0, u, exp_ulps)
-            e_w = (1 + e_w) * (1 + extra) * (1 + u) - 1
+            e_row = np.where(vis.any(-1), (1 + e_row) * (1 + extra) * (1 + u) - 1, 0.0)
             W = W * np.exp(m)
             w = w * np.exp(m)
-        e_row = np.max(np.where(vis, e_w, 0.0), axis=-1)
         num_rel = _vec(
             lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
         )
@@ -194,10 +235,10 @@ def _terms(
 
     if family in ("taylor", "taylor-features"):
         N = int(order)
-        w = np.where(vis, sum(float(d1.taylor_coefficient(n)) * x**n for n in range(N + 1)), 0.0)
+        w = np.where(vis, _kappa(N, x), 0.0)
         # feature forms: W_feat = kappa_N(c sum |q||k|) = sum_alpha |phi_alpha(q)||phi_alpha(k)|
-        W_feat = _vec(lambda a: d10.taylor_weight_majorant(N, a, 0.0), abs_dot)
-        W_feat = _inflate(W_feat, 2 * N + 2)
+        # (``taylor_weight_majorant(N, a, 0)``, evaluated elementwise by _kappa)
+        W_feat = _inflate(_kappa(N, abs_dot), 2 * N + 2)
         bases = (basis,) if basis else ("symmetric", "tensor")
         m = max(d1.feature_count(N, d, b) for b in bases)
         e_phi = d10.taylor_feature_relative_error(N, u)
@@ -210,20 +251,20 @@ def _terms(
         if family == "taylor-features" or form in ("recurrent",):
             W = np.where(vis, W_feat, 0.0)
             return w, W, feat_num, feat_den, f"kappa_{N} through {m} features"
-        # parallel: kappa_N(x_hat) by a polynomial scheme (the worst of the three)
-        W_par = _vec(lambda xa, ex: d10.taylor_weight_majorant(N, xa, ex), np.abs(x), e_x)
-        W_par = _inflate(W_par, 2 * N + 2)
-        e_w = np.where(
-            vis,
+        # parallel: kappa_N(x_hat) by a polynomial scheme (the worst of the three);
+        # W_par = ``taylor_weight_majorant(N, |x|, e_x)`` = kappa_N(|x| + e_x)
+        W_par = _inflate(_kappa(N, np.abs(x) + e_x), 2 * N + 2)
+        # the bound is increasing in e_x: its row maximum is the bound at the largest e_x
+        e_row = np.where(
+            vis.any(-1),
             _vec(
                 lambda ex: max(
                     d10.taylor_weight_relative_bound(N, ex, u, s) for s in d10.POLYNOMIAL_SCHEMES
                 ),
-                e_x,
+                np.max(np.where(vis, e_x, 0.0), axis=-1),
             ),
             0.0,
         )
-        e_row = np.max(e_w, axis=-1)
         par_num = _vec(
             lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
         )
@@ -390,8 +431,9 @@ def attention_error_bound(
             output rounded to the input dtype: the two-level model).
         exact: the exact output -- an ``OracleResult`` (``verify.oracle``) or an array of the
             exact values rounded once to float64. If None, the comparison is meant against a
-            float64 direct evaluation: the bound then adds that reference's own float64 bound
-            (D10 recipe 6) and uses |o| <= sum_s W_s |v_s| / |D| instead of the exact |o|.
+            float64 direct evaluation (:func:`float64_reference`): the bound then adds that
+            reference's own float64 bound, the parallel form's (D10 recipe 6), and uses
+            |o| <= sum_s W_s |v_s| / |D| instead of the exact |o|.
         causal, attn_mask, scale, denominator, eps, projection: as the implementation
             (THEORY.md conventions; scale None = 1/sqrt(d) for exp-type kernels, 1 otherwise).
         form: ``parallel``, ``recurrent``, ``chunked`` or ``any`` (the worst of them per key).
@@ -406,48 +448,27 @@ def attention_error_bound(
     Raises:
         ValueError, TypeError: unknown kernel/denominator/dtype/form, bad shapes.
     """
-    family, order, fmap = _parse_kernel(kernel)
     if dtype not in ACCUMULATION:
         raise ValueError(f"dtype: expected one of {tuple(ACCUMULATION)}, got {dtype!r}")
-    if denominator not in DENOMINATORS:
-        raise ValueError(f"denominator: expected one of {DENOMINATORS}, got {denominator!r}")
-    if form not in FORMS:
-        raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
-    dev = "cuda" if str(device).startswith("cuda") else "cpu"
-    exp_ulps = d10.LIBRARY_EXP_ULPS[exp_library or DEFAULT_EXP_LIBRARY[dev]].value
-    div_ulps = d10.LIBRARY_DIV_ULPS[div_library or DEFAULT_DIV_LIBRARY[dev]].value
-    acc = ACCUMULATION[dtype]
-
-    qn, kn, vn = _np64(q, "q"), _np64(k, "k"), _np64(v, "v")
-    for name, arr in (("q", qn), ("k", kn), ("v", vn)):
-        if arr.ndim != 4:
-            raise ValueError(f"{name}: expected a 4-d (B, H, T, d) array, got shape {arr.shape}")
-    lead = np.broadcast_shapes(qn.shape[:2], kn.shape[:2], vn.shape[:2])
-    T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
-    vis = _visible(T, S, causal, attn_mask, lead)
-    exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
-    c = float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
-    # exp weights are shifted by the row maximum unless the mode sees their absolute size
-    shifted = denominator == "sum" or (denominator in ("l2", "rms", "layernorm") and not eps)
-    proj = None if projection is None else _np64(projection, "projection")
-    setup = dict(
-        family=family,
-        order=order,
-        fmap=fmap,
-        q=qn,
-        k=kn,
-        v=vn,
-        vis=vis,
-        c=c,
+    setup = _setup(
+        kernel,
+        q,
+        k,
+        v,
+        causal=causal,
+        attn_mask=attn_mask,
+        scale=scale,
+        denominator=denominator,
+        eps=eps,
+        projection=projection,
         form=form,
         basis=basis,
-        exp_ulps=exp_ulps,
-        div_ulps=div_ulps,
-        projection=proj,
-        shifted=shifted,
-        denominator=denominator,
-        eps=float(eps),
+        device=device,
+        exp_library=exp_library,
+        div_library=div_library,
     )
+    acc = ACCUMULATION[dtype]
+    vis = setup["vis"]
     o_abs = None
     if exact is not None:
         o_exact = np.asarray(getattr(exact, "float64", exact), dtype=np.float64)
@@ -463,7 +484,12 @@ def attention_error_bound(
         desc += f"; two-level model: {acc} accumulation, output rounded to {dtype}"
     notes = []
     if exact is None:
-        ref, _, _ = _core_bound(u=_U64, o_abs=None, **setup)
+        # the reference (:func:`float64_reference`) evaluates kappa on the scores: its own
+        # bound is that of the parallel form, whatever form the implementation uses
+        ref_setup = {**setup, "form": "parallel"}
+        if setup["family"] == "taylor-features":
+            ref_setup["family"] = "taylor"
+        ref, _, _ = _core_bound(u=_U64, o_abs=None, **ref_setup)
         bound = bound + ref
         notes.append("includes the float64 reference's own bound (D10 recipe 6)")
     bound = np.where(n_vis[..., None] == 0, 0.0, bound)
@@ -480,6 +506,129 @@ def attention_error_bound(
 
 DENOMINATORS = ("sum", "none", "count", "l2", "rms", "layernorm")
 FORMS = ("parallel", "recurrent", "chunked", "any")
+
+
+def _setup(
+    kernel: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool,
+    attn_mask: Any,
+    scale: float | None,
+    denominator: str,
+    eps: float,
+    projection: Any,
+    form: str,
+    basis: str | None,
+    device: str,
+    exp_library: str | None,
+    div_library: str | None,
+) -> dict:
+    """Validated float64 inputs and the choices every bound and the reference share."""
+    family, order, fmap = _parse_kernel(kernel)
+    if denominator not in DENOMINATORS:
+        raise ValueError(f"denominator: expected one of {DENOMINATORS}, got {denominator!r}")
+    if form not in FORMS:
+        raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
+    dev = "cuda" if str(device).startswith("cuda") else "cpu"
+    exp_ulps = d10.LIBRARY_EXP_ULPS[exp_library or DEFAULT_EXP_LIBRARY[dev]].value
+    div_ulps = d10.LIBRARY_DIV_ULPS[div_library or DEFAULT_DIV_LIBRARY[dev]].value
+    qn, kn, vn = _np64(q, "q"), _np64(k, "k"), _np64(v, "v")
+    for name, arr in (("q", qn), ("k", kn), ("v", vn)):
+        if arr.ndim != 4:
+            raise ValueError(f"{name}: expected a 4-d (B, H, T, d) array, got shape {arr.shape}")
+    lead = np.broadcast_shapes(qn.shape[:2], kn.shape[:2], vn.shape[:2])
+    T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
+    exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
+    # exp weights are shifted by the row maximum unless the mode sees their absolute size
+    # (eps is added to the unshifted denominator or norm, so eps needs it too)
+    shifted = not eps and denominator in ("sum", "l2", "rms", "layernorm")
+    return dict(
+        family=family,
+        order=order,
+        fmap=fmap,
+        q=qn,
+        k=kn,
+        v=vn,
+        vis=_visible(T, S, causal, attn_mask, lead),
+        c=float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0),
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        div_ulps=div_ulps,
+        projection=None if projection is None else _np64(projection, "projection"),
+        shifted=shifted,
+        denominator=denominator,
+        eps=float(eps),
+    )
+
+
+def float64_reference(
+    kernel: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    attn_mask: Any = None,
+    scale: float | None = None,
+    denominator: str = "sum",
+    eps: float = 0.0,
+    projection: Any = None,
+) -> np.ndarray:
+    """Kernel attention evaluated directly in float64 numpy: the reference of ``exact=None``.
+
+    The weights are those the error model reasons about (``_terms``): exp shifted by the row
+    maximum (unshifted for ``none``/``count`` and whenever ``eps`` > 0), kappa_N on the scores
+    by Horner (also for ``linear:taylor:N``), phi(q).phi(k) for the other feature maps; masked
+    weights exactly 0. Then N = w v, D = sum_s w and the D7 mode as ``verify.oracle`` defines it
+    (sum: N/(D + eps); none: N; count: N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms:
+    N/sqrt(mean N^2 + eps); layernorm: (N - mean)/sqrt(mean (N - mean)^2 + eps)). Rows with no
+    visible key are 0. Its own error is the float64 bound of the parallel form, which
+    ``attention_error_bound(..., exact=None)`` adds (THEORY.md D10, recipe 6).
+
+    Args:
+        kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection: as
+            :func:`attention_error_bound`; q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v).
+
+    Returns:
+        (B, H, T, d_v) float64 array (inf/nan where the arithmetic gives them, e.g. a vanishing
+        denominator of a signed kernel).
+
+    Raises:
+        ValueError, TypeError: as :func:`attention_error_bound`.
+    """
+    st = _setup(
+        kernel, q, k, v, causal=causal, attn_mask=attn_mask, scale=scale,
+        denominator=denominator, eps=eps, projection=projection, form="parallel", basis=None,
+        device="cpu", exp_library=None, div_library=None,
+    )  # fmt: skip
+    family = "taylor" if st["family"] == "taylor-features" else st["family"]
+    vis = st["vis"]
+    w = _terms(
+        family, st["order"], st["fmap"], st["q"], st["k"], vis, st["c"], _U64,
+        form="parallel", basis=None, exp_ulps=st["exp_ulps"], projection=st["projection"],
+        shifted=st["shifted"],
+    )[0]  # fmt: skip
+    N = np.einsum("...ts,...sj->...tj", w, st["v"])
+    n = vis.sum(-1)[..., None]
+    eps = st["eps"]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if denominator == "sum":
+            out = N / (w.sum(-1)[..., None] + eps)
+        elif denominator == "count":
+            out = N / (n + eps)
+        elif denominator == "none":
+            out = N
+        else:
+            y = N - N.mean(-1, keepdims=True) if denominator == "layernorm" else N
+            power = np.sum(y * y, axis=-1, keepdims=True)
+            if denominator != "l2":
+                power = power / y.shape[-1]
+            out = y / np.sqrt(power + eps)
+    return np.where(n == 0, 0.0, out)
 
 
 def _output_majorant(
