@@ -1,6 +1,6 @@
 """Taylor-N attention: every form, basis and denominator (THEORY.md D1, D2, D4, D7; FAULTS.md).
 
-Tolerances: ``test_attention_bounds.output_bound`` (provisional D10 model, TODO(errors.py)).
+Tolerances: ``test_attention_bounds.output_bound`` (the D10 error model of ``verify.errors``).
 """
 
 from __future__ import annotations

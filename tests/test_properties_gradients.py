@@ -95,7 +95,9 @@ def test_single_key_gradients_pass(name, dtype):
     assert res.status == "pass", (res.reason, res.counterexample)
 
 
-@pytest.mark.parametrize("prop", [G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS], ids=lambda p: p.id)
+@pytest.mark.parametrize(
+    "prop", [G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS], ids=lambda p: p.id
+)
 @pytest.mark.parametrize(
     ("name", "dtype"),
     [("softmax", "float32"), ("taylor-2", "float64"), ("linear-elu1", "bfloat16")],

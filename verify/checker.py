@@ -16,6 +16,7 @@ import importlib
 import inspect
 import multiprocessing as mp
 import os
+import re
 import sys
 import time
 import traceback
@@ -632,6 +633,12 @@ def _reproducer(spec: str, variant: AttentionVariant, inputs_snippet: str) -> st
     ]
     if variant.layout == "BTHD":
         lines.append("q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # the variant's layout")
-    lines.append("o = variant.forward(q, k, v, causal=causal)")
+    kwargs = "causal=causal"
+    if "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet:
+        kwargs += ", attn_mask=attn_mask"
+    m = re.search(r"^# denominator = '(\w+)'", inputs_snippet, flags=re.M)
+    if m and variant.denominators:
+        kwargs += f", denominator={m.group(1)!r}"
+    lines.append(f"o = variant.forward(q, k, v, {kwargs})")
     lines.append("print(o)")
     return "\n".join(lines) + "\n"

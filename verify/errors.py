@@ -223,8 +223,9 @@ def _terms(
         if not shifted:  # unnormalized modes: w = e^{x - m} e^{m}: one more exp and a product
             extra = d10.exp_relative_bound(0.0, u, exp_ulps)
             e_row = np.where(vis.any(-1), (1 + e_row) * (1 + extra) * (1 + u) - 1, 0.0)
-            W = W * np.exp(m)
-            w = w * np.exp(m)
+            with np.errstate(over="ignore", invalid="ignore"):  # e^m past float64: inf bound
+                W = W * np.exp(m)
+                w = w * np.exp(m)
         num_rel = _vec(
             lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
         )
@@ -475,7 +476,9 @@ def attention_error_bound(
         o_abs = np.abs(o_exact)
     else:
         o_exact = None
-    bound, cond, how = _core_bound(u=d10.unit_roundoff(acc), o_abs=o_abs, **setup)
+    bound, cond, how = _core_bound(
+        u=d10.unit_roundoff(acc), eta=d10.underflow_abs_error(acc), o_abs=o_abs, **setup
+    )
     desc = how
     n_vis = vis.sum(-1)
     if dtype != acc:
@@ -489,9 +492,13 @@ def attention_error_bound(
         ref_setup = {**setup, "form": "parallel"}
         if setup["family"] == "taylor-features":
             ref_setup["family"] = "taylor"
-        ref, _, _ = _core_bound(u=_U64, o_abs=None, **ref_setup)
+        ref, _, _ = _core_bound(
+            u=_U64, eta=d10.underflow_abs_error("float64"), o_abs=None, **ref_setup
+        )
         bound = bound + ref
         notes.append("includes the float64 reference's own bound (D10 recipe 6)")
+    # NaN (e.g. inf * 0 when unshifted exp weights overflow float64) means no statement: inf
+    bound = np.where(np.isnan(bound), np.inf, bound)
     bound = np.where(n_vis[..., None] == 0, 0.0, bound)
     return ErrorBound(
         bound=bound,
@@ -686,6 +693,7 @@ def _output_majorant(
 def _core_bound(
     *,
     u,
+    eta,
     o_abs,
     family,
     order,
@@ -704,7 +712,14 @@ def _core_bound(
     denominator,
     eps,
 ):
-    """(bound array, cond, description) for arithmetic with unit roundoff ``u``."""
+    """(bound array, cond, description) for arithmetic with unit roundoff ``u``.
+
+    Besides the relative errors of the standard model, each computed weight and each product
+    w_s v_sj may land in the subnormal range (e.g. the shifted exp weight e^{x - m} of a score
+    far below the row maximum): an absolute error <= eta each (Higham eq. 2.8; additions of
+    subnormals are exact), so N_tj and D_t carry n_t eta (|v|max + 1) and n_t eta more, and the
+    final division or normalization one more eta.
+    """
     w, W, num_rel, den_rel, how = _terms(
         family,
         order,
@@ -732,6 +747,9 @@ def _core_bound(
         cond_rows = np.where(D_low > 0, B / np.where(D_low > 0, D_low, 1.0), np.inf)
     cond = float(np.max(np.where(n_vis == 0, 1.0, cond_rows), initial=1.0))
     div_rel = d10.division_relative_bound(u, div_ulps)
+    vmax = np.max(np.abs(v), axis=-2, keepdims=True)  # (..., 1, d_v)
+    uf_N = n_vis[..., None] * eta * (vmax + 1.0)  # subnormal results (see the docstring)
+    uf_D = n_vis * eta
     if o_abs is None:
         o_abs = _output_majorant(
             family=family,
@@ -771,16 +789,25 @@ def _core_bound(
             (D_low + eps)[..., None],
             np.minimum(o_abs, 1e300),
         )
+        margin = (D_low + eps - den_rel_e * (B + eps) - uf_D)[..., None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            under = np.where(
+                margin > 0,
+                (uf_N + o_abs * uf_D[..., None]) / np.where(margin > 0, margin, 1.0),
+                np.inf,
+            )
+        bound = bound + under * (1 + div_rel) + eta
         return bound, cond, f"{how}; kernel_attention_output_bound (D10, conditioning-aware)"
     if denominator == "none":
-        return num_rel[..., None] * A, cond, f"{how}; numerator only: num_rel * A (D10)"
+        bound = num_rel[..., None] * A + uf_N
+        return bound, cond, f"{how}; numerator only: num_rel * A (D10)"
     if denominator == "count":
         n = (np.maximum(n_vis, 1) + eps)[..., None]
-        bound = num_rel[..., None] * A / n * (1 + div_rel) + div_rel * o_abs
+        bound = (num_rel[..., None] * A + uf_N) / n * (1 + div_rel) + div_rel * o_abs + eta
         return bound, cond, f"{how}; divided by the visible-key count (D7, D10)"
     # l2 | rms | layernorm of N_t: D7 sensitivity to the numerator error + D10 rounding
     N_f = np.einsum("...ts,...sj->...tj", w, v)
-    err_N = np.sqrt(np.sum((num_rel[..., None] * A) ** 2, axis=-1))  # ||N_hat - N||_2
+    err_N = np.sqrt(np.sum((num_rel[..., None] * A + uf_N) ** 2, axis=-1))  # ||N_hat - N||_2
     A_norm = np.sqrt(np.sum(A * A, axis=-1))
     ref_err = d10.gamma(S + d_v + 2, _U64) * A_norm  # float64 error of N_f and its norm
     if denominator == "layernorm":
@@ -805,7 +832,7 @@ def _core_bound(
         err_N,
         norm_low,
     )
-    bound = np.broadcast_to((sens + rnd)[..., None], A.shape).copy()
+    bound = np.broadcast_to((sens + rnd + eta * math.sqrt(d_v))[..., None], A.shape).copy()
     return bound, cond, f"{how}; {denominator}(N_t): D7 sensitivity + D10 normalization rounding"
 
 
@@ -845,7 +872,7 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
     bound = eb.bound
     # elements with an infinite bound (a denominator that may vanish, an overflowing exp
     # bound) carry no statement and are excluded; everything else must satisfy err <= bound
-    silent = np.isinf(bound)
+    silent = ~np.isfinite(bound)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
     ratio = np.where(np.isnan(err), np.inf, ratio)

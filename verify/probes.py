@@ -1379,7 +1379,7 @@ def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bo
     def centred(M):
         return np.concatenate([M[t, cols] - M[t, cols].mean() for t, cols in rows])
 
-    z, x = centred(np.log(A)), centred(qq @ kk.T)
+    z, x = centred(np.log(np.where(vis, A, 1.0))), centred(qq @ kk.T)
     slope = float(z @ x / (x @ x))
     resid = z - slope * x
     dof = max(len(z) - len(rows) - 1, 1)

@@ -26,7 +26,12 @@ def register() -> None:
 
     common = dict(
         deadline=None,  # timing is measured in benchmarks, never asserted in tests
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # long declared sequence lengths (e.g. a chunk size of 256) make large minimal examples
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
     settings.register_profile(
         "ci", max_examples=25, derandomize=True, database=None, print_blob=True, **common

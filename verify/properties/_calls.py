@@ -50,6 +50,28 @@ def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwa
     if out.dtype != q.dtype:
         raise VariantError(f"output dtype {out.dtype}, expected the input dtype {q.dtype}")
     if not allow_nonfinite and not torch.isfinite(out).all():
+        _unrepresentable(variant, q, k, kwargs.get("denominator"))
         bad = (~torch.isfinite(out)).nonzero()[0].tolist()
         raise VariantError(f"output has NaN/inf (first at index {bad})")
     return out
+
+
+def _unrepresentable(variant, q, k, mode: str | None) -> None:
+    """NotApplicable when the exact output itself overflows the dtype: exp weights without a
+    normalizing denominator (``none``: sum_j e^{s_j} v_j; ``count``: its mean) at a score beyond
+    ``safe_exp_radius`` (D6: only a normalized form is shift invariant, so no stable
+    implementation can avoid the overflow)."""
+    import torch
+
+    from verify.properties.base import NotApplicable
+    from verify.strategies import safe_exp_radius
+
+    if variant.kernel_family != "softmax" or mode not in ("none", "count"):
+        return
+    c = variant.score_scale(q.shape[-1])
+    s = c * torch.einsum("bhtd,bhsd->bhts", q.double(), k.double())
+    if float(s.max()) > safe_exp_radius(q.dtype):
+        raise NotApplicable(
+            f"exp(score) up to e^{float(s.max()):.4g} without a normalizing denominator "
+            f"({mode}): the exact output is not representable in {q.dtype}"
+        )

@@ -78,27 +78,47 @@ def shape_strategy(
     return draw()
 
 
-def radius_strategy(variant, ctx):
+def radius_strategy(variant, ctx, *, beyond_overflow: bool = False):
     """Score radii where a check is meaningful for the claimed kernel and dtype.
 
     Taylor-N: the D4-informative range (a moderate range keeps kappa_N and the conditioning
     finite); exp: up to 8 (far inside ``safe_exp_radius`` of every dtype, scores that still make
-    softmax peaked); linear maps: None (no rescaling; elements bounded by 2).
+    softmax peaked), and with ``beyond_overflow`` also radii up to 4 x ``safe_exp_radius`` (the
+    oracle checks: exact softmax is finite there); linear maps: None (no rescaling; elements
+    bounded by 2).
     """
     from hypothesis import strategies as st
 
-    from verify.strategies import score_radius
+    from verify.strategies import safe_exp_radius, score_radius
 
     if variant.kernel_family == "taylor" or (variant.order is not None):
         return score_radius(variant.order).map(lambda r: max(r, MIN_RADIUS))
+    if variant.kernel_family == "softmax" and beyond_overflow:
+        # moderate radii (peaked but typical rows), and radii beyond exp's overflow in the
+        # dtype (4 x safe_exp_radius): exact softmax is finite there, so an implementation
+        # without the max-subtraction of D6 fails
+        big = 4.0 * safe_exp_radius(ctx.torch_dtype)
+        return st.one_of(
+            st.floats(MIN_RADIUS, 8.0, allow_subnormal=False),
+            st.floats(8.0, big, allow_subnormal=False),
+        )
     if variant.kernel_family == "softmax" or variant.linear_map == "favor":
         return st.floats(MIN_RADIUS, 8.0, allow_subnormal=False)
     return st.none()
 
 
-def inputs_strategy(variant, ctx, *, causal: bool | None = None, cases=("random",), **shape_kw):
+def inputs_strategy(
+    variant,
+    ctx,
+    *,
+    causal: bool | None = None,
+    cases=("random",),
+    beyond_overflow: bool = False,
+    **shape_kw,
+):
     """``verify.strategies.attention_inputs`` respecting the variant's causal support, length
-    restriction, dtype (the run context's) and device."""
+    restriction, dtype (the run context's) and device (``beyond_overflow``: see
+    :func:`radius_strategy`)."""
     from hypothesis import strategies as st
 
     from verify.strategies import attention_inputs
@@ -111,7 +131,7 @@ def inputs_strategy(variant, ctx, *, causal: bool | None = None, cases=("random"
             dtype=ctx.torch_dtype,
             device=ctx.device,
             causal=c,
-            radius=radius_strategy(variant, ctx),
+            radius=radius_strategy(variant, ctx, beyond_overflow=beyond_overflow),
             cases=cases,
             min_magnitude=MIN_MAGNITUDE,
         )

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from derivations.rounding import gamma, unit_roundoff
 from verify.properties._calls import call
 from verify.properties._common import (
     MIN_MAGNITUDE,
@@ -760,13 +761,18 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     analytic = _analytic_jacobian(out, inputs, form)
     h = GRADCHECK_EPS
     base = out.detach().reshape(-1)
+    # rounding of f(x +- h) itself, D10's gamma_n with n = S + d + 4 (a length-d dot product, the
+    # exp, a length-S sum, a division): gamma_n |f| / h bounds its effect on a central difference
+    eps_f = gamma(x.k.shape[-2] + x.q.shape[-1] + 4, unit_roundoff("float64"))
     cols, trust = [], []
     for vals in _finite_differences(fn, inputs, h):
         c1 = (vals[h] - vals[-h]) / (2 * h)
         c2 = (vals[2 * h] - vals[-2 * h]) / (4 * h)
         gap = ((vals[h] - base) - (base - vals[-h])).abs() / h  # one-sided differences
+        mag = torch.stack([vals[s].abs() for s in vals]).amax(0)
         cols.append(c1)
-        trust.append(torch.maximum((c2 - c1).abs() / 3, gap))  # Richardson estimate; a kink
+        # Richardson estimate; a kink; rounding noise of the evaluations
+        trust.append(torch.maximum(torch.maximum((c2 - c1).abs() / 3, gap), eps_f * mag / h))
     numeric = torch.stack(cols, 1)
     tol = GRADCHECK_ATOL + GRADCHECK_RTOL * numeric.abs()
     reliable = torch.stack(trust, 1) <= FD_TRUST * tol
@@ -783,7 +789,8 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     if skipped:
         rule += (
             f"; {skipped} of {ratio.numel()} entries skipped where finite differences are "
-            f"unreliable (Richardson or one-sided gap > {FD_TRUST} x tolerance: a kink or pole)"
+            f"unreliable (Richardson, one-sided gap or rounding noise gamma_n |f| / eps > "
+            f"{FD_TRUST} x tolerance: a kink, a pole or a large output)"
         )
     obs = Observation(
         float((analytic - numeric).abs()[i, j]),

@@ -415,19 +415,22 @@ def _positive_check(variant, ex: Example, ctx) -> list[Observation]:
         where=str(tuple(int(i) for i in idx)),
         detail=f"smallest weight {float(w.min()):.3e}; weights must be >= -bound",
     )
-    # row sums: sum_s w_hat_ts = 1 within sum_s bound_ts + the float64 summation (fsum: u|sum|)
+    # row sums: sum_s w_hat_ts = D_t/(D_t + eps) (1 without a declared eps) within
+    # sum_s bound_ts + the float64 summations of both sides (fsum: u|sum| each)
     visible = ref.count > 0
     worst_row = None
     u64 = 2.0**-53
     for idx_row in zip(*np.nonzero(visible)):
         row = w[idx_row]
         total = math.fsum(row.tolist())
+        expected = math.fsum(float(x) for x in ref.exact[idx_row])
         obs = Observation(
-            abs(total - 1.0),
-            float(bound[idx_row].sum()) + u64 * abs(total),
+            abs(total - expected),
+            float(bound[idx_row].sum()) + u64 * (abs(total) + abs(expected)),
             "derived",
             where=f"row {tuple(int(i) for i in idx_row)}",
-            detail=f"row sum {total!r} (must be 1 within the summed weight bounds)",
+            detail=f"row sum {total!r}, exact {expected!r} (D/(D + eps) with the declared eps "
+            f"{variant.eps}), within the summed weight bounds",
         )
         if worst_row is None or obs.ratio > worst_row.ratio:
             worst_row = obs

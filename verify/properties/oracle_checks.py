@@ -46,10 +46,15 @@ def _examples(cases):
     def examples(variant, ctx):
         from hypothesis import strategies as st
 
+        if variant.length_multiple > 1:  # S = 1 (and T = 1 when causal) is outside the claim
+            cases_ = tuple(c for c in cases if c != "single_key")
+        else:
+            cases_ = cases
+
         forms = ("forward", *sorted(variant.forms))
         return st.builds(
             lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
-            inputs_strategy(variant, ctx, cases=cases),
+            inputs_strategy(variant, ctx, cases=cases_, beyond_overflow=True),
             st.sampled_from(_modes(variant)),
             st.sampled_from(forms),
         )

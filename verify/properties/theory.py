@@ -226,6 +226,12 @@ def _truncation_check(variant, ex: Example, ctx) -> list[Observation]:
         deltas[idx] = f[0]
         trunc[idx] = f[1]
     trunc = (trunc * _vmax_rows(x) * (1 + 4 * U64))[..., None]  # B(delta) max_s |v_s|_inf
+    if variant.eps:
+        # a declared eps: o_eps = N/(D + eps) = o D/(D + eps), so |o_eps - o| = |o_eps| eps/D
+        # exactly (o_eps from the oracle with the eps, D its exact kernel sum)
+        D = np.abs(np.asarray(ref.denominator, dtype=np.float64))[..., None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            trunc = trunc + np.abs(ref.float64) * variant.eps / D * (1 + 4 * U64)
     bound = trunc + eb.bound
     out = call_mode(variant, x, "sum")
     err = oracle.abs_error(out, soft)

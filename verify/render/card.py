@@ -52,7 +52,11 @@ def render(result, *, extra_sections: list[str] | None = None) -> str:
             "",
             md.table(
                 ["probe", "finding"],
-                [[k, v] for k, v in result.probe.items() if not isinstance(v, (dict, list))],
+                [
+                    [k, v]
+                    for k, v in result.probe.items()
+                    if not isinstance(v, (dict, list)) and k != "runtime_s"  # no timings in cards
+                ],
             ),
             "",
         ]
