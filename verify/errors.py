@@ -789,8 +789,8 @@ def _core_bound(
             (D_low + eps)[..., None],
             np.minimum(o_abs, 1e300),
         )
-        margin = (D_low + eps - den_rel_e * (B + eps) - uf_D)[..., None]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # inf * 0 (empty rows): nan
+            margin = (D_low + eps - den_rel_e * (B + eps) - uf_D)[..., None]
             under = np.where(
                 margin > 0,
                 (uf_N + o_abs * uf_D[..., None]) / np.where(margin > 0, margin, 1.0),
