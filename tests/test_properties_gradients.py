@@ -116,6 +116,59 @@ def test_gradcheck_needs_no_kernel_claim():
     assert run(G.GRADIENTS_VS_REFERENCE, unknown).status == "skip"
 
 
+def _kink_example(d: int):
+    """relu's kink at q_0 = 0: relu'(0) = 0 in torch, central differences give 1/2. d = 1: every
+    other gradient entry is 0; d = 2: the entries of q_1, k and v are non-zero."""
+    from verify.properties._common import Example
+    from verify.strategies import AttentionInputs, Shape
+
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    q, k = (
+        ([[[[0.0]]]], [[[[1.0], [0.0]]]])
+        if d == 1
+        else ([[[[0.0, 1.0]]]], [[[[1.0, 1.0], [0.5, 1.0]]]])
+    )
+    x = AttentionInputs(
+        q=t(q),
+        k=t(k),
+        v=t([[[[1.0], [0.5]]]]),
+        causal=False,
+        scale=None,
+        radius=None,
+        shape=Shape(B=1, H=1, T=1, S=2, d=d, d_v=1),
+    )
+    return Example(x, {"form": "forward", "denominator": "none"})
+
+
+def test_gradcheck_reports_only_reliable_entries():
+    """At relu's kink the finite difference (1/2) is no statement about the gradient: the entry
+    is skipped and the worst reported entry is a reliable one (regression: the argmax of an
+    all-zero ratio used to land on the skipped entry and fail linear-relu)."""
+    obs = G._gradcheck_check(variants.get("linear-relu"), _kink_example(1), RunContext())
+    assert obs.ratio <= 1.0 and "1 of 5 entries skipped" in obs.detail
+    assert obs.where != "d(out[0])/d(input[0])"  # input 0 is q_0, the kink
+
+
+def test_gradcheck_still_fails_a_wrong_gradient_beside_a_kink():
+    """The same kink example with a gradient scaled by 2 at the reliable entries still fails."""
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, o):
+            return o.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+    base = variants.get("linear-relu")
+    wrong = dataclasses.replace(
+        base, forward=lambda q, k, v, **kw: Doubled.apply(base.forward(q, k, v, **kw))
+    )
+    obs = G._gradcheck_check(wrong, _kink_example(2), RunContext())
+    assert obs.ratio > 1.0
+
+
 # ----------------------------------------------------------------------------- failures
 
 
