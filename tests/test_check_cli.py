@@ -150,6 +150,44 @@ def test_user_module_in_current_directory_is_importable(tmp_path):
     assert {r["status"] for r in _json(proc)["results"]} == {"pass"}
 
 
+@pytest.mark.parametrize(("shift", "code"), [(True, 0), (False, 1)])
+def test_without_claims_the_probes_claims_are_checked(tmp_path, shift, code):
+    """No claim given: the probes identify softmax and the battery checks that claim, so an
+    unshifted exp/sum softmax (correct on the probes' moderate scores) fails oracle-agreement
+    at scores beyond exp's overflow, while the max-subtracting twin passes (D6)."""
+    _write_module(
+        tmp_path,
+        f"""
+        import torch
+
+        def attention(q, k, v, *, causal):
+            s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+            if causal:
+                T = q.shape[-2]
+                s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+            if {shift}:
+                s = s - s.amax(-1, keepdim=True)
+            w = torch.exp(s)
+            return (w / w.sum(-1, keepdim=True)) @ v
+        """,
+    )
+    proc = run_cli(
+        "userattn:attention",
+        "--select",
+        "oracle-agreement",
+        "--dtype",
+        "float32",
+        "--json",
+        "-",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    out = _json(proc)
+    assert out["claims"]["kernel"] == "softmax"
+    assert any("identified by the black-box probes" in n for n in out["notes"])
+    assert {r["status"] for r in out["results"]} == {"pass" if shift else "fail"}
+
+
 def test_hanging_and_crashing_variants_fail_the_property_and_the_run_continues(tmp_path):
     _write_module(
         tmp_path,
@@ -281,3 +319,27 @@ def test_pytest_plugin_runs_one_test_per_property(tmp_path):
     )
     assert good.returncode == 0, good.stdout[-3000:]
     assert "2 passed" in good.stdout
+
+
+def test_pytest_plugin_runs_the_battery_once_per_variant(monkeypatch):
+    """Every property item of a variant reads one cached battery run (regression: a new cache
+    key per item reran the whole battery for each of the ~45 properties)."""
+    import pytest
+
+    from verify import checker, pytest_plugin
+
+    calls = []
+    monkeypatch.setattr(checker, "check", lambda spec, **kw: calls.append(spec) or {"ok": spec})
+
+    class Config:
+        stash = pytest.Stash()
+
+        @staticmethod
+        def getoption(name):
+            return None
+
+    first = pytest_plugin._battery(Config, "pkg:attention")
+    again = pytest_plugin._battery(Config, "pkg:attention")
+    other = pytest_plugin._battery(Config, "pkg:other")
+    assert calls == ["pkg:attention", "pkg:other"]
+    assert first is again and other == {"ok": "pkg:other"}

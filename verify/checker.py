@@ -538,11 +538,17 @@ def check(
 
             rep = probes.probe(variant)
             probe_json = rep.to_json()
-            suggested = {k: v for k, v in probes.suggested_claims(rep).items() if k not in claims}
+            # claims not given (absent or None) are taken from the probes, so a callable
+            # without claims is checked against what it was found to compute
+            suggested = {
+                k: v
+                for k, v in probes.suggested_claims(rep).items()
+                if claims.get(k) is None and v != getattr(variant, k, None)
+            }
             if suggested:
                 variant = apply_claims(variant, suggested)
                 notes.append(
-                    "claims identified by the black-box probes: "
+                    "claims identified by the black-box probes (state your own to override): "
                     + ", ".join(f"{k}={v!r}" for k, v in sorted(suggested.items()))
                 )
             description = probes.describe(rep)

@@ -77,9 +77,15 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         items.extend(collector.collect())
 
 
+def _cache_key():
+    """The one stash key of the battery cache (created on first use; a direct call of the module
+    ``__getattr__`` would make a new key every time and rerun the battery per property)."""
+    return globals().get("_CACHE_KEY") or __getattr__("_CACHE_KEY")
+
+
 def _battery(config, spec: str) -> dict:
     """Run the whole battery once per variant (isolated worker + watchdog); cached."""
-    cache = config.stash.setdefault(__getattr__("_CACHE_KEY"), {})
+    cache = config.stash.setdefault(_cache_key(), {})
     if spec not in cache:
         from verify import checker
 
