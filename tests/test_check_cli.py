@@ -298,25 +298,22 @@ def test_pytest_plugin_runs_one_test_per_property(tmp_path):
         str(tmp_path),
         str(tmp_path),
     ]
-    bad = subprocess.run(
-        base + ["--attn-variant", "tests.faulty_variants:fault09_causal_ignored_short_path"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def plugin(spec):
+        return subprocess.run(
+            base + ["--attn-variant", spec],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    bad = plugin("tests.faulty_variants:fault09_causal_ignored_short_path")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "1 failed, 1 passed" in bad.stdout
     assert "causality" in bad.stdout
-    good = subprocess.run(
-        base + ["--attn-variant", "tests.faulty_variants:twin09_causal_softmax"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    good = plugin("tests.faulty_variants:twin09_causal_softmax")
     assert good.returncode == 0, good.stdout[-3000:]
     assert "2 passed" in good.stdout
 

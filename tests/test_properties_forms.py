@@ -26,25 +26,6 @@ def run(prop, variant, dtype="float64", n=EXAMPLES):
     return run_property(prop, variant, RunContext(dtype=dtype, max_examples=n))
 
 
-@pytest.fixture
-def no_shrink():
-    """Faulty twins report their first failing example unshrunk: every shrink candidate
-    re-draws inputs (exact-radius rescaling) and re-runs the mpmath oracle, minutes per twin,
-    and the file must stay under a minute. The hypothesis profile is restored afterwards."""
-    from hypothesis import Phase, settings
-
-    from verify import profiles
-
-    settings.register_profile(
-        "_no_shrink",
-        parent=settings.get_profile(profiles.selected()),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    )
-    settings.load_profile("_no_shrink")
-    yield
-    profiles.load()
-
-
 def assert_fails(res, fragment: str = ""):
     assert res.status == "fail", (res.status, res.reason)
     assert res.counterexample, "a failure must come with a counterexample"

@@ -23,25 +23,6 @@ from verify.properties.base import RunContext, run_property
 from verify.variants import AttentionVariant
 
 
-@pytest.fixture
-def no_shrink():
-    """The loaded profile without hypothesis' shrink phase (restored afterwards): a failing
-    property then reports its first failing example at once."""
-    from hypothesis import Phase, settings
-
-    from verify import profiles
-
-    name = profiles.selected()
-    settings.register_profile(
-        f"{name}-no-shrink",
-        parent=settings.get_profile(name),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    )
-    settings.load_profile(f"{name}-no-shrink")
-    yield
-    profiles.load(name)
-
-
 def run(prop, variant, dtype="float64", n=8, **kw):
     if isinstance(variant, str):
         variant = variants.get(variant)
