@@ -24,17 +24,8 @@ def _torch_settings():
 
 @pytest.fixture
 def no_shrink():
-    """The loaded hypothesis profile without the shrink phase (restored afterwards): a failing
-    faulty twin reports its first failing example at once (each shrink candidate re-draws inputs
-    and re-runs the mpmath oracle, which would take minutes per twin)."""
-    from hypothesis import Phase, settings
-
-    name = profiles.selected()
-    settings.register_profile(
-        f"{name}-no-shrink",
-        parent=settings.get_profile(name),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    )
-    settings.load_profile(f"{name}-no-shrink")
-    yield
-    profiles.load(name)
+    """Hypothesis without the shrink phase for one test: a failing faulty twin reports its first
+    failing example at once (each shrink candidate re-draws inputs and re-runs the mpmath
+    oracle, which would take minutes per twin)."""
+    with profiles.without_shrinking():
+        yield

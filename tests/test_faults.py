@@ -49,20 +49,11 @@ CASES = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_shrinking():
-    """The loaded profile without hypothesis' shrink phase, restored afterwards."""
-    from hypothesis import Phase, settings
-
+    """The whole module without hypothesis' shrink phase (the failures' first examples)."""
     from verify import profiles
 
-    name = profiles.selected()
-    settings.register_profile(
-        f"{name}-no-shrink",
-        parent=settings.get_profile(name),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    )
-    settings.load_profile(f"{name}-no-shrink")
-    yield
-    profiles.load(name)
+    with profiles.without_shrinking():
+        yield
 
 
 def _property(pid: str):

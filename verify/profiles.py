@@ -8,6 +8,7 @@ loads the one given by ``--profile``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 ENV_VAR = "ATTN_THEORY_PROFILE"
@@ -80,3 +81,24 @@ def _pin_local_constants() -> None:
     if hasattr(providers, "_get_local_constants") and hasattr(providers, "_local_constants"):
         initial = providers._local_constants
         providers._get_local_constants = lambda: initial
+
+
+@contextlib.contextmanager
+def without_shrinking(name: str | None = None):
+    """Within the block, the selected profile (``name`` or :func:`selected`) without hypothesis'
+    shrink phase: a failing property reports its first failing example at once. The profile
+    is loaded again on exit."""
+    from hypothesis import Phase, settings
+
+    chosen = selected(name)
+    register()
+    settings.register_profile(
+        f"{chosen}-no-shrink",
+        parent=settings.get_profile(chosen),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
+    settings.load_profile(f"{chosen}-no-shrink")
+    try:
+        yield
+    finally:
+        load(chosen)
