@@ -12,45 +12,19 @@ from functools import partial
 
 import pytest
 import torch
+from property_asserts import checks
 
 from verify import variants
 from verify.attention import linear_attention, softmax_attention, taylor_attention, taylor_features
 from verify.properties import kernel as K
-from verify.properties.base import RunContext, run_property
 from verify.variants import AttentionVariant
 
 EXAMPLES = 6
 
 
-#: seconds of shrinking after a failure (the faulty twins only need a counterexample)
-SHRINK_BUDGET = 2.0
-
-
-def ctx(dtype="float64", n=EXAMPLES, shrink_budget=None):
-    return RunContext(dtype=dtype, max_examples=n, shrink_budget=shrink_budget)
-
-
-def assert_pass(prop, variant, dtype="float64", n=EXAMPLES):
-    res = run_property(prop, variant, ctx(dtype, n))
-    assert res.status == "pass", (prop.id, variant.name, dtype, res.reason, res.counterexample)
-    assert res.examples > 0
-    assert res.max_ratio is not None and res.max_ratio <= 1.0
-    return res
-
-
-def assert_fail(prop, variant, dtype="float64", n=EXAMPLES):
-    res = run_property(prop, variant, ctx(dtype, n, SHRINK_BUDGET))
-    assert res.status == "fail", (prop.id, variant.name, res.status, res.reason)
-    assert res.counterexample, "a failure must come with a counterexample"
-    assert res.snippet
-    return res
-
-
-def assert_skip(prop, variant, text):
-    res = run_property(prop, variant, ctx())
-    assert res.status == "skip", (prop.id, variant.name, res.status)
-    assert text in res.reason
-    return res
+_checks = checks(EXAMPLES)
+ctx, assert_pass = _checks.ctx, _checks.assert_pass
+assert_fail, assert_skip = _checks.assert_fail, _checks.assert_skip
 
 
 # ----------------------------------------------------------------------------- faulty maps

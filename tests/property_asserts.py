@@ -1,0 +1,44 @@
+"""Assertions on one property run, shared by the property-group tests.
+
+``checks(examples)`` returns ``ctx, assert_pass, assert_fail, assert_skip`` bound to a test
+module's example budget. A failure must carry a counterexample and a reproducing snippet; a pass
+must have run examples and stayed within its stated bound.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from verify.properties.base import RunContext, run_property
+
+#: seconds of shrinking after a failure (the faulty twins only need a counterexample)
+SHRINK_BUDGET = 2.0
+
+
+def checks(examples: int) -> SimpleNamespace:
+    def ctx(dtype="float64", n=examples, shrink_budget=None):
+        return RunContext(dtype=dtype, max_examples=n, shrink_budget=shrink_budget)
+
+    def assert_pass(prop, variant, dtype="float64", n=examples):
+        res = run_property(prop, variant, ctx(dtype, n))
+        assert res.status == "pass", (prop.id, variant.name, dtype, res.reason, res.counterexample)
+        assert res.examples > 0
+        assert res.max_ratio is not None and res.max_ratio <= 1.0
+        return res
+
+    def assert_fail(prop, variant, dtype="float64", n=examples):
+        res = run_property(prop, variant, ctx(dtype, n, SHRINK_BUDGET))
+        assert res.status == "fail", (prop.id, variant.name, res.status, res.reason)
+        assert res.counterexample, "a failure must come with a counterexample"
+        assert res.snippet
+        return res
+
+    def assert_skip(prop, variant, text):
+        res = run_property(prop, variant, ctx())
+        assert res.status == "skip", (prop.id, variant.name, res.status, res.reason)
+        assert text in res.reason, res.reason
+        return res
+
+    return SimpleNamespace(
+        ctx=ctx, assert_pass=assert_pass, assert_fail=assert_fail, assert_skip=assert_skip
+    )
