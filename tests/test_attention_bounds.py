@@ -325,3 +325,23 @@ def test_softmax_eps_is_added_to_the_unshifted_denominator():
         adversarial = (w @ np.array([1.0, -1.0])) / (w.sum() + eps * math.exp(-x.max()))
         obs = errors.compare(np.array(adversarial).reshape(1, 1, 1, 1), eb, exact)
         assert obs.observed <= obs.bound, (eps, obs.detail)
+
+
+@pytest.mark.parametrize("r", [80.0, 100.0, 103.0])
+def test_bound_covers_subnormal_weights(r):
+    """A float32 softmax row whose second weight e^{-r} is subnormal for r >~ 87: the output is
+    off by a sizeable *relative* error (2 % at r = 100), which only the underflow term of the D10
+    model (n eta (|v|max + 1), eta from ``derivations.rounding.underflow_abs_error``) covers; the
+    bound holds and, where the weight is subnormal, is not met by the relative terms alone."""
+    q = torch.tensor([[[[r]]]])
+    k = torch.tensor([[[[0.0], [-1.0]]]])
+    v = torch.tensor([[[[0.0], [1.0]]]])
+    from verify.attention import softmax_attention
+
+    out = softmax_attention(q, k, v)
+    exact = softmax_reference(q.double(), k.double(), v.double())
+    ref, bound = oracle_bound("exp", exact, q, k, v, dtype=torch.float32)
+    err = (out.double() - ref).abs()
+    assert bool((err <= bound).all()), (float(err.max()), float(bound.max()))
+    if r >= 100:  # e^{-r} subnormal in float32: the error is far beyond any relative bound
+        assert float(err.max()) > 1e3 * U[torch.float32] * float(ref.abs().max())
