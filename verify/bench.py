@@ -296,7 +296,7 @@ def sanity(cfg: Config, fla) -> list[dict]:
     import torch
 
     from verify.attention import taylor_attention, taylor_kernel
-    from verify.errors import attention_error_bound
+    from verify.exact.errors import attention_error_bound
 
     T = cfg.sanity_t
     q, k, v = _inputs(cfg, T, heads=cfg.sanity_heads)
