@@ -1,4 +1,4 @@
-"""D1. The exponential kernel as a sum of tensor-power kernels (THEORY.md D1).
+"""D1. The exponential kernel as a sum of tensor-power kernels.
 
 Numeric exports (plain Python, no sympy at import) used by ``verify/``:
 ``taylor_coefficient``, ``taylor_coefficients``, ``multi_indices``, ``monomial_weight``,
@@ -17,38 +17,23 @@ import math
 from fractions import Fraction
 
 from derivations._record import Derivation, Status
+from derivations._validate import check_choice, check_dim, check_order
 
 BASES = ("symmetric", "tensor")
 
 
-def _check_order(name: str, n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name}: expected a non-negative int, got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"{name}: expected a non-negative int, got {n}")
-    return n
-
-
-def _check_dim(name: str, d: object) -> int:
-    if isinstance(d, bool) or not isinstance(d, int):
-        raise TypeError(f"{name}: expected a positive int, got {type(d).__name__} {d!r}")
-    if d < 1:
-        raise ValueError(f"{name}: expected a positive int, got {d}")
-    return d
-
-
 def taylor_coefficient(n: int) -> Fraction:
-    """Coefficient 1/n! of x^n in exp(x) (THEORY.md D1). Exact ``Fraction``.
+    """Coefficient 1/n! of x^n in exp(x) (D1). Exact ``Fraction``.
 
     Raises:
         TypeError, ValueError: ``n`` is not a non-negative int.
     """
-    return Fraction(1, math.factorial(_check_order("n", n)))
+    return Fraction(1, math.factorial(check_order("n", n)))
 
 
 def taylor_coefficients(order: int) -> list[Fraction]:
     """[1/0!, 1/1!, ..., 1/N!] for N = ``order``: the coefficients of kappa_N."""
-    return [taylor_coefficient(n) for n in range(_check_order("order", order) + 1)]
+    return [taylor_coefficient(n) for n in range(check_order("order", order) + 1)]
 
 
 def multi_indices(n: int, d: int) -> list[tuple[int, ...]]:
@@ -58,8 +43,8 @@ def multi_indices(n: int, d: int) -> list[tuple[int, ...]]:
     index tuple (i_1 <= ... <= i_n) is mapped to its exponent vector alpha. Its length is
     ``symmetric_block_size(n, d)`` = C(n+d-1, n).
     """
-    _check_order("n", n)
-    _check_dim("d", d)
+    check_order("n", n)
+    check_dim("d", d)
     out = []
     for combo in itertools.combinations_with_replacement(range(d), n):
         alpha = [0] * d
@@ -77,13 +62,13 @@ def monomial_weight(alpha: tuple[int, ...]) -> Fraction:
 
 
 def symmetric_block_size(n: int, d: int) -> int:
-    """Number of order-n symmetric monomial features: C(n+d-1, n) (THEORY.md D1, D5)."""
-    return math.comb(_check_order("n", n) + _check_dim("d", d) - 1, n)
+    """Number of order-n symmetric monomial features: C(n+d-1, n) (D1, D5)."""
+    return math.comb(check_order("n", n) + check_dim("d", d) - 1, n)
 
 
 def tensor_block_size(n: int, d: int) -> int:
-    """Number of order-n tensor-power features: d^n (THEORY.md D1, D5)."""
-    return _check_dim("d", d) ** _check_order("n", n)
+    """Number of order-n tensor-power features: d^n (D1, D5)."""
+    return check_dim("d", d) ** check_order("n", n)
 
 
 def feature_count(order: int, d: int, basis: str = "symmetric") -> int:
@@ -92,12 +77,10 @@ def feature_count(order: int, d: int, basis: str = "symmetric") -> int:
     Raises:
         ValueError: ``basis`` is not ``"symmetric"`` or ``"tensor"``.
     """
-    _check_order("order", order)
-    if basis == "symmetric":
-        return sum(symmetric_block_size(n, d) for n in range(order + 1))
-    if basis == "tensor":
-        return sum(tensor_block_size(n, d) for n in range(order + 1))
-    raise ValueError(f"basis: expected one of {BASES}, got {basis!r}")
+    check_order("order", order)
+    check_choice("basis", basis, BASES)
+    block = symmetric_block_size if basis == "symmetric" else tensor_block_size
+    return sum(block(n, d) for n in range(order + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,7 +99,7 @@ OVERRIDABLE = (
     "feature_map",
 )
 
-#: instances of the exact kernel identity (DESIGN.md: d <= 3, N <= 4)
+#: instances of the exact kernel identity: d <= 3, N <= 4 (exact expansion stays fast)
 KERNEL_DIMS = (1, 2, 3)
 KERNEL_ORDERS = (0, 1, 2, 3, 4)
 
@@ -173,7 +156,8 @@ def tensor_feature_map(x, order, c, *, coefficient=taylor_coefficient):
 
 
 def elementwise_square_map(x, order, c):
-    """The *wrong* map of FAULTS.md #10: [(sqrt(c) x_i)^n / sqrt(n!)] element-wise per order.
+    """The *wrong* element-wise-square map (a published bug class), per order n:
+    [(sqrt(c) x_i)^n / sqrt(n!)] for each entry x_i instead of the tensor power x^(tensor n).
 
     Exact only for d = 1 (or order <= 1); kept here so the wrong-statement tests can inject it.
     """
@@ -215,31 +199,23 @@ def hockey_stick_step(closed_form) -> bool:
     return bool(base and sympy.simplify(sympy.gammasimp(step)) == 0)
 
 
-def derive(**wrong) -> Derivation:
-    """Build the D1 record: exp(c q.k) = <Phi(q), Phi(k)> for both feature bases.
-
-    Keyword overrides (for the wrong-statement tests) replace the export of the same name, or
-    ``feature_map`` (signature ``(x, order, c) -> list``) for the symmetric map; e.g.
-    ``derive(feature_map=elementwise_square_map)`` or
-    ``derive(taylor_coefficient=lambda n: Fraction(1, max(n, 1)))`` give a failed record.
-
-    Raises:
-        TypeError: an unknown override name.
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _syms():
+    """The symbols of the D1 statement (recreated per claim: equal symbols compare equal)."""
     import sympy
 
-    f = resolve_overrides(
-        wrong,
-        {
-            "taylor_coefficient": taylor_coefficient,
-            "monomial_weight": monomial_weight,
-            "multi_indices": multi_indices,
-            "symmetric_block_size": symmetric_block_size,
-            "tensor_block_size": tensor_block_size,
-            "feature_count": feature_count,
-            "feature_map": None,
-        },
-    )
+    return {
+        "c": sympy.Symbol("c", positive=True),
+        "n": sympy.Symbol("n", integer=True, nonnegative=True),
+        "N": sympy.Symbol("N", integer=True, nonnegative=True),
+        "d": sympy.Symbol("d", integer=True, positive=True),
+        "i": sympy.Symbol("i", integer=True),
+        "s": sympy.Symbol("s"),
+    }
+
+
+def _builders(f):
+    """The symmetric and tensor-power map builders ``(x, order, c) -> list`` from the overrides."""
     if f["feature_map"] is None:
 
         def f_sym(x, order, c):
@@ -253,13 +229,15 @@ def derive(**wrong) -> Derivation:
     def f_ten(x, order, c):
         return tensor_feature_map(x, order, c, coefficient=f["taylor_coefficient"])
 
-    rec = Derivation("D1", "The exponential kernel as a sum of tensor-power kernels")
-    x, c = sympy.symbols("x c", positive=True)
-    n, N = sympy.symbols("n N", integer=True, nonnegative=True)
-    d = sympy.Symbol("d", integer=True, positive=True)
+    return f_sym, f_ten
+
+
+def _statement(rec) -> None:
+    import sympy
+
+    v = _syms()
+    c, n, big_n, d, i, s = v["c"], v["n"], v["N"], v["d"], v["i"], v["s"]
     qs, ks = sympy.IndexedBase("q"), sympy.IndexedBase("k")
-    i = sympy.Symbol("i", integer=True)
-    s = sympy.Symbol("s")
     qk = sympy.Sum(qs[i] * ks[i], (i, 1, d))
     rec.statement["exp_series"] = sympy.Eq(
         sympy.exp(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, sympy.oo))
@@ -282,13 +260,18 @@ def derive(**wrong) -> Derivation:
         sympy.Symbol(r"(\sqrt{c}\,x)^{\otimes n}") / sympy.sqrt(sympy.factorial(n)),
     )
     rec.statement["kappa_N"] = sympy.Eq(
-        sympy.Function("kappa_N")(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, N))
+        sympy.Function("kappa_N")(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, big_n))
     )
     rec.statement["block_sizes"] = sympy.Tuple(
         sympy.binomial(n + d - 1, n), sympy.Pow(d, n, evaluate=False)
     )
 
-    # -- 1. the Taylor coefficients -------------------------------------------------------
+
+def _claim_taylor_coefficients(rec, f) -> None:
+    """1. The exported Taylor coefficients are sympy's Maclaurin coefficients of exp."""
+    import sympy
+
+    s = _syms()["s"]
     rec.step(
         "exp is entire; its Maclaurin coefficients are 1/n!. The export taylor_coefficient(n) "
         "must equal sympy's series coefficient.",
@@ -305,7 +288,13 @@ def derive(**wrong) -> Derivation:
         detail="n = 0..20 against sympy.series(exp(s), s, 0, 21)",
     )
 
-    # -- 2. tensor-power identity, general d and n (induction) -----------------------------
+
+def _claim_tensor_power(rec) -> None:
+    """2. <q^(tensor n), k^(tensor n)> = (q.k)^n for general d and n (induction)."""
+    import sympy
+
+    v = _syms()
+    n, d, i, s = v["n"], v["d"], v["i"], v["s"]
     a_fn, b_fn = sympy.Function("a"), sympy.Function("b")
     big_i = sympy.Symbol("I", integer=True)
     m_sym = sympy.Symbol("M", integer=True, positive=True)
@@ -338,7 +327,9 @@ def derive(**wrong) -> Derivation:
         detail="symbolic d and number of index tuples M; sympy factor_sum + rsolve",
     )
 
-    # -- 3. multinomial theorem --------------------------------------------------------------
+
+def _claim_multinomial(rec, f) -> None:
+    """3. The multinomial theorem (cited) and the exported monomial weights (enumeration)."""
     rec.step(
         "Grouping the d^n index tuples I by their count vector alpha (|alpha| = n): the "
         "number of tuples with counts alpha is the multinomial coefficient n!/alpha!, so "
@@ -371,7 +362,12 @@ def derive(**wrong) -> Derivation:
         detail="enumeration, d = 1..3, n = 0..5",
     )
 
-    # -- 4. block sizes ------------------------------------------------------------------------
+
+def _claim_block_sizes(rec, f) -> None:
+    """4. Block sizes C(n+d-1, n) and d^n: proved by recursion, exports checked by enumeration."""
+    import sympy
+
+    n = _syms()["n"]
     rec.step(
         "Block sizes. Multi-indices of length d and size n: fixing alpha_d = j leaves one of "
         "length d-1 and size n-j, so M(n, d) = sum_{m<=n} M(m, d-1), M(n, 1) = 1; "
@@ -429,7 +425,12 @@ def derive(**wrong) -> Derivation:
         "exponent vectors, without repeats; sizes equal the enumeration counts",
     )
 
-    # -- 5. the kernel identity with symbolic entries --------------------------------------
+
+def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
+    """5. <Phi(q), Phi(k)> = kappa_N(c q.k) for both maps, with symbolic entries."""
+    import sympy
+
+    c = _syms()["c"]
     rec.step(
         "Feature maps from the exports: symmetric Phi(x)_alpha = c^(|alpha|/2) "
         "sqrt(monomial_weight(alpha)) x^alpha, tensor Phi_n(x) = "
@@ -481,7 +482,11 @@ def derive(**wrong) -> Derivation:
         detail=inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
     )
 
-    # -- 6. the FAULTS.md #10 triggers --------------------------------------------------------
+
+def _claim_square_map_triggers(rec, f_sym, f_ten) -> None:
+    """6. Inputs that expose the element-wise-square map: both right maps give kappa_2 = 5."""
+    import sympy
+
     def triggers():
         one = sympy.Integer(1)
         for q, k in (((one, one), (one, one)), ((one,) * 4, (-one,) * 4)):
@@ -492,11 +497,14 @@ def derive(**wrong) -> Derivation:
         return True
 
     rec.check(
-        "FAULTS.md #10 triggers give kappa_2 = 5",
+        "trigger inputs of the element-wise-square map give kappa_2 = 5",
         triggers,
         status=Status.VERIFIED,
         detail="c = 1, N = 2: q = k = (1, 1) and q = (1, 1, 1, 1), k = -q (both maps)",
     )
+
+
+def _exports_and_tables(rec) -> None:
     rec.exports = [
         "taylor_coefficient",
         "taylor_coefficients",
@@ -510,6 +518,41 @@ def derive(**wrong) -> Derivation:
         ["order n", "symmetric C(n+63, n)", "tensor 64^n"],
         [[k, symmetric_block_size(k, 64), tensor_block_size(k, 64)] for k in range(5)],
     )
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D1 record: exp(c q.k) = <Phi(q), Phi(k)> for both feature bases.
+
+    Keyword overrides (for the wrong-statement tests) replace the export of the same name, or
+    ``feature_map`` (signature ``(x, order, c) -> list``) for the symmetric map; e.g.
+    ``derive(feature_map=elementwise_square_map)`` or
+    ``derive(taylor_coefficient=lambda n: Fraction(1, max(n, 1)))`` give a failed record.
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    f = resolve_overrides(
+        wrong,
+        {
+            "taylor_coefficient": taylor_coefficient,
+            "monomial_weight": monomial_weight,
+            "multi_indices": multi_indices,
+            "symmetric_block_size": symmetric_block_size,
+            "tensor_block_size": tensor_block_size,
+            "feature_count": feature_count,
+            "feature_map": None,
+        },
+    )
+    f_sym, f_ten = _builders(f)
+    rec = Derivation("D1", "The exponential kernel as a sum of tensor-power kernels")
+    _statement(rec)
+    _claim_taylor_coefficients(rec, f)
+    _claim_tensor_power(rec)
+    _claim_multinomial(rec, f)
+    _claim_block_sizes(rec, f)
+    _claim_kernel_identity(rec, f, f_sym, f_ten)
+    _claim_square_map_triggers(rec, f_sym, f_ten)
+    _exports_and_tables(rec)
     return rec
 
 

@@ -1,4 +1,4 @@
-"""D3. Linear attention as the first-order truncation (THEORY.md D3).
+"""D3. Linear attention as the first-order truncation.
 
 - The n = 1 term alone, q~_t^T (sum_{s<=t} k~_s v_s^T), is unnormalized linear attention with the
   identity feature map on q~ = sqrt(c) q, k~ = sqrt(c) k.
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from derivations import feature_maps as fm
 from derivations._record import Derivation, Status
+from derivations._validate import check_choice, check_dim
 
-#: feature-map names of the linear-attention API (DESIGN.md): "taylor" is written "taylor:N"
+#: feature-map names of the linear-attention API: "taylor" is written "taylor:N"
 FEATURE_MAPS = ("identity", "elu1", "relu", "taylor", "favor")
 
 LENGTH = 3
@@ -56,7 +57,7 @@ def feature_dimension(
     """Number m of features phi(x) has for a query/key of size ``d`` (the state is m x d_v).
 
     identity, elu1, relu: d; ``taylor:N``: C(N+d, N) (``basis="symmetric"``) or
-    sum_{n<=N} d^n (``"tensor"``), THEORY.md D1/D5; in particular taylor:1 gives d + 1
+    sum_{n<=N} d^n (``"tensor"``), D1/D5; in particular taylor:1 gives d + 1
     (phi(x) = [1, x~]); favor: ``num_features`` positive random features (D9).
 
     Raises:
@@ -64,11 +65,11 @@ def feature_dimension(
         favor, and only for favor).
     """
     kind, order = parse_feature_map(feature_map)
-    fm._check_dim("d", d)
+    check_dim("d", d)
     if kind == "favor":
         if num_features is None:
             raise ValueError("num_features: required for feature_map='favor', got None")
-        return fm._check_dim("num_features", num_features)
+        return check_dim("num_features", num_features)
     if num_features is not None:
         raise ValueError(
             f"num_features: only used with feature_map='favor', got {num_features!r} "
@@ -76,8 +77,7 @@ def feature_dimension(
         )
     if kind == "taylor":
         return fm.feature_count(order, d, basis)
-    if basis not in fm.BASES:
-        raise ValueError(f"basis: expected one of {fm.BASES}, got {basis!r}")
+    check_choice("basis", basis, fm.BASES)
     return d
 
 
@@ -123,35 +123,27 @@ def _ring(names):
     return ring_.one, gens
 
 
-def derive(**wrong) -> Derivation:
-    """Build the D3 record.
-
-    Keyword overrides (wrong-statement tests): ``feature_map`` (signature ``(x, r, one) ->
-    list`` with ``r = sqrt(c)``; e.g. ``lambda x, r, one: [r * xi for xi in x]`` drops the
-    constant feature), ``taylor_coefficient``, ``feature_dimension``.
-
-    Raises:
-        TypeError: an unknown override name.
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _syms():
+    """Symbols of the D3 statement and proofs (equal symbols compare equal)."""
     import sympy
-    from sympy import QQ
-    from sympy.simplify.simplify import factor_sum
 
-    f = fm.resolve_overrides(
-        wrong,
-        {
-            "feature_map": first_order_map,
-            "taylor_coefficient": fm.taylor_coefficient,
-            "feature_dimension": feature_dimension,
-        },
-    )
-    rec = Derivation("D3", "Linear attention as the first-order truncation")
     d, d_v = sympy.symbols("d d_v", integer=True, positive=True)
-    c = sympy.Symbol("c", positive=True)
-    xs = sympy.Symbol("x")
-    q = sympy.MatrixSymbol("q", d, 1)
-    ks = [sympy.MatrixSymbol(f"k{i}", d, 1) for i in range(1, LENGTH + 1)]
-    vs = [sympy.MatrixSymbol(f"v{i}", d_v, 1) for i in range(1, LENGTH + 1)]
+    return {
+        "d": d,
+        "d_v": d_v,
+        "c": sympy.Symbol("c", positive=True),
+        "x": sympy.Symbol("x"),
+        "q": sympy.MatrixSymbol("q", d, 1),
+        "ks": [sympy.MatrixSymbol(f"k{i}", d, 1) for i in range(1, LENGTH + 1)],
+        "vs": [sympy.MatrixSymbol(f"v{i}", d_v, 1) for i in range(1, LENGTH + 1)],
+    }
+
+
+def _statement(rec) -> None:
+    import sympy
+
+    xs = _syms()["x"]
     phi = sympy.Function("phi")
     rec.statement["first_order_term"] = sympy.Eq(
         sympy.Symbol(r"\tilde{q}_t^T \sum_{s\le t} \tilde{k}_s v_s^T"),
@@ -166,7 +158,14 @@ def derive(**wrong) -> Derivation:
         sympy.Symbol(r"\phi(q_t)^T S_t / \phi(q_t)^T z_t"),
     )
 
-    # -- 1. the n = 1 term is unnormalized linear attention ----------------------------------
+
+def _claim_first_order_term(rec, f) -> None:
+    """1. The n = 1 term is unnormalized linear attention (weight 1, associativity, exchange)."""
+    import sympy
+    from sympy.simplify.simplify import factor_sum
+
+    v = _syms()
+    d, d_v, q, ks, vs = v["d"], v["d_v"], v["q"], v["ks"], v["vs"]
     rec.step(
         "The n = 1 term of the Taylor numerator has weight taylor_coefficient(1) = 1/1! = 1; "
         "by associativity and distributivity q~^T (sum_s k~_s v_s^T) = sum_s (q~^T k~_s) v_s^T: "
@@ -224,7 +223,13 @@ def derive(**wrong) -> Derivation:
         "sympy factor_sum + Sum.reorder",
     )
 
-    # -- 2. kappa_1 and the map [1, x~] -------------------------------------------------------
+
+def _claim_kappa_1(rec, f) -> None:
+    """2. kappa_1(x) = 1 + x and the map [1, x~]: block product, sizes against the exports."""
+    import sympy
+
+    v = _syms()
+    c, xs, q, ks = v["c"], v["x"], v["q"], v["ks"]
     rec.step(
         "Orders {0, 1}: kappa_1(x) = 1 + x, the first-order Taylor polynomial of exp. The map "
         "phi(x) = [1, sqrt(c) x] has phi(q).phi(k) = 1 + c q.k = kappa_1(c q.k) (block "
@@ -296,7 +301,12 @@ def derive(**wrong) -> Derivation:
         detail="d in (1, 2, 3, 8, 64); taylor:N (N <= 3) against feature_count (D1)",
     )
 
-    # -- 3. normalized first-order Taylor attention == kernel linear attention ---------------
+
+def _claim_normalized_first_order(rec, f) -> None:
+    """3. Normalized first-order Taylor attention == kernel linear attention with [1, x~]."""
+    import sympy
+    from sympy import QQ
+
     rec.step(
         "Normalized first-order Taylor attention o_t = sum_s kappa_1(x_ts) v_s / "
         "sum_s kappa_1(x_ts) against kernel linear attention with phi = [1, x~] in recurrent "
@@ -342,7 +352,9 @@ def derive(**wrong) -> Derivation:
         "numerator and denominator separately",
     )
 
-    # -- 4. kernel linear attention for any feature map ---------------------------------------
+
+def _claim_any_feature_map(rec) -> None:
+    """4. Kernel linear attention: state form == parallel form for symbolic feature values."""
     rec.step(
         "Any feature map: with symbolic feature values phi(q_t)_i, phi(k_s)_i (identity, "
         "elu+1, relu, Taylor-N and FAVOR+ enter only through these values), the recurrent "
@@ -372,6 +384,32 @@ def derive(**wrong) -> Derivation:
         status=Status.VERIFIED,
         detail=f"T = {LENGTH}, feature dimension m in {GENERIC_FEATURES}, d_v = {VALUE_DIM}",
     )
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D3 record.
+
+    Keyword overrides (wrong-statement tests): ``feature_map`` (signature ``(x, r, one) ->
+    list`` with ``r = sqrt(c)``; e.g. ``lambda x, r, one: [r * xi for xi in x]`` drops the
+    constant feature), ``taylor_coefficient``, ``feature_dimension``.
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    f = fm.resolve_overrides(
+        wrong,
+        {
+            "feature_map": first_order_map,
+            "taylor_coefficient": fm.taylor_coefficient,
+            "feature_dimension": feature_dimension,
+        },
+    )
+    rec = Derivation("D3", "Linear attention as the first-order truncation")
+    _statement(rec)
+    _claim_first_order_term(rec, f)
+    _claim_kappa_1(rec, f)
+    _claim_normalized_first_order(rec, f)
+    _claim_any_feature_map(rec)
     rec.exports = ["FEATURE_MAPS", "parse_feature_map", "feature_dimension"]
     rec.tables["feature_dimension_d64"] = (
         ["feature map", "m (symmetric)", "m (tensor)"],

@@ -1,4 +1,4 @@
-"""D2. Softmax attention is an RNN: parallel == recurrent == chunked (THEORY.md D2).
+"""D2. Softmax attention is an RNN: parallel == recurrent == chunked.
 
 o_t = N_t / D_t with N_t = sum_{s<=t} kappa(x_ts) v_s, D_t = sum_{s<=t} kappa(x_ts), and, for the
 Taylor kernel kappa_N, the hidden state S_t^(n) = S_{t-1}^(n) + k~_t^(tensor n) v_t^T (numerator),
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from derivations import feature_maps as fm
 from derivations._record import Derivation, Status
+from derivations._validate import check_choice, check_dim, check_int, check_order
 
-#: instances of the exact identity (DESIGN.md: T <= 3, d <= 2, N <= 3, a chunk not dividing T)
+#: instances of the exact identity: T <= 3, d <= 2, N <= 3, and a chunk size not dividing T
 LENGTH = 3
 DIMS = (1, 2)
 ORDERS = (0, 1, 2, 3)
@@ -28,19 +29,16 @@ def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
     """Half-open 0-based token ranges [(0, C), (C, 2C), ..., (kC, T)] of the chunked form.
 
     The last chunk is shorter when ``chunk_size`` does not divide ``length`` (never padded:
-    FAULTS.md #2); ``length == 0`` gives ``[]``.
+    padding it is a known chunked-form bug); ``length == 0`` gives ``[]``.
 
     Raises:
         TypeError: an argument is not an int.
         ValueError: ``length < 0`` or ``chunk_size < 1``.
     """
-    for name, val in (("length", length), ("chunk_size", chunk_size)):
-        if isinstance(val, bool) or not isinstance(val, int):
-            raise TypeError(f"{name}: expected an int, got {type(val).__name__} {val!r}")
-    if length < 0:
-        raise ValueError(f"length: expected a non-negative int, got {length}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size}")
+    check_int("length", length)  # both types first, then both ranges
+    check_int("chunk_size", chunk_size)
+    check_order("length", length)
+    check_dim("chunk_size", chunk_size)
     return [(a, min(a + chunk_size, length)) for a in range(0, length, chunk_size)]
 
 
@@ -165,40 +163,29 @@ def _ring(length, d, d_v):
     return r, q, k, v, ring_.one
 
 
-def derive(**wrong) -> Derivation:
-    """Build the D2 record: parallel == recurrent == chunked for Taylor-N attention.
-
-    Keyword overrides (wrong-statement tests): ``taylor_coefficient``, ``multi_indices``,
-    ``monomial_weight``, ``chunk_bounds`` (callables replacing the export of that name) and
-    ``chunk_state`` (``"before"``, right, or ``"current"``: the cross-chunk term reads the state
-    *after* the current chunk, FAULTS.md #1).
-
-    Raises:
-        TypeError: an unknown override name.
-        ValueError: ``chunk_state`` not in ``CHUNK_STATES``.
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _syms():
+    """Symbols shared by the D2 statement and proofs (equal symbols compare equal)."""
     import sympy
-    from sympy.series.limitseq import difference_delta
-    from sympy.simplify.simplify import factor_sum
 
-    f = fm.resolve_overrides(
-        wrong,
-        {
-            "taylor_coefficient": fm.taylor_coefficient,
-            "multi_indices": fm.multi_indices,
-            "monomial_weight": fm.monomial_weight,
-            "chunk_bounds": chunk_bounds,
-            "chunk_state": "before",
-        },
-    )
-    if f["chunk_state"] not in CHUNK_STATES:
-        raise ValueError(f"chunk_state: expected one of {CHUNK_STATES}, got {f['chunk_state']!r}")
-
-    rec = Derivation("D2", "Softmax attention is an RNN: parallel, recurrent and chunked forms")
     t, s_, n, big_n = sympy.symbols("t s n N", integer=True, nonnegative=True)
-    a_ = sympy.Symbol("a", integer=True, positive=True)
-    big_i = sympy.Symbol("I", integer=True)
-    m_sym = sympy.Symbol("M", integer=True, positive=True)
+    return {
+        "t": t,
+        "s": s_,
+        "n": n,
+        "N": big_n,
+        "a": sympy.Symbol("a", integer=True, positive=True),
+        "I": sympy.Symbol("I", integer=True),
+        "M": sympy.Symbol("M", integer=True, positive=True),
+        "f": sympy.Function("f"),
+    }
+
+
+def _statement(rec) -> None:
+    import sympy
+
+    v = _syms()
+    t, s_, n, big_n = v["t"], v["s"], v["n"], v["N"]
     kap = sympy.Function("kappa_N")
     x_ts = sympy.Function("x")(t, s_)
     v_s = sympy.Function("v")(s_)
@@ -221,8 +208,14 @@ def derive(**wrong) -> Derivation:
         ),
     )
 
-    # -- general proof ---------------------------------------------------------------------
-    g = sympy.Function("f")
+
+def _claim_prefix_sum(rec) -> None:
+    """The state recursion S_t = S_{t-1} + f(t), S_0 = 0 unrolls to the causal prefix sum."""
+    import sympy
+    from sympy.series.limitseq import difference_delta
+
+    v = _syms()
+    t, s_, g = v["t"], v["s"], v["f"]
     rec.step(
         "Unrolling: S_t = sum_{s<=t} f(s) with f(s) = k~_s^(tensor n) v_s^T satisfies "
         "S_t - S_{t-1} = f(t) and S_0 = 0 (empty sum); the recursion has one solution, so "
@@ -243,6 +236,15 @@ def derive(**wrong) -> Derivation:
         status=Status.PROVED,
         detail="symbolic t, undefined f: difference_delta of the prefix sum is f(t+1)",
     )
+
+
+def _claim_readout(rec) -> None:
+    """Reading the state out with q~ gives the parallel form (exchange of two finite sums)."""
+    import sympy
+    from sympy.simplify.simplify import factor_sum
+
+    v = _syms()
+    t, s_, big_i, m_sym = v["t"], v["s"], v["I"], v["M"]
     qf, kf, vf = sympy.Function("Q"), sympy.Function("K"), sympy.Function("V")
     rec.step(
         "Readout: <q~^(tensor n), sum_s k~_s^(tensor n) v_s> = sum_s <q~^n, k~_s^n> v_s "
@@ -273,6 +275,14 @@ def derive(**wrong) -> Derivation:
         status=Status.PROVED,
         detail="symbolic t, M; sympy factor_sum + Sum.reorder; uses D1's tensor-power identity",
     )
+
+
+def _claim_chunk_split(rec) -> None:
+    """The state before a chunk plus the intra-chunk sum is the causal prefix sum."""
+    import sympy
+
+    v = _syms()
+    t, s_, a_, g = v["t"], v["s"], v["a"], v["f"]
     rec.step(
         "Chunked: for a chunk [a, b) and a <= t < b, the state before the chunk holds "
         "s <= a-1 and the intra-chunk parallel part s = a..t; the two ranges are adjacent, so "
@@ -297,6 +307,10 @@ def derive(**wrong) -> Derivation:
         detail="symbolic a, t; sympy merges the adjacent ranges",
     )
 
+
+def _claim_chunk_partition(rec, f) -> None:
+    """The exported ``chunk_bounds`` partitions the tokens into chunks of the requested size."""
+
     def chunk_partition():
         for length in range(0, 8):
             for size in range(1, 9):
@@ -317,7 +331,11 @@ def derive(**wrong) -> Derivation:
         detail="T = 0..7, C = 1..8",
     )
 
-    # -- exact instances ----------------------------------------------------------------------
+
+def _claim_forms_agree(rec, f) -> None:
+    """Exact instances: the three forms as polynomials in QQ[r, q, k, v], both bases."""
+    import sympy
+
     rec.step(
         "Instances: symbolic q_t, k_t (d entries), v_t (d_v = 2 entries) and r = sqrt(c) "
         "(scale c = r^2 > 0), in the polynomial ring QQ[r, q, k, v]. The numerator rows N_t "
@@ -362,6 +380,40 @@ def derive(**wrong) -> Derivation:
             status=Status.VERIFIED,
             detail=detail,
         )
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D2 record: parallel == recurrent == chunked for Taylor-N attention.
+
+    Keyword overrides (wrong-statement tests): ``taylor_coefficient``, ``multi_indices``,
+    ``monomial_weight``, ``chunk_bounds`` (callables replacing the export of that name) and
+    ``chunk_state`` (``"before"``, right, or ``"current"``: the cross-chunk term reads the state
+    *after* the current chunk, which counts the chunk's own tokens twice).
+
+    Raises:
+        TypeError: an unknown override name.
+        ValueError: ``chunk_state`` not in ``CHUNK_STATES``.
+    """
+    f = fm.resolve_overrides(
+        wrong,
+        {
+            "taylor_coefficient": fm.taylor_coefficient,
+            "multi_indices": fm.multi_indices,
+            "monomial_weight": fm.monomial_weight,
+            "chunk_bounds": chunk_bounds,
+            "chunk_state": "before",
+        },
+    )
+    check_choice("chunk_state", f["chunk_state"], CHUNK_STATES)
+    rec = Derivation("D2", "Softmax attention is an RNN: parallel, recurrent and chunked forms")
+    _statement(rec)
+    # -- general proof
+    _claim_prefix_sum(rec)
+    _claim_readout(rec)
+    _claim_chunk_split(rec)
+    _claim_chunk_partition(rec, f)
+    # -- exact instances
+    _claim_forms_agree(rec, f)
     rec.exports = ["chunk_bounds"]
     return rec
 

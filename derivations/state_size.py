@@ -1,4 +1,4 @@
-"""D5. State size of Taylor-N attention against the softmax KV cache (THEORY.md D5).
+"""D5. State size of Taylor-N attention against the softmax KV cache.
 
 The recurrent state holds, per order n, a numerator block (features x d_v) and a denominator
 block (features); order 0's denominator is the token count. With the symmetric basis
@@ -19,23 +19,25 @@ from fractions import Fraction
 
 from derivations import feature_maps as fm
 from derivations._record import Derivation, Status
+from derivations._validate import check_choice, check_dim, check_order
 
-#: THEORY.md D5 values at d = d_v = 64 (THEORY.md is their source)
-THEORY_BLOCKS_D64 = {2: (2_080, 4_096), 3: (45_760, 262_144), 4: (766_480, 16_777_216)}
-THEORY_CROSSOVER_D64 = {2: 1_089, 3: 24_327, 4: 413_555}
+#: the stated table of D5 at d = d_v = 64: (symmetric, tensor) block sizes per order N, and the
+#: crossover T* rounded to the nearest integer (the D5 record checks both)
+STATED_BLOCKS_D64 = {2: (2_080, 4_096), 3: (45_760, 262_144), 4: (766_480, 16_777_216)}
+STATED_CROSSOVER_D64 = {2: 1_089, 3: 24_327, 4: 413_555}
 
 
 def symmetric_state_numbers(order: int, d: int, d_v: int) -> int:
-    """Numbers in the symmetric-basis state of orders 0..N: C(N+d, N) (d_v + 1) (THEORY D5).
+    """Numbers in the symmetric-basis state of orders 0..N: C(N+d, N) (d_v + 1) (D5).
 
     Args:
         order: N >= 0; d: query/key size >= 1; d_v: value size >= 1.
     Raises:
         TypeError, ValueError: an argument is not an int in range.
     """
-    fm._check_order("order", order)
-    fm._check_dim("d", d)
-    fm._check_dim("d_v", d_v)
+    check_order("order", order)
+    check_dim("d", d)
+    check_dim("d_v", d_v)
     return math.comb(order + d, order) * (d_v + 1)
 
 
@@ -45,9 +47,9 @@ def tensor_state_numbers(order: int, d: int, d_v: int) -> int:
     Raises:
         TypeError, ValueError: an argument is not an int in range.
     """
-    fm._check_order("order", order)
-    fm._check_dim("d", d)
-    fm._check_dim("d_v", d_v)
+    check_order("order", order)
+    check_dim("d", d)
+    check_dim("d_v", d_v)
     return sum(d**n for n in range(order + 1)) * (d_v + 1)
 
 
@@ -59,9 +61,8 @@ def state_numbers(order: int, d: int, d_v: int, basis: str = "symmetric") -> int
     """
     if basis == "symmetric":
         return symmetric_state_numbers(order, d, d_v)
-    if basis == "tensor":
-        return tensor_state_numbers(order, d, d_v)
-    raise ValueError(f"basis: expected one of {fm.BASES}, got {basis!r}")
+    check_choice("basis", basis, fm.BASES)
+    return tensor_state_numbers(order, d, d_v)
 
 
 def kv_cache_numbers(T: int, d: int, d_v: int) -> int:
@@ -70,9 +71,9 @@ def kv_cache_numbers(T: int, d: int, d_v: int) -> int:
     Raises:
         TypeError, ValueError: ``T`` not an int >= 0, or ``d``/``d_v`` not an int >= 1.
     """
-    fm._check_order("T", T)
-    fm._check_dim("d", d)
-    fm._check_dim("d_v", d_v)
+    check_order("T", T)
+    check_dim("d", d)
+    check_dim("d_v", d_v)
     return T * (d + d_v)
 
 
@@ -82,11 +83,12 @@ def crossover_ratio(order: int, d: int, d_v: int, basis: str = "symmetric") -> F
 
 
 def crossover_length(order: int, d: int, d_v: int, basis: str = "symmetric") -> int:
-    """Smallest sequence length T with T (d + d_v) >= state: ceil(T*) (THEORY.md D5).
+    """Smallest sequence length T with T (d + d_v) >= state: ceil(T*) (D5).
 
-    From this length on the Taylor-N state is no larger than the KV cache. THEORY.md quotes T*
-    rounded to the nearest integer (1,089 at N = 2, d = d_v = 64, where T* = 1089.26); this
-    function rounds up (1,090), because at T = 1,089 the KV cache is still the smaller one.
+    From this length on the Taylor-N state is no larger than the KV cache. The stated table of
+    D5 quotes T* rounded to the nearest integer (1,089 at N = 2, d = d_v = 64, where
+    T* = 1089.26); this function rounds up (1,090), because at T = 1,089 the KV cache is still
+    the smaller one.
 
     Raises:
         TypeError, ValueError: as ``state_numbers``.
@@ -106,28 +108,20 @@ EXPORTS = (
 )
 
 
-def derive(**wrong) -> Derivation:
-    """Build the D5 record.
-
-    Keyword overrides (wrong-statement tests): any name in ``EXPORTS`` (e.g. a symmetric size
-    without the denominator block), or ``closed_form`` -- a sympy function ``(N, d) -> expr``
-    claimed to equal sum_{n<=N} C(n+d-1, n) (right: ``binomial(N+d, N)``).
-
-    Raises:
-        TypeError: an unknown override name.
-    """
+def _syms():
+    """Symbols of the D5 statement and proofs (equal symbols compare equal)."""
     import sympy
 
-    f = fm.resolve_overrides(
-        wrong,
-        {
-            "closed_form": lambda big_n, d: sympy.binomial(big_n + d, big_n),
-            **{name: globals()[name] for name in EXPORTS},
-        },
-    )
-    rec = Derivation("D5", "State size against the KV cache")
     n, big_n = sympy.symbols("n N", integer=True, nonnegative=True)
     d, d_v, t_len = sympy.symbols("d d_v T", integer=True, positive=True)
+    return {"n": n, "N": big_n, "d": d, "d_v": d_v, "T": t_len}
+
+
+def _statement(rec) -> None:
+    import sympy
+
+    v = _syms()
+    n, big_n, d, d_v, t_len = v["n"], v["N"], v["d"], v["d_v"], v["T"]
     rec.statement["symmetric_state"] = sympy.Eq(
         sympy.Sum(sympy.binomial(n + d - 1, n), (n, 0, big_n)) * (d_v + 1),
         sympy.binomial(big_n + d, big_n) * (d_v + 1),
@@ -140,7 +134,9 @@ def derive(**wrong) -> Derivation:
         sympy.Symbol("T^*"), sympy.binomial(big_n + d, big_n) * (d_v + 1) / (d + d_v)
     )
 
-    # -- composition of the state -------------------------------------------------------------
+
+def _claim_composition(rec, f) -> None:
+    """The state of every order is a numerator and a denominator block (enumerated)."""
     rec.step(
         "The state of order n holds S^(n) (features x d_v) and z^(n) (features): "
         "size(n) (d_v + 1) numbers, size(n) = C(n+d-1, n) (symmetric) or d^n (tensor), D1. "
@@ -177,7 +173,13 @@ def derive(**wrong) -> Derivation:
         "multi_indices and itertools.product",
     )
 
-    # -- the hockey-stick identity --------------------------------------------------------------
+
+def _claim_hockey_stick(rec, f) -> None:
+    """sum_{n<=N} C(n+d-1, n) = C(N+d, N): induction, and sympy's own summation."""
+    import sympy
+
+    v = _syms()
+    n, big_n, d = v["n"], v["N"], v["d"]
     rec.step(
         "Hockey stick: sum_{n<=N} C(n+d-1, n) = C(N+d, N), by induction on N: true at N = 0, "
         "and C(N+d, N) + C(N+d, N+1) = C(N+d+1, N+1) (Pascal's rule).",
@@ -203,6 +205,14 @@ def derive(**wrong) -> Derivation:
         status=Status.PROVED,
         detail="sympy.summation with symbolic N, d",
     )
+
+
+def _claim_geometric(rec) -> None:
+    """The tensor-power state: sum_{n<=N} d^n as a geometric sum."""
+    import sympy
+
+    v = _syms()
+    n, big_n, d = v["n"], v["N"], v["d"]
     rec.step(
         "Tensor power: the geometric sum sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) for d >= 2 "
         "and N + 1 for d = 1.",
@@ -222,7 +232,9 @@ def derive(**wrong) -> Derivation:
         detail="sympy.summation with symbolic N, d",
     )
 
-    # -- KV cache and crossover -----------------------------------------------------------------
+
+def _claim_crossover(rec, f) -> None:
+    """KV cache size and the crossover length, against brute-force search."""
     rec.step(
         "Softmax caches keys (T x d) and values (T x d_v): T (d + d_v) numbers. The state is "
         "no larger than the cache from T* = state/(d + d_v) on; as a length, ceil(T*) is the "
@@ -255,15 +267,17 @@ def derive(**wrong) -> Derivation:
         detail="d in {1, 2, 3, 8}, d_v in {1, 2, 8}, N = 0..3, both bases; brute-force search",
     )
 
-    # -- THEORY.md's table --------------------------------------------------------------------
+
+def _claim_stated_table(rec, f) -> None:
+    """The stated table at d = d_v = 64 (block sizes; T* to the nearest integer)."""
     rec.step(
-        "THEORY.md's table at d = d_v = 64. T* is not an integer (1089.26, 24326.76, "
-        "413554.88): THEORY.md quotes it rounded to the nearest integer; crossover_length "
+        "The stated table at d = d_v = 64. T* is not an integer (1089.26, 24326.76, "
+        "413554.88): the table quotes it rounded to the nearest integer; crossover_length "
         "rounds up, the first length where the state is not larger (1,090 at N = 2)."
     )
 
-    def theory_table():
-        for order, (sym_b, ten_b) in THEORY_BLOCKS_D64.items():
+    def stated_table():
+        for order, (sym_b, ten_b) in STATED_BLOCKS_D64.items():
             if (fm.symmetric_block_size(order, 64), fm.tensor_block_size(order, 64)) != (
                 sym_b,
                 ten_b,
@@ -271,7 +285,7 @@ def derive(**wrong) -> Derivation:
                 return False
             if math.comb(order + 63, order) != sym_b or 64**order != ten_b:
                 return False
-        for order, stated in THEORY_CROSSOVER_D64.items():
+        for order, stated in STATED_CROSSOVER_D64.items():
             ratio = f["crossover_ratio"](order, 64, 64)
             if round(ratio) != stated:
                 return False
@@ -282,13 +296,15 @@ def derive(**wrong) -> Derivation:
         return True
 
     rec.check(
-        "THEORY.md D5 table: blocks 2,080/4,096, 45,760/262,144, 766,480/16,777,216; "
+        "stated D5 table: blocks 2,080/4,096, 45,760/262,144, 766,480/16,777,216; "
         "T* = 1,089, 24,327, 413,555 (nearest integer)",
-        theory_table,
+        stated_table,
         status=Status.VERIFIED,
         detail="d = d_v = 64, N = 2, 3, 4",
     )
-    rec.exports = list(EXPORTS)
+
+
+def _tables(rec) -> None:
     rec.tables["block_sizes_d64"] = (
         ["N", "symmetric C(N+63, N)", "tensor 64^N"],
         [[k, fm.symmetric_block_size(k, 64), fm.tensor_block_size(k, 64)] for k in (1, 2, 3, 4)],
@@ -299,7 +315,7 @@ def derive(**wrong) -> Derivation:
             "symmetric state",
             "tensor state",
             "T* = state/(d+d_v)",
-            "T* (THEORY, nearest)",
+            "T* (stated, nearest)",
             "crossover_length (ceil)",
         ],
         [
@@ -314,6 +330,36 @@ def derive(**wrong) -> Derivation:
             for k in (1, 2, 3, 4)
         ],
     )
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D5 record.
+
+    Keyword overrides (wrong-statement tests): any name in ``EXPORTS`` (e.g. a symmetric size
+    without the denominator block), or ``closed_form`` -- a sympy function ``(N, d) -> expr``
+    claimed to equal sum_{n<=N} C(n+d-1, n) (right: ``binomial(N+d, N)``).
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    import sympy
+
+    f = fm.resolve_overrides(
+        wrong,
+        {
+            "closed_form": lambda big_n, d: sympy.binomial(big_n + d, big_n),
+            **{name: globals()[name] for name in EXPORTS},
+        },
+    )
+    rec = Derivation("D5", "State size against the KV cache")
+    _statement(rec)
+    _claim_composition(rec, f)
+    _claim_hockey_stick(rec, f)
+    _claim_geometric(rec)
+    _claim_crossover(rec, f)
+    _claim_stated_table(rec, f)
+    rec.exports = list(EXPORTS)
+    _tables(rec)
     return rec
 
 

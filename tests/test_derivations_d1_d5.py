@@ -1,7 +1,7 @@
-"""Tests of the derivations D1-D5 (THEORY.md): records, exported numbers, wrong statements.
+"""Tests of the derivations D1-D5: records, exported numbers, wrong statements.
 
 Expected values come from (a) independent computations in this file -- mpmath at >= 100 digits,
-exact ``Fraction`` arithmetic, brute-force enumeration -- or (b) THEORY.md where it states them.
+exact ``Fraction`` arithmetic, brute-force enumeration -- or (b) the values D4, D5 state.
 Float tolerances: the D4 exports document "within 2 ulp" (values rounded from >= 20 guard bits,
 see ``derivations.truncation``), so relative error <= 2^-52 is asserted against 100+ digit refs.
 """
@@ -93,11 +93,11 @@ def test_d1_elementwise_square_map_fails():
     rec = fm.derive(feature_map=fm.elementwise_square_map)
     assert rec.status is Status.FAILED
     assert "symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)" in _failed(rec)
-    assert "FAULTS.md #10 triggers give kappa_2 = 5" in _failed(rec)
+    assert "trigger inputs of the element-wise-square map give kappa_2 = 5" in _failed(rec)
 
 
 def test_d1_faults_trigger_values_of_the_wrong_map():
-    """FAULTS.md #10: the element-wise map gives 4 (not 5) and -1 (not 5)."""
+    """The element-wise-square map gives 4 (not 5) and -1 (not 5) on its trigger inputs."""
     one = sympy.Integer(1)
     for q, k, wrong in (((one, one), (one, one), 4), ((one,) * 4, (-one,) * 4, -1)):
         feats = (fm.elementwise_square_map(q, 2, one), fm.elementwise_square_map(k, 2, one))
@@ -203,7 +203,7 @@ def test_d1_monomial_weights_count_words():
 
 
 def test_theory_block_sizes_d64():
-    """THEORY.md D5: 2,080 vs 4,096; 45,760 vs 262,144; 766,480 vs 16,777,216."""
+    """D5 (stated): 2,080 vs 4,096; 45,760 vs 262,144; 766,480 vs 16,777,216."""
     stated = {2: (2_080, 4_096), 3: (45_760, 262_144), 4: (766_480, 16_777_216)}
     for n, (sym, ten) in stated.items():
         assert (fm.symmetric_block_size(n, 64), fm.tensor_block_size(n, 64)) == (sym, ten)
@@ -290,7 +290,7 @@ def test_relative_error_tiny_values_keep_relative_accuracy():
 
 
 def test_theory_delta_values():
-    """THEORY.md D4: delta_2(1) ~ 0.36, delta_4(2) ~ 1.46, delta_6(2) ~ 0.15, delta_6(3) ~ 6.3."""
+    """D4 (stated): delta_2(1) ~ 0.36, delta_4(2) ~ 1.46, delta_6(2) ~ 0.15, delta_6(3) ~ 6.3."""
     stated = {(2, 1): 0.36, (4, 2): 1.46, (6, 2): 0.15, (6, 3): 6.3}
     digits = {(2, 1): 2, (4, 2): 2, (6, 2): 2, (6, 3): 1}
     for (order, r), value in stated.items():
@@ -310,7 +310,7 @@ def test_delta_closed_form_is_the_sup_on_a_grid():
 
 
 def test_theory_convergence_numbers():
-    """THEORY.md D4: |g_N(x)| first < 1 at N = 12, 26, 54 for x = -4, -8, -16; g_20(-8) ~ 4e2."""
+    """D4 (stated): |g_N(x)| first < 1 at N = 12, 26, 54 for x = -4, -8, -16; g_20(-8) ~ 4e2."""
     assert [truncation.first_order_below(x) for x in (-4, -8, -16)] == [12, 26, 54]
     for x in (-4, -8, -16, -2.5, 3.0):  # independent scan
         for level in (1.0, 0.1):
@@ -342,7 +342,7 @@ def test_real_root_count_against_mpmath_polyroots():
 
 
 def test_odd_order_counterexample_weights():
-    """THEORY.md D4: N = 1, scores (-3, 0.5, 1) -> weights (-4/3, 1, 4/3)."""
+    """D4: N = 1, scores (-3, 0.5, 1) -> weights (-4/3, 1, 4/3)."""
     scores = [Fraction(-3), Fraction(1, 2), Fraction(1)]
     k = [truncation.kappa(1, s) for s in scores]
     assert [w / sum(k) for w in k] == [Fraction(-4, 3), Fraction(1), Fraction(4, 3)]
@@ -424,7 +424,7 @@ def test_state_numbers_by_enumeration():
 
 
 def test_theory_crossover_d64():
-    """THEORY.md D5: T* = 1,089, 24,327, 413,555 at d = d_v = 64 (ratio rounded to nearest);
+    """D5 (stated): T* = 1,089, 24,327, 413,555 at d = d_v = 64 (ratio rounded to nearest);
     crossover_length is the first T with T (d + d_v) >= state (brute force)."""
     stated = {2: 1_089, 3: 24_327, 4: 413_555}
     for order, value in stated.items():

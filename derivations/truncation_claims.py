@@ -1,0 +1,649 @@
+"""The claims of the D4 record (``derivations.truncation.derive`` calls them in order).
+
+Each ``claim_*`` function appends the steps and checked claims of one group to the
+record; ``f`` maps export names to the (possibly overridden) callables under test. The sympy
+references here are independent of the exports: kappa_N from sympy's own Taylor terms of exp,
+g_N evaluated at 150 digits (also used by ``derivations.truncation_checks``). Imported only by
+``derive`` (sympy work never runs at import).
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+
+from derivations import feature_maps as fm
+from derivations._record import Status
+from derivations.truncation import STATED_DELTAS, STATED_FIRST_BELOW_ONE
+
+#: decimal digits of the sympy reference values (>= 2x the largest cancellation met here:
+#: |kappa_N(x) e^{-x}| <= e^{32} at x = -16, and |g| >= 1e-45 at N = 10, x = 1e-3)
+REF_DIGITS = 150
+
+
+# -- sympy helpers ----------------------------------------------------------------------------
+def _syms():
+    import sympy
+
+    return {
+        "x": sympy.Symbol("x", real=True),
+        "t": sympy.Symbol("t", positive=True),
+        "y": sympy.Symbol("y", positive=True),
+        "n": sympy.Symbol("n", integer=True, nonnegative=True),
+        "N": sympy.Symbol("N", integer=True, nonnegative=True),
+        "Np": sympy.Symbol("N", integer=True, positive=True),
+        "n_pos": sympy.Symbol("n", integer=True, positive=True),
+    }
+
+
+@functools.cache
+def _ref_coeffs(order):
+    """[1/0!, ..., 1/N!] from sympy's own Taylor terms of exp (independent of the exports)."""
+    import sympy
+
+    one = sympy.Integer(1)
+    return tuple(sympy.exp.taylor_term(n, one) if n else one for n in range(order + 1))
+
+
+def kappa_series(order):
+    """kappa_N as a sympy Lambda with sympy's Taylor coefficients of exp (reference)."""
+    import sympy
+
+    s = sympy.Symbol("s")
+    return sympy.Lambda(s, sum(c * s**n for n, c in enumerate(_ref_coeffs(order))))
+
+
+def kappa_coeffs(order, f):
+    """kappa_N as a sympy Lambda built from the (possibly overridden) exported coefficients."""
+    import sympy
+
+    s = sympy.Symbol("s")
+    return sympy.Lambda(
+        s, sum(fm.to_sympy(f["taylor_coefficient"](n)) * s**n for n in range(order + 1))
+    )
+
+
+def _ksum(m):
+    """kappa_m(x) as an unevaluated sympy Sum over n = 0..m (symbolic m)."""
+    import sympy
+
+    v = _syms()
+    return sympy.Sum(v["x"] ** v["n"] / sympy.factorial(v["n"]), (v["n"], 0, m))
+
+
+def g_num(order, x):
+    """Reference g_N(x) = 1 - kappa_N(x) e^{-x}: exact rational kappa_N, e^{-x} at 150 digits."""
+    import sympy
+
+    x = sympy.nsimplify(x) if not isinstance(x, sympy.Rational) else x
+    return 1 - kappa_series(order)(x) * sympy.exp(-x).evalf(REF_DIGITS)
+
+
+def num(expr, digits=REF_DIGITS):
+    """``expr`` evaluated at the reference precision (150 digits by default)."""
+    return expr.evalf(digits)
+
+
+def b_star_expr():
+    """(delta, B(delta) = 2 delta/(1 + sqrt(1 - delta^2))) as sympy objects."""
+    import sympy
+
+    dl = sympy.Symbol("delta", positive=True)
+    return dl, 2 * dl / (1 + sympy.sqrt(1 - dl**2))
+
+
+def statement(rec) -> None:
+    import sympy
+
+    v = _syms()
+    x, n, big_n = v["x"], v["n"], v["N"]
+    kap = sympy.Function("kappa_N")
+    g = sympy.Function("g_N")
+    r, dl = sympy.Symbol("r", nonnegative=True), sympy.Symbol("delta", nonnegative=True)
+    rec.statement["kappa_N"] = sympy.Eq(kap(x), sympy.Sum(x**n / sympy.factorial(n), (n, 0, big_n)))
+    rec.statement["remainder_bound"] = sympy.Le(
+        sympy.Abs(sympy.exp(x) - kap(x)),
+        sympy.exp(sympy.Max(x, 0)) * sympy.Abs(x) ** (big_n + 1) / sympy.factorial(big_n + 1),
+    )
+    rec.statement["relative_error"] = sympy.Eq(g(x), 1 - kap(x) * sympy.exp(-x))
+    rec.statement["relative_error_derivative"] = sympy.Eq(
+        sympy.Derivative(g(x), x), x**big_n * sympy.exp(-x) / sympy.factorial(big_n)
+    )
+    rec.statement["delta_closed_form"] = sympy.Eq(
+        sympy.Function("delta_N")(r), sympy.Max(sympy.Abs(g(-r)), sympy.Abs(g(r)))
+    )
+    rec.statement["output_bound"] = sympy.Le(
+        sympy.Symbol(r"\sum_s |\hat w_s - w_s|"), 2 * dl / (1 + sympy.sqrt(1 - dl**2))
+    )
+    rec.statement["positivity"] = sympy.Symbol(
+        r"\kappa_{2m}(x) > 0 \;\forall x\in\mathbb{R};\ \kappa_{2m+1}\text{ has one real root, "
+        r"and it is negative}"
+    )
+
+
+# -- general lemmas (symbolic N) ------------------------------------------------------------------
+def claim_kappa_series(rec, f) -> None:
+    """kappa_N from the exported coefficients is the Taylor polynomial of exp."""
+    import sympy
+
+    x = _syms()["x"]
+    rec.step(
+        "kappa_N(x) = sum_{n<=N} x^n/n!, the degree-N Taylor polynomial of exp. The "
+        "polynomial built from the exported taylor_coefficient must equal sympy's series.",
+        rec.statement["kappa_N"],
+    )
+    rec.check(
+        "kappa_N from taylor_coefficient = Taylor polynomial of exp",
+        lambda: all(
+            sympy.expand(kappa_coeffs(k, f)(x) - kappa_series(k)(x)) == 0
+            and sympy.expand(kappa_series(k)(x) - fm.exp_taylor_polynomial(x, k)) == 0
+            for k in range(13)
+        ),
+        status=Status.VERIFIED,
+        detail="N = 0..12; reference coefficients from sympy's exp.taylor_term and "
+        "sympy.series(exp)",
+    )
+
+
+def claim_derivative(rec) -> None:
+    """kappa_N' = kappa_{N-1} (termwise derivative, index shift)."""
+    import sympy
+
+    v = _syms()
+    x, n, npos, npos_n = v["x"], v["n"], v["Np"], v["n_pos"]
+    d_k = sympy.diff(_ksum(npos), x)
+    rec.step(
+        "Termwise derivative: d/dx kappa_N = sum_{n=0}^N n x^(n-1)/n!; the n = 0 term is 0 and "
+        "n x^(n-1)/n! = x^(n-1)/(n-1)! for n >= 1; shifting n -> n+1 gives kappa_{N-1}.",
+        sympy.Eq(sympy.Derivative(sympy.Function("kappa_N")(x), x), _ksum(npos - 1)),
+    )
+
+    def derivative_lemma():
+        summand = d_k.function
+        zero = sympy.simplify(summand.subs(n, 0)) == 0
+        term = sympy.simplify(
+            summand.subs(n, npos_n) - x ** (npos_n - 1) / sympy.factorial(npos_n - 1)
+        )
+        shifted = sympy.Sum(x ** (n - 1) / sympy.factorial(n - 1), (n, 1, npos)).change_index(
+            n, n - 1
+        )
+        return bool(zero and term == 0 and shifted == _ksum(npos - 1) and d_k.limits[0][1] == 0)
+
+    rec.check(
+        "kappa_N' = kappa_{N-1} (all N >= 1)",
+        derivative_lemma,
+        status=Status.PROVED,
+        detail="symbolic N, n; sympy diff, simplify, Sum.change_index",
+    )
+
+
+def claim_last_term(rec) -> None:
+    """kappa_N - kappa_{N-1} = x^N/N! (forward difference)."""
+    import sympy
+    from sympy.series.limitseq import difference_delta
+
+    v = _syms()
+    x, npos = v["x"], v["Np"]
+    rec.step(
+        "Last term: kappa_N - kappa_{N-1} = x^N/N! (forward difference of the partial sums).",
+        sympy.Eq(
+            sympy.Symbol(r"\kappa_N - \kappa_{N-1}"),
+            x**npos / sympy.factorial(npos),
+            evaluate=False,
+        ),
+    )
+    rec.check(
+        "kappa_N - kappa_{N-1} = x^N/N! (all N >= 1)",
+        lambda: difference_delta(_ksum(npos - 1), npos) == x**npos / sympy.factorial(npos),
+        status=Status.PROVED,
+        detail="symbolic N; sympy difference_delta",
+    )
+
+
+def claim_relative_error_derivative(rec, f) -> None:
+    """g_N' = x^N e^{-x}/N! and g_N(0) = 0 (symbolic N; instances from the exports)."""
+    import sympy
+
+    v = _syms()
+    x, big_n, npos = v["x"], v["N"], v["Np"]
+    k_n, k_n1 = sympy.Function("kappa_N"), sympy.Function("kappa_{N-1}")
+    rec.step(
+        "Relative error g_N = 1 - kappa_N e^{-x}: g_N' = e^{-x}(kappa_N - kappa_N') "
+        "= e^{-x}(kappa_N - kappa_{N-1}) = x^N e^{-x}/N! (N = 0: g_0 = 1 - e^{-x}, "
+        "g_0' = e^{-x}). Cross-check through sympy's closed form of the partial sum.",
+        rec.statement["relative_error_derivative"],
+    )
+
+    def g_prime():
+        # substitute the two lemmas: kappa_N' = kappa_{N-1}, kappa_N = kappa_{N-1} + x^N/N!
+        gp = sympy.diff(1 - k_n(x) * sympy.exp(-x), x)
+        gp = gp.subs(sympy.Derivative(k_n(x), x), k_n1(x))
+        gp = gp.subs(k_n(x), k_n1(x) + x**npos / sympy.factorial(npos))
+        chain = sympy.simplify(gp - x**npos * sympy.exp(-x) / sympy.factorial(npos)) == 0
+        order0 = sympy.simplify(sympy.diff(1 - sympy.exp(-x), x) - sympy.exp(-x)) == 0
+        closed = sympy.simplify(
+            sympy.diff(1 - sympy.exp(-x) * _ksum(big_n).doit(), x)
+            - x**big_n * sympy.exp(-x) / sympy.factorial(big_n)
+        )
+        return bool(chain and order0 and closed == 0)
+
+    rec.check(
+        "g_N'(x) = x^N e^{-x}/N! (all N)",
+        g_prime,
+        status=Status.PROVED,
+        detail="symbolic N: substitution of the two lemmas; also sympy's lowergamma closed form",
+    )
+    rec.check(
+        "g_N(0) = 0 (all N)",
+        lambda: _ksum(big_n).subs(x, 0).doit() == 1,
+        status=Status.PROVED,
+        detail="symbolic N: kappa_N(0) = 1",
+    )
+
+    def g_prime_instances():
+        for k in range(13):
+            g = 1 - kappa_coeffs(k, f)(x) * sympy.exp(-x)
+            if sympy.simplify(sympy.diff(g, x) - x**k * sympy.exp(-x) / sympy.factorial(k)) != 0:
+                return False
+        return True
+
+    rec.check(
+        "g_N' = x^N e^{-x}/N! with kappa_N from the exported coefficients",
+        g_prime_instances,
+        status=Status.VERIFIED,
+        detail="N = 0..12",
+    )
+
+
+def claim_monotone(rec) -> None:
+    """|g_N| increases with |x| on each side of 0, hence the closed form of delta_N."""
+    import sympy
+
+    v = _syms()
+    t, y, big_n = v["t"], v["y"], v["N"]
+    gp_neg = -((-y) ** big_n) * sympy.exp(y) / sympy.factorial(big_n)  # d/dy g(-y)
+    rec.step(
+        "Each side of 0: g_N(y) = int_0^y t^N e^{-t}/N! dt with a positive integrand, so g_N > 0 "
+        "and increasing on y > 0; h(y) = g_N(-y) has h' = -g_N'(-y) = -(-y)^N e^y/N!, whose sign "
+        "(-1)^(N+1) is constant, so |g_N(-y)| = int_0^y u^N e^u/N! du increases too. Hence "
+        "sup_{|x|<=r} |g_N| = max(|g_N(-r)|, |g_N(r)|) = delta_N(r), increasing in r.",
+        rec.statement["delta_closed_form"],
+    )
+
+    def monotone():
+        pos_right = (t**big_n * sympy.exp(-t) / sympy.factorial(big_n)).is_positive
+        magnitude = y**big_n * sympy.exp(y) / sympy.factorial(big_n)
+        sign_fixed = sympy.simplify((-1) ** (big_n + 1) * gp_neg - magnitude) == 0
+        return bool(pos_right is True and sign_fixed and magnitude.is_positive is True)
+
+    rec.check(
+        "|g_N| increases with |x| on each side of 0: delta_N(r) = max(|g_N(-r)|, |g_N(r)|)",
+        monotone,
+        status=Status.PROVED,
+        detail="symbolic N, t > 0, y > 0; sympy assumptions (is_positive) and simplify",
+    )
+
+
+def claim_remainder(rec) -> None:
+    """The Lagrange remainder bound from the integral form of g_N."""
+    import sympy
+
+    v = _syms()
+    t, y, big_n = v["t"], v["y"], v["N"]
+    rec.step(
+        "Remainder: e^x - kappa_N(x) = e^x g_N(x) = e^x int_0^x t^N e^{-t}/N! dt. Bounding "
+        "e^{-t} by its maximum e^{max(0,-x)} between 0 and x and int_0^|x| t^N/N! dt = "
+        "|x|^(N+1)/(N+1)!, with x + max(0,-x) = max(x,0): the Lagrange bound.",
+        rec.statement["remainder_bound"],
+    )
+
+    def remainder_lemma():
+        integral = sympy.integrate(t**big_n / sympy.factorial(big_n), (t, 0, y))
+        ok_int = sympy.gammasimp(integral - y ** (big_n + 1) / sympy.factorial(big_n + 1)) == 0
+        xp, xn = sympy.Symbol("xp", positive=True), sympy.Symbol("xn", negative=True)
+        ok_max = all(sympy.simplify(z + sympy.Max(0, -z) - sympy.Max(z, 0)) == 0 for z in (xp, xn))
+        return bool(ok_int and ok_max)
+
+    rec.check(
+        "|e^x - kappa_N(x)| <= e^{max(x,0)} |x|^{N+1}/(N+1)! (all N, x)",
+        remainder_lemma,
+        status=Status.PROVED,
+        detail="symbolic N, y > 0: int_0^y t^N/N! dt = y^(N+1)/(N+1)!; x + max(0,-x) = "
+        "max(x,0) in the cases x > 0, x < 0 (x = 0 trivial)",
+    )
+
+
+def claim_dominant_term(rec) -> None:
+    """The largest term of the exp series sits at n = floor(|x|)."""
+    import sympy
+
+    npos_n = _syms()["n_pos"]
+    xa = sympy.Symbol("X", positive=True)
+    ratio = (xa**npos_n / sympy.factorial(npos_n)) / (
+        xa ** (npos_n - 1) / sympy.factorial(npos_n - 1)
+    )
+    rec.step(
+        "Dominant term: |x|^n/n! divided by |x|^(n-1)/(n-1)! is |x|/n, so the terms grow while "
+        "n < |x| and shrink after: the largest is n = floor(|x|), tied with floor(|x|) - 1 "
+        "exactly when |x| >= 1 is an integer.",
+        sympy.Eq(ratio, xa / npos_n),
+    )
+    rec.check(
+        "ratio of consecutive terms = |x|/n (all n >= 1)",
+        lambda: sympy.gammasimp(ratio - xa / npos_n) == 0,
+        status=Status.PROVED,
+        detail="symbolic n >= 1, |x| = X > 0",
+    )
+
+
+# -- the stated numbers of D4, computed with sympy (independent of the exports) ----------------
+def claim_stated_deltas(rec) -> None:
+    """delta_N(r) at the stated (N, r), rounded to the stated decimals."""
+    import sympy
+
+    rec.step(
+        "Numbers (sympy, exact kappa_N and evalf at 60 digits): delta_2(1), delta_4(2), "
+        "delta_6(2), delta_6(3); the first N with |g_N(x)| < 1 at x = -4, -8, -16; g_20(-8). "
+        "Convergence is slow for negative scores: N grows like 3-3.6 |x|."
+    )
+
+    def deltas():
+        for (order, r), stated in STATED_DELTAS.items():
+            rr = sympy.Integer(r)
+            val = max(abs(g_num(order, -rr)), abs(g_num(order, rr)))
+            decimals = len(stated.split(".")[1])
+            if round(float(val), decimals) != float(stated):
+                return False
+        return True
+
+    rec.check(
+        "stated values: delta_2(1) ~ 0.36, delta_4(2) ~ 1.46, delta_6(2) ~ 0.15, delta_6(3) ~ 6.3",
+        deltas,
+        status=Status.VERIFIED,
+        detail="rounded to the stated digits",
+    )
+
+
+def claim_stated_first_below(rec) -> None:
+    """The first N with |g_N(x)| < 1 at the stated x, and |g_20(-8)|."""
+    import sympy
+
+    def first_below():
+        for xv, stated in STATED_FIRST_BELOW_ONE.items():
+            xs = sympy.Integer(xv)
+            first = next(k for k in range(200) if abs(g_num(k, xs)) < 1)
+            if first != stated or not (3 <= first / abs(xv) <= 3.6):
+                return False
+        g20 = abs(g_num(20, sympy.Integer(-8)))
+        return bool(float(f"{float(g20):.0e}") == 4e2)
+
+    rec.check(
+        "stated values: |g_N(x)| first < 1 at N = 12, 26, 54 (x = -4, -8, -16); |g_20(-8)| ~ 4e2",
+        first_below,
+        status=Status.VERIFIED,
+        detail="N/|x| in [3, 3.6] for the three points",
+    )
+
+
+# -- output perturbation bound ------------------------------------------------------------------
+def _split_weight():
+    """(a, delta, F(a)): the bound on sum |w^ - w| for a split P of exact weight a."""
+    import sympy
+
+    a = sympy.Symbol("a", positive=True)
+    dl = sympy.Symbol("delta", positive=True)
+    return a, dl, 4 * a * (1 - a) * dl / (1 - dl + 2 * a * dl)
+
+
+def claim_split_bound(rec) -> None:
+    """For a split P of weight a: sum |w^ - w| <= min(2U(m), 2L(m)) <= F(a)."""
+    import sympy
+
+    a, dl, f_a = _split_weight()
+    m = sympy.Symbol("m", positive=True)
+    rec.step(
+        "Weights w_s = a_s/A, perturbed a^_s = a_s(1 + e_s), |e_s| <= delta < 1; m = "
+        "sum_s w_s(1 + e_s) in [1-delta, 1+delta], w^_s - w_s = w_s(1 + e_s - m)/m sums to 0. "
+        "With P = {s: 1 + e_s > m} of weight a: sum|w^ - w| = (2/m) sum_P w_s(1+e_s-m) "
+        "<= 2a(1+delta-m)/m =: 2U(m), and = (2/m) sum_{not P} w_s(m-1-e_s) "
+        "<= 2(1-a)(m-1+delta)/m =: 2L(m).",
+    )
+    upper = a * (1 + dl - m) / m
+    lower = (1 - a) * (m - 1 + dl) / m
+    crossing = sympy.solve(sympy.Eq(upper, lower), m)
+    rec.step(
+        "U decreases and L increases in m, so min(U, L) is largest where they cross: "
+        "m* = 1 - delta + 2 a delta, giving F(a) = 4a(1-a) delta/(1 - delta + 2 a delta).",
+        sympy.Eq(sympy.Symbol("F(a)"), f_a),
+    )
+
+    def crossing_value():
+        du = sympy.simplify(sympy.diff(upper, m) + a * (1 + dl) / m**2) == 0
+        dlow = sympy.simplify(sympy.diff(lower, m) - (1 - a) * (1 - dl) / m**2) == 0
+        cross = len(crossing) == 1 and sympy.simplify(crossing[0] - (1 - dl + 2 * a * dl)) == 0
+        value = sympy.simplify(2 * upper.subs(m, 1 - dl + 2 * a * dl) - f_a) == 0
+        return bool(du and dlow and cross and value)
+
+    rec.check(
+        "sum |w^ - w| <= F(a) = 4a(1-a) delta/(1-delta+2a delta) for a split of weight a",
+        crossing_value,
+        status=Status.PROVED,
+        detail="dU/dm = -a(1+delta)/m^2 < 0, dL/dm = (1-a)(1-delta)/m^2 > 0; crossing and value "
+        "by sympy solve/simplify",
+    )
+
+
+def claim_supremum(rec) -> None:
+    """sup_a F(a) = B(delta) = 2 delta/(1 + sqrt(1 - delta^2)), attained; random instances."""
+    import random
+
+    import sympy
+
+    a, dl, f_a = _split_weight()
+    tt = sympy.Symbol("t", positive=True)
+    _, b_star = b_star_expr()
+    rec.step(
+        "Maximize over a: with delta = 2t/(1+t^2), t in [0, 1), F* - F(a) = "
+        "2t(1 - t - 2a)^2/((1-t)^2 + 4at) >= 0, so sup_a F = F* = 2t = 2 delta/(1 + sqrt(1 - "
+        "delta^2)), attained at a = (1-t)/2 by e = +delta on P and -delta elsewhere. It is "
+        "below the looser bound 2 delta/(1-delta) = 4t/(1-t)^2.",
+        sympy.Eq(sympy.Symbol("B(delta)"), b_star),
+    )
+
+    def supremum():
+        dt = 2 * tt / (1 + tt**2)
+        fa_t = sympy.simplify(f_a.subs(dl, dt))
+        gap = sympy.factor(sympy.simplify(2 * tt - fa_t))
+        square = (
+            sympy.simplify(gap - 2 * tt * (1 - tt - 2 * a) ** 2 / ((1 - tt) ** 2 + 4 * a * tt)) == 0
+        )
+        # delta = 2t/(1+t^2) maps [0, 1) onto [0, 1) increasingly; there
+        # sqrt(1 - delta^2) = (1 - t^2)/(1 + t^2) >= 0, so B(delta) = 2t
+        root = (1 - tt**2) / (1 + tt**2)
+        onto = sympy.simplify(sympy.diff(dt, tt) - 2 * (1 - tt**2) / (1 + tt**2) ** 2) == 0
+        sq = sympy.simplify(1 - dt**2 - root**2) == 0
+        param = sympy.simplify(2 * dt / (1 + root) - 2 * tt) == 0
+        attained = sympy.simplify(fa_t.subs(a, (1 - tt) / 2) - 2 * tt) == 0
+        looser = sympy.factor(sympy.simplify(2 * dl / (1 - dl)).subs(dl, dt) - 2 * tt)
+        looser_ok = sympy.simplify(looser - 2 * tt * (2 - (1 - tt) ** 2) / (1 - tt) ** 2) == 0
+        return bool(square and onto and sq and param and attained and looser_ok)
+
+    rec.check(
+        "sup over all weights and errors of sum |w^ - w| = 2 delta/(1 + sqrt(1 - delta^2))",
+        supremum,
+        status=Status.PROVED,
+        detail="sympy factor of F* - F(a) as a square; sqrt(1-delta^2) = (1-t^2)/(1+t^2) on "
+        "t in [0, 1); attained at a = (1-t)/2; "
+        "<= 2 delta/(1-delta) since 2 - (1-t)^2 > 0 on (0, 1)",
+    )
+
+    def two_key_attains():
+        a_s, d_s = sympy.Rational(1, 3), sympy.Rational(3, 5)  # t = 1/3 -> delta = 3/5
+        w = [a_s, 1 - a_s]
+        big = [w[0] * (1 + d_s), w[1] * (1 - d_s)]
+        tot = sum(abs(b / sum(big) - wi) for b, wi in zip(big, w))
+        return tot == b_star.subs(dl, d_s) == sympy.Rational(2, 3)
+
+    rec.check(
+        "the supremum is attained: w = (1/3, 2/3), e = (+3/5, -3/5) gives exactly 2/3 = B(3/5)",
+        two_key_attains,
+        status=Status.VERIFIED,
+        detail="exact rationals",
+    )
+
+    def below_b(total: Fraction, d_s: Fraction) -> bool:
+        """total <= 2d/(1 + sqrt(1-d^2)) exactly: total (1 + s) <= 2d with s = sqrt(1-d^2)."""
+        rhs = 2 * d_s - total  # need total * s <= rhs
+        return rhs >= 0 and total**2 * (1 - d_s**2) <= rhs**2
+
+    def random_configs():
+        rng = random.Random(0)
+        for _ in range(300):
+            nk = rng.randint(2, 6)
+            d_s = Fraction(rng.randint(1, 99), 100)
+            w = [Fraction(rng.randint(1, 50)) for _ in range(nk)]
+            eps = [
+                rng.choice([d_s, -d_s, d_s * Fraction(rng.randint(-100, 100), 100)])
+                for _ in range(nk)
+            ]
+            tot_w = sum(w)
+            big = [wi * (1 + e) for wi, e in zip(w, eps)]
+            tot = sum(abs(b / sum(big) - wi / tot_w) for b, wi in zip(big, w))
+            if not below_b(tot, d_s):
+                return False
+        # the comparison itself must be able to fail: the loose bound's value at d = 1/2 is 2
+        return not below_b(Fraction(2), Fraction(1, 2)) and below_b(Fraction(2, 3), Fraction(3, 5))
+
+    rec.check(
+        "sum |w^ - w| <= B(delta) on random exact configurations",
+        random_configs,
+        status=Status.VERIFIED,
+        detail="300 configurations, 2-6 keys, delta in {0.01..0.99}, errors +-delta or interior "
+        "(random.Random(0)); exact rational comparison after squaring",
+    )
+
+
+def claim_thresholds(rec) -> None:
+    """The output bound B(delta) against the trivial bound 2 and the looser 2 delta/(1-delta)."""
+    import sympy
+
+    dl, b_star = b_star_expr()
+    rec.step(
+        "Output: o^_t - o_t = sum_s (w^_s - w_s) v_s, so ||o^_t - o_t||_inf <= B(delta) "
+        "max_s ||v_s||_inf (equality for v_s = +-V on P / not P). B < 2 (the trivial bound) "
+        "for all delta < 1; B <= 1 iff delta <= 4/5; B <= 1/2 iff delta <= 8/17. The looser "
+        "2 delta/(1-delta) beats 2 only for delta < 1/2 and reaches 1/2 at delta = 1/5.",
+    )
+
+    def thresholds():
+        sols = {
+            level: sorted(sympy.solve(sympy.Eq(b_star, level), dl))
+            for level in (1, sympy.Rational(1, 2))
+        }
+        loose = {
+            level: sympy.solve(sympy.Eq(2 * dl / (1 - dl), level), dl)
+            for level in (2, sympy.Rational(1, 2))
+        }
+        return bool(
+            sols[1] == [sympy.Rational(4, 5)]
+            and sols[sympy.Rational(1, 2)] == [sympy.Rational(8, 17)]
+            and sympy.limit(b_star, dl, 1, "-") == 2
+            and loose[2] == [sympy.Rational(1, 2)]
+            and loose[sympy.Rational(1, 2)] == [sympy.Rational(1, 5)]
+        )
+
+    rec.check(
+        "thresholds: B = 1 at delta = 4/5, B = 1/2 at 8/17, B -> 2 as delta -> 1",
+        thresholds,
+        status=Status.PROVED,
+        detail="sympy solve / limit on the closed form",
+    )
+
+
+# -- positivity -------------------------------------------------------------------------------
+def claim_positivity(rec) -> None:
+    """Even kappa_2m > 0 on R; odd kappa_{2m+1} has exactly one real root, negative (all m)."""
+    import sympy
+
+    x0 = sympy.Symbol("x0", real=True, nonzero=True)
+    mm = sympy.Symbol("m", integer=True, positive=True)
+    rec.step(
+        "Even order 2m: kappa_2m -> +inf as |x| -> inf, so it has a global minimum at a "
+        "critical point x0, where kappa_2m'(x0) = kappa_{2m-1}(x0) = 0; there kappa_2m(x0) = "
+        "kappa_{2m-1}(x0) + x0^(2m)/(2m)! = x0^(2m)/(2m)! > 0 (x0 != 0 since "
+        "kappa_{2m-1}(0) = 1). Odd order 2m+1: kappa_{2m+1}' = kappa_2m > 0, so kappa_{2m+1} "
+        "is strictly increasing from -inf to +inf: exactly one real root, and kappa_{2m+1} >= 1 "
+        "on x >= 0 puts it at x < 0. Example: min kappa_2 = kappa_2(-1) = 1/2.",
+        rec.statement["positivity"],
+    )
+
+    def general():
+        at_min = (x0 ** (2 * mm) / sympy.factorial(2 * mm)).is_positive
+        xn = sympy.Symbol("xn", nonnegative=True)
+        nn = sympy.Symbol("n", integer=True, nonnegative=True)
+        terms_nonneg = (xn**nn / sympy.factorial(nn)).is_nonnegative
+        return bool(at_min is True and terms_nonneg is True)
+
+    rec.check(
+        "kappa_2m > 0 on R; kappa_{2m+1} has exactly one real root, negative (all m)",
+        general,
+        status=Status.PROVED,
+        detail="uses kappa_N' = kappa_{N-1} and kappa_N - kappa_{N-1} = x^N/N! (proved above); "
+        "sympy assumptions: x0^(2m)/(2m)! > 0 for real x0 != 0, x^n/n! >= 0 for x >= 0",
+    )
+    rec.cite(
+        "even partial sums of exp have no real zero; odd ones exactly one (negative)",
+        "G. Polya and G. Szego, Problems and Theorems in Analysis II, Part V (zeros of the "
+        "sections of the exponential series); the classical argument via kappa_N' = kappa_{N-1}",
+        "all m",
+    )
+
+
+def claim_root_counts(rec, f) -> None:
+    """Sturm root counts of kappa_N from the exported coefficients; min kappa_2 = 1/2."""
+    import sympy
+
+    x = sympy.Symbol("x", real=True)
+
+    def counts():
+        for order in range(12):
+            poly = sympy.Poly(kappa_coeffs(order, f)(x), x)
+            total = poly.count_roots()
+            negative = poly.count_roots(sup=0)
+            if total != order % 2 or negative != total:
+                return False
+            if order % 2 == 0 and poly.eval(0) <= 0:
+                return False
+        k2 = kappa_coeffs(2, f)(x)
+        crit = sympy.solve(sympy.diff(k2, x), x)
+        return bool(crit == [-1] and k2.subs(x, -1) == sympy.Rational(1, 2))
+
+    rec.check(
+        "real root counts (Sturm): 0 for even N, 1 negative for odd N; min kappa_2 = 1/2 at -1",
+        counts,
+        status=Status.VERIFIED,
+        detail="N = 0..11 with kappa_N from the exported coefficients; sympy Poly.count_roots",
+    )
+
+
+def claim_signed_weights(rec, f) -> None:
+    """Odd orders give signed weights: the N = 1 example (-4/3, 1, 4/3)."""
+    import sympy
+
+    def counterexample():
+        scores = [sympy.Integer(-3), sympy.Rational(1, 2), sympy.Integer(1)]
+        k1 = kappa_coeffs(1, f)
+        weights = [k1(s) for s in scores]
+        normalized = [w / sum(weights) for w in weights]
+        return normalized == [sympy.Rational(-4, 3), sympy.Integer(1), sympy.Rational(4, 3)]
+
+    rec.step(
+        "Odd orders give signed weights: N = 1, scores (-3, 1/2, 1) -> kappa_1 = (-2, 3/2, 2), "
+        "sum 3/2, normalized weights (-4/3, 1, 4/3).",
+    )
+    rec.check(
+        "N = 1, scores (-3, 0.5, 1): normalized weights (-4/3, 1, 4/3)",
+        counterexample,
+        status=Status.VERIFIED,
+        detail="exact rationals",
+    )
