@@ -15,7 +15,9 @@ import torch
 from derivations import state_size as d5
 from verify import bench
 from verify.attention import taylor_attention
+from verify.bench import collect as bench_collect
 from verify.cli import main
+from verify.render import benchmarks as bench_report
 
 REPO_REPORTS = Path(__file__).resolve().parents[1] / "reports"
 TOP_KEYS = {
@@ -32,7 +34,7 @@ def _files(root: Path) -> set[str]:
 def _owned_in_repo() -> dict[str, int]:
     return {
         name: (REPO_REPORTS / name).stat().st_mtime_ns
-        for name in bench.OWNED
+        for name in bench_report.OWNED
         if (REPO_REPORTS / name).exists()
     }
 
@@ -203,7 +205,9 @@ def test_gate_failure_times_nothing_and_writes_nothing(tmp_path, monkeypatch, ca
         return o + 1e-3 if kw.get("form") == "chunked" else o
 
     monkeypatch.setattr(va, "taylor_attention", wrong)
-    monkeypatch.setattr(bench, "_fla_naive_chunk_based", lambda: (None, "skipped in this test"))
+    monkeypatch.setattr(
+        bench_collect, "_fla_naive_chunk_based", lambda: (None, "skipped in this test")
+    )
     out = tmp_path / "out"
     assert main(["bench", "--quick", "--quiet", "--report-dir", str(out)]) == 1
     assert "correctness gate failed" in capsys.readouterr().err
