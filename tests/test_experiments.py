@@ -12,9 +12,10 @@ import torch
 
 from verify.cli import main
 from verify.experiments import QUICK_FORMS, quick_config
+from verify.experiments import payload as pl
 from verify.experiments import recall as rc
-from verify.experiments import report as rp
 from verify.experiments import summary as sm
+from verify.render import experiments as rp
 
 TOP_KEYS = {
     "schema", "experiment", "command", "quick", "seeds", "config", "forms", "summary",
@@ -257,7 +258,7 @@ def test_quick_cli_writes_the_owned_files_and_keeps_the_others(tmp_path):
     png = (out / rp.FIGURE).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads((out / "experiments.json").read_text())
-    assert set(doc) == TOP_KEYS and doc["schema"] == rp.SCHEMA and doc["quick"] is True
+    assert set(doc) == TOP_KEYS and doc["schema"] == pl.SCHEMA and doc["quick"] is True
     assert [f["name"] for f in doc["forms"]] == list(QUICK_FORMS) and doc["seeds"] == [0]
     assert any(f["family"] == "taylor" for f in doc["forms"])
     assert len(doc["runs"]) == len(QUICK_FORMS)
@@ -279,7 +280,7 @@ def test_report_of_a_diverged_form(tmp_path):
     cfg = tiny(3)
     forms = [rc.builtin_forms()["taylor-1"], BROKEN]
     results = rc.run_experiment(cfg, forms, [0, 1])
-    doc = rp.payload(
+    doc = pl.payload(
         cfg, forms, [0, 1], results, quick=True, workers=1, total_seconds=1.0, command="test"
     )
     rp.write(tmp_path, doc)

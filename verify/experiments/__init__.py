@@ -1,11 +1,11 @@
 """``attn-theory experiment``: train tiny attention models on synthetic tasks (issue 7).
 
 Sub-command ``recall``: multi-query associative recall with one model per attention form
-(``verify.experiments.recall``), summarized over seeds (``summary``) and written to
-``reports/experiments.md`` / ``.json`` and ``reports/figures/experiments_recall.png``
-(``report``). Those files are owned by this command only (they carry training noise and run
-times) and are swapped in with ``verify.render.staging.staged_write``, so the other reports in the
-directory are preserved.
+(``verify.experiments.recall``), summarized over seeds (``summary``), assembled into the JSON
+document (``payload``) and written to ``reports/experiments.md`` / ``.json`` and
+``reports/figures/experiments_recall.png`` by ``verify.render.experiments``. Those files are owned
+by this command only (they carry training noise and run times) and are swapped in with
+``verify.render.staging.staged_write``, so the other reports in the directory are preserved.
 
 Importing this package is cheap: torch loads when a command runs.
 """
@@ -91,8 +91,8 @@ def quick_config():
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from verify.experiments import recall
-    from verify.experiments import report as writer
+    from verify.experiments import payload, recall
+    from verify.render import experiments as report
     from verify.render.staging import staged_write
 
     builtin = recall.builtin_forms()
@@ -140,12 +140,12 @@ def run(args: argparse.Namespace) -> int:
         command += " --seeds " + " ".join(map(str, seeds))
     if args.forms is not None:
         command += " --forms " + ",".join(names)
-    doc = writer.payload(
+    doc = payload.payload(
         cfg, forms, seeds, results, quick=args.quick, workers=args.workers,
         total_seconds=total, command=command, load_average=load,
     )  # fmt: skip
-    owned = set(writer.OWNED)
-    staged_write(Path(args.report_dir), lambda rel: rel in owned, lambda st: writer.write(st, doc))
+    owned = set(report.OWNED)
+    staged_write(Path(args.report_dir), lambda rel: rel in owned, lambda st: report.write(st, doc))
     if not args.quiet:
         print(doc["ordering_line"])
         for c in doc["claims"]:

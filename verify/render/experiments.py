@@ -1,7 +1,11 @@
-"""``reports/experiments.md`` / ``.json`` and ``figures/experiments_recall.png`` for the recall run.
+"""``experiments.md`` / ``.json`` and ``figures/experiments_recall.png`` of an
+``attn-theory experiment recall`` document (``verify.experiments.payload.payload``'s result, or
+the committed ``reports/experiments.json``).
 
 These files carry training noise and run times, so they are written only by
 ``attn-theory experiment`` and are not part of ``attn-theory report --check`` (DESIGN.md, Reports).
+``markdown`` is a pure function of the document and the figure's caption (the constant text
+``figure`` returns).
 """
 
 from __future__ import annotations
@@ -9,92 +13,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from verify.experiments.recall import ExperimentConfig, Form, RunResult
-from verify.experiments.summary import RESOLUTION, claims, ordering, summarize
+from verify.render.markdown import table, write_json, write_text
 
-SCHEMA = "attn-theory/experiment-recall/1"
 FIGURE = "figures/experiments_recall.png"
+#: the files ``write`` writes (and ``attn-theory experiment`` owns) in a report directory
 OWNED = ("experiments.md", "experiments.json", FIGURE)
 
 
-def payload(
-    cfg: ExperimentConfig,
-    forms: list[Form],
-    seeds: list[int],
-    results: list[RunResult],
-    *,
-    quick: bool,
-    workers: int,
-    total_seconds: float,
-    command: str,
-    load_average: tuple[float, float] | None = None,
-) -> dict:
-    """The JSON document: configuration, forms, per-run results, summary, ordering, claims.
-
-    ``load_average``: the machine's 1-minute load average at the start and end of the runs
-    (context for the times: other processes share the CPU cores).
-    """
-    import os
-
-    import torch
-
-    from verify.render.metadata import versions
-
-    summaries = summarize(forms, results)
-    names, line = ordering(summaries)
-    return {
-        "schema": SCHEMA,
-        "experiment": "recall",
-        "command": command,
-        "quick": quick,
-        "seeds": list(seeds),
-        "config": cfg.to_dict(),
-        "forms": [
-            {"name": f.name, "family": f.family, "order": f.order, "call": f.call} for f in forms
-        ],
-        "summary": [s.to_dict() for s in summaries],
-        "ordering": names,
-        "ordering_line": line,
-        "resolution": RESOLUTION,
-        "claims": claims(summaries),
-        "runs": [
-            {
-                "form": r.form,
-                "seed": r.seed,
-                "diverged": r.diverged,
-                "diverged_step": r.diverged_step,
-                "reason": r.reason,
-                "accuracy": r.accuracy,
-                "final_loss": r.final_loss,
-                "eval_loss": r.eval_loss,
-                "seconds": r.seconds,
-                "cpu_seconds": r.cpu_seconds,
-                "curve": r.curve,
-            }
-            for r in results
-        ],
-        "timing": {
-            "total_seconds": total_seconds,
-            "total_cpu_seconds": sum(r.cpu_seconds for r in results),
-            "per_form_seconds": {s.form: s.seconds for s in summaries},
-            "per_form_cpu_seconds": {s.form: s.cpu_seconds for s in summaries},
-            "workers": workers,
-            "cpu_count": os.cpu_count(),
-            "load_average_1min": None if load_average is None else list(load_average),
-        },
-        "environment": {
-            "versions": versions(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "torch_threads_per_run": cfg.train.threads,
-            "deterministic_algorithms": True,
-        },
-    }
-
-
 def write(stage: Path, doc: dict) -> None:
-    """Write the three owned files under ``stage`` (a report directory or its staging copy)."""
-    from verify.render.markdown import write_json, write_text
-
+    """Write the three owned files (``OWNED``) under ``stage`` (a report directory or its staging
+    copy)."""
     caption = figure(stage / FIGURE, doc)
     write_json(stage / "experiments.json", doc)
     write_text(stage / "experiments.md", markdown(doc, caption))
@@ -187,8 +115,7 @@ def _acc(x: float | None) -> str:
 
 
 def markdown(doc: dict, caption: str) -> str:
-    from verify.render.markdown import table
-
+    """The Markdown report of a recall document; ``caption``: the figure's (``figure``'s result)."""
     cfg = doc["config"]
     task, model, train = cfg["task"], cfg["model"], cfg["train"]
     lines = [
