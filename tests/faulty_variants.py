@@ -1,6 +1,6 @@
 """Deliberately faulty attention variants, one per FAULTS.md class, and their correct twins.
 
-Each ``faultNN_*`` object is an :class:`~verify.variants.AttentionVariant` whose implementation
+Each ``faultNN_*`` object is an :class:`~verify.spec.variant.AttentionVariant` whose implementation
 carries the defect of FAULTS.md entry NN the way it shows up in real code (an index off by one
 chunk, zero padding entering a state, an axis written for another layout, a helper under
 ``torch.no_grad``, ...). Its ``twinNN_*`` runs the same code with the defect switched off (or
@@ -20,9 +20,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from verify import variants
+from verify import builtins as variants
 from verify.attention import taylor_features
-from verify.variants import AttentionVariant, StateAPI
+from verify.spec.variant import AttentionVariant, StateAPI
 
 # ----------------------------------------------------------------------------- feature maps
 

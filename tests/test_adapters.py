@@ -18,7 +18,7 @@ import torch
 
 from verify import checker
 from verify.adapters import ADAPTERS
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 torch.set_num_threads(1)
 

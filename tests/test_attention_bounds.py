@@ -23,8 +23,8 @@ import torch
 
 from derivations import rounding as d10
 from derivations.rounding import gamma, unit_roundoff
-from verify import errors
-from verify.oracle import linear_reference, softmax_reference, taylor_reference
+from verify.exact import errors
+from verify.exact.oracle import linear_reference, softmax_reference, taylor_reference
 
 __all__ = ["U", "assert_within", "callable_map_bound", "gamma", "oracle_bound", "output_bound"]
 

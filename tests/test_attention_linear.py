@@ -18,7 +18,7 @@ from test_attention_bounds import (
 )
 
 from verify.attention import favor_projection, linear_attention
-from verify.oracle import linear_reference
+from verify.exact.oracle import linear_reference
 
 FORMS = [
     ("parallel", {}),

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from test_attention_bounds import U, assert_within, gamma, oracle_bound, output_bound
 
 from verify.attention import softmax_attention
-from verify.oracle import softmax_reference
+from verify.exact.oracle import softmax_reference
 
 DENOMS = ("sum", "none", "l2", "rms", "layernorm", "count")
 

@@ -17,7 +17,7 @@ from test_attention_bounds import U, assert_within, gamma, output_bound
 from derivations.feature_maps import feature_count
 from verify.attention import taylor_attention
 from verify.attention.feature_maps import FEATURE_BUDGET
-from verify.oracle import taylor_reference
+from verify.exact.oracle import taylor_reference
 from verify.strategies import attention_inputs, shapes
 
 DENOMS = ("sum", "none", "l2", "rms", "layernorm", "count")

@@ -74,7 +74,7 @@ def test_cli_reports_each_fault_and_passes_its_twin(fault, name, prop, dtype):
 
 def test_json_dash_writes_only_json_to_stdout():
     proc = run_cli(
-        "verify.builtin_variants:softmax_variant",
+        "verify.builtins:softmax_variant",
         "--select",
         "determinism",
         "--dtype",
@@ -94,9 +94,9 @@ def test_usage_and_import_errors_exit_2(tmp_path):
     assert "no_such_module_xyz" in missing.stderr
     malformed = run_cli("not-a-spec")
     assert malformed.returncode == 2 and "pkg.module:object" in malformed.stderr
-    bad_claim = run_cli("verify.builtin_variants:softmax_variant", "--kernel", "cosine")
+    bad_claim = run_cli("verify.builtins:softmax_variant", "--kernel", "cosine")
     assert bad_claim.returncode == 2 and "kernel" in bad_claim.stderr
-    bad_scale = run_cli("verify.builtin_variants:softmax_variant", "--scale", "big")
+    bad_scale = run_cli("verify.builtins:softmax_variant", "--scale", "big")
     assert bad_scale.returncode == 2 and "--scale" in bad_scale.stderr
 
 

@@ -116,8 +116,8 @@ def test_loadable_by_the_checker(monkeypatch):
     repository root, as ``attn-theory check`` does."""
     from pathlib import Path
 
-    from verify.checker import as_variant
-    from verify.variants import AttentionVariant
+    from verify.spec.target import as_variant
+    from verify.spec.variant import AttentionVariant
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     names = {n for group in fv.FAULTY.values() for n in group} | set(fv.TWINS.values())

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from verify import oracle
-from verify.oracle import (
+from verify.exact import oracle
+from verify.exact.oracle import (
     DENOMINATORS,
     abs_error,
     linear_reference,

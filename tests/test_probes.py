@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import verify.variants as V
+import verify.builtins as V
 from verify.attention import linear_attention, softmax_attention, taylor_attention
 from verify.probes import (
     CONVENTIONS,
@@ -26,7 +26,7 @@ from verify.probes import (
     suggested_claims,
     taylor_formula,
 )
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 torch.set_num_threads(1)
 

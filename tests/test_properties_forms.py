@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from verify import variants
+from verify import builtins as variants
 from verify.attention import state as st
 from verify.properties import forms as P
 from verify.properties.base import RunContext, run_property
-from verify.variants import AttentionVariant, StateAPI
+from verify.spec.variant import AttentionVariant, StateAPI
 
 BUILTINS = ("taylor-2", "taylor-3", "linear-elu1")
 DTYPES = ("float64", "float32")

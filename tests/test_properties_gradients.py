@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from verify import errors, oracle, variants
+from verify import builtins as variants
+from verify.exact import errors, oracle
+from verify.exact.reference import reference_attention
 from verify.properties import gradients as G
 from verify.properties.base import RunContext, run_property
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 
 def run(prop, variant, dtype="float64", n=8, **kw):
@@ -284,7 +286,7 @@ def _qkv(seed=0, B=1, H=2, T=5, S=4, d=3, d_v=2, scale=0.6):
 
 
 def _projection(d):
-    from verify.builtin_variants import favor_projection_for
+    from verify.builtins import favor_projection_for
 
     return favor_projection_for(d, torch.float64, "cpu")
 
@@ -298,7 +300,7 @@ def test_reference_matches_the_oracle(kernel, extra, mode):
     proj = _projection(q.shape[-1]) if extra == "favor" else None
     if proj is not None:
         kw["projection"] = proj
-    out = G.reference_attention(q, k, v, kernel=kernel, **kw)
+    out = reference_attention(q, k, v, kernel=kernel, **kw)
     ref = oracle.reference(q, k, v, kernel="exp" if kernel == "softmax" else kernel, **kw)
     eb = errors.attention_error_bound(
         kernel, q, k, v, dtype="float64", exact=ref, form="parallel", **kw
@@ -317,7 +319,7 @@ def test_reference_is_differentiable(kernel, extra):
     proj = _projection(2) if extra == "favor" else None
 
     def f(q, k, v):
-        return G.reference_attention(q, k, v, kernel=kernel, causal=True, projection=proj)
+        return reference_attention(q, k, v, kernel=kernel, causal=True, projection=proj)
 
     assert torch.autograd.gradcheck(f, (q, k, v))
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from property_asserts import checks
 
-from verify import variants
+from verify import builtins as variants
 from verify.attention import linear_attention, softmax_attention, taylor_attention, taylor_features
 from verify.properties import kernel as K
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 EXAMPLES = 6
 

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from verify import variants
+from verify import builtins as variants
 from verify.properties.base import RunContext, run_property
 from verify.properties.oracle_checks import EDGE_CASES, ORACLE_AGREEMENT
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])

@@ -14,10 +14,10 @@ import faulty_variants as fv
 import pytest
 import torch
 
-from verify import variants
+from verify import builtins as variants
 from verify.properties import precision as P
 from verify.properties.base import RunContext, run_property
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 HAS_CUDA = torch.cuda.is_available()
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from property_asserts import checks
 
-from verify import variants
+from verify import builtins as variants
 from verify.attention import (
     favor_features,
     favor_projection,
@@ -24,8 +24,8 @@ from verify.attention import (
     taylor_attention,
 )
 from verify.properties import theory as TH
-from verify.properties.base import NotApplicable
-from verify.variants import AttentionVariant
+from verify.spec.results import NotApplicable
+from verify.spec.variant import AttentionVariant
 
 EXAMPLES = 5
 

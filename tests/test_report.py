@@ -16,7 +16,7 @@ import pytest
 from verify.render.compare import RATIO_FACTOR, compare_dirs, diff_json
 from verify.render.staging import staged_write
 from verify.report import owns
-from verify.variants import sanitize_name
+from verify.spec.variant import sanitize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 

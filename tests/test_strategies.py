@@ -18,7 +18,7 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from derivations.truncation import delta, informative_radius
-from verify.oracle import softmax_reference
+from verify.exact.oracle import softmax_reference
 from verify.strategies import (
     ALL_CASES,
     DTYPES,

@@ -1,6 +1,6 @@
 """Check any attention variant against the theory: ``verify.check(target, **claims)``.
 
-The target is an :class:`~verify.variants.AttentionVariant`, a plain function
+The target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
 ``f(q, k, v, *, causal) -> o``, a zero-argument factory returning either, or an import spec
 ``"pkg.module:object"``. Claims given here override the variant's own; a variant that claims
 no kernel is first probed (``verify.probes``) and the identified claims are used (and said so).
@@ -12,18 +12,16 @@ being run with the reason, and the run continues with the next property.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import multiprocessing as mp
 import os
 import re
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from verify.variants import AttentionVariant
+from verify.spec.target import TargetError, apply_claims, as_variant, load_spec  # noqa: F401
+from verify.spec.variant import AttentionVariant
 
 SCHEMA = "attn-theory/check/v1"
 DEFAULT_DTYPES = ("float64", "float32")
@@ -32,89 +30,6 @@ DEFAULT_TIMEOUT = 60.0  # seconds per property (watchdog)
 #: stops (a count, not seconds: the same minimal input on every run, and a bounded cost when
 #: drawing or checking an example is slow)
 SHRINK_DRAWS = 25
-
-
-class TargetError(Exception):
-    """The target cannot be imported or is not an attention variant (CLI exit code 2)."""
-
-
-# -- resolving the target ---------------------------------------------------------------------
-def load_spec(spec: str) -> Any:
-    """Import ``pkg.module:object`` (``object`` may be dotted); the current directory is
-    importable, as with ``python -m``.
-
-    Raises:
-        TargetError: malformed spec, module not importable, attribute missing.
-    """
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise TargetError(f"target: expected 'pkg.module:object', got {spec!r}")
-    mod_name, attr = spec.split(":")
-    if not mod_name or not attr:
-        raise TargetError(f"target: expected 'pkg.module:object', got {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj = importlib.import_module(mod_name)
-    except Exception as exc:
-        raise TargetError(
-            f"target: cannot import module {mod_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise TargetError(f"target: module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _is_factory(obj: Any) -> bool:
-    if isinstance(obj, AttentionVariant) or not callable(obj):
-        return False
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return False
-    required = [
-        p
-        for p in sig.parameters.values()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    return not required
-
-
-def as_variant(target: Any, *, name: str | None = None) -> AttentionVariant:
-    """Turn a target (variant, function, factory or spec string) into an AttentionVariant.
-
-    Raises:
-        TargetError: the target is none of these, or a factory raised.
-    """
-    spec = None
-    if isinstance(target, str):
-        spec = target
-        target = load_spec(target)
-    if _is_factory(target):
-        try:
-            target = target()
-        except Exception as exc:
-            raise TargetError(f"target: the factory raised {type(exc).__name__}: {exc}") from exc
-    if isinstance(target, AttentionVariant):
-        return target
-    if callable(target):
-        label = name or spec or getattr(target, "__qualname__", None) or repr(target)
-        return AttentionVariant(name=str(label), forward=target)
-    raise TargetError(
-        "target: expected an AttentionVariant, a function f(q, k, v, *, causal) or a zero-argument "
-        f"factory returning one, got {type(target).__name__}"
-    )
-
-
-def apply_claims(variant: AttentionVariant, claims: dict[str, Any]) -> AttentionVariant:
-    """Replace the variant's claims with the given ones (None values are ignored).
-
-    Raises:
-        ValueError, TypeError: an invalid claim (named by AttentionVariant's validation).
-    """
-    given = {k: v for k, v in claims.items() if v is not None}
-    return replace(variant, **given) if given else variant
 
 
 # -- results --------------------------------------------------------------------------------
@@ -238,7 +153,8 @@ def run_one(
 ) -> dict[str, Any]:
     """Run one property in this process; returns its JSON result (never raises)."""
     from verify.properties import get
-    from verify.properties.base import PropertyResult, RunContext, run_property
+    from verify.properties.base import RunContext, run_property
+    from verify.spec.results import PropertyResult
 
     prop = get(property_id)
     if dtype not in variant.dtypes:
@@ -284,7 +200,8 @@ class _ShrinkStop(BaseException):
 def _shrink_capped(prop, draws: int):
     """``prop`` whose shrinking stops after ``draws`` candidates drawn after the first failure,
     and the record of its latest failure (the shrinker only accepts simpler failing inputs)."""
-    from verify.properties.base import VariantError, _fail_message
+    from verify.properties.base import _fail_message
+    from verify.spec.results import VariantError
 
     rec: dict[str, Any] = {"failed": False, "draws": 0, "ok": 0, "example": None, "obs": None}
 
@@ -316,7 +233,7 @@ def _shrink_capped(prop, draws: int):
 
 def _stopped_result(prop, rec: dict[str, Any], dtype: str, device: str):
     """The failure recorded by :func:`_shrink_capped` as a PropertyResult."""
-    from verify.properties.base import PropertyResult
+    from verify.spec.results import PropertyResult
 
     example, obs = rec["example"], rec["obs"]
     res = PropertyResult(
@@ -633,7 +550,7 @@ def _reproducer(spec: str, variant: AttentionVariant, inputs_snippet: str) -> st
     lines = [
         inputs_snippet.rstrip(),
         "",
-        "from verify.checker import as_variant",
+        "from verify.spec.target import as_variant",
         "",
         f"variant = as_variant({spec!r})  # {mod}:{attr}",
     ]

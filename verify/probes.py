@@ -50,7 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.base import VariantError
+from verify.spec.kernel import parse as parse_kernel
+from verify.spec.kernel import taylor_order
+from verify.spec.results import VariantError
+from verify.spec.visibility import visible
 
 #: score scale conventions c(d) told apart by varying d
 CONVENTIONS: dict[str, Callable[[int], float]] = {
@@ -235,7 +238,7 @@ def _structural_bound(
 ) -> np.ndarray:
     """Largest D10 bound of ``STRUCTURAL_KERNELS`` (scale 1; the given denominator modes) on
     these inputs: the stated proxy for one evaluation of an unidentified kernel."""
-    from verify import errors
+    from verify.exact import errors
 
     out = None
     for kern in STRUCTURAL_KERNELS:
@@ -498,7 +501,7 @@ def _probe_causal(run: _Runner, report: ProbeReport, T: int) -> str | None:
             report.calls[key] = str(exc)
     if not mats:
         return None
-    upper = np.triu(np.ones((n, n), dtype=bool), 1)
+    upper = ~visible(n, n, causal=True)  # the future: s > t
     c = report.causal
     for causal, name in ((False, "noncausal_sees_future"), (True, "causal_masks_future")):
         if causal not in mats:
@@ -960,8 +963,9 @@ def kernel_values(kernel: str, c: float, q: np.ndarray, k: np.ndarray) -> np.nda
     x = c * (q @ k.T)
     if kernel == "softmax":
         return np.exp(x)
-    if kernel.startswith("taylor:"):
-        return _kappa_taylor(int(kernel.split(":")[1]), x)
+    n = taylor_order(kernel)
+    if n is not None:
+        return _kappa_taylor(n, x)
     if kernel == "linear:identity":
         return x
     if kernel == "linear:relu":
@@ -1022,7 +1026,7 @@ def _read_ident(run: _Runner, d: int, T: int, causal: bool, notes: list[str]) ->
     q, k = _ident_inputs(run, d, T)
     n = N_KEYS
     A = run.weights(q, k, causal, n, allow_nonfinite=True)[0, 0, :n]
-    vis = np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
+    vis = visible(n, n, causal=causal)
     bad = ~np.isfinite(A).all(axis=-1)
     if bad.any():  # e.g. 0/0 where a signed or vanishing kernel's denominator is zero (IEEE)
         notes.append(f"identification at d = {d}: rows {np.nonzero(bad)[0].tolist()} not finite")
@@ -1035,7 +1039,7 @@ def _read_ident(run: _Runner, d: int, T: int, causal: bool, notes: list[str]) ->
 def _numerator_bound(run: _Runner, ident: _Ident, kernel: str, c: float, dtype: str):
     """(n, n) D10 bound on the numerator kappa_hat(x_ts) of (kernel, c) for the read rows, or
     None when no bound exists (e.g. gamma_n undefined in a low precision)."""
-    from verify import errors
+    from verify.exact import errors
 
     n = N_KEYS
     k, v = ident.k, ident.v
@@ -1207,7 +1211,7 @@ def _kappa_fn(kernel: str) -> tuple[Callable[[float], float], Callable[[float], 
         return math.exp, math.exp
     from derivations import rounding as d10
 
-    N = int(kernel.split(":")[1])
+    N = taylor_order(kernel)
     return (
         lambda y: float(_kappa_taylor(N, np.array(y))),
         lambda a: d10.taylor_weight_majorant(N - 1, a, 0.0),
@@ -1369,7 +1373,7 @@ def _favor_like(run: _Runner, report: ProbeReport, ident: _Ident, normalized: bo
         A = run.weights(q, k, ident.causal, n)[0, 0, :n]
     except VariantError:
         return
-    vis = np.tril(np.ones((n, n), dtype=bool)) if ident.causal else np.ones((n, n), dtype=bool)
+    vis = visible(n, n, causal=ident.causal)
     if not (A[vis] > 0).all():
         return
     qq, kk = q[0, 0, :n].numpy(), k[0, 0, :n].numpy()
@@ -1415,7 +1419,7 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
     """Probe ``variant.forward`` as a black box (claims ignored) and report what it computes.
 
     Args:
-        variant: a :class:`verify.variants.AttentionVariant`; only ``forward`` and ``layout``
+        variant: a :class:`verify.spec.variant.AttentionVariant`; only ``forward`` and ``layout``
             are used (tensors (B, H, T, d) are converted with ``_calls.call``).
         dtype: probe dtype name (``float64`` default; ``float32``, ``bfloat16``, ``float16``).
         device: ``cpu`` or ``cuda``.
@@ -1429,7 +1433,7 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         TypeError: ``variant`` is not an AttentionVariant.
         ValueError: unknown ``dtype`` or ``device``.
     """
-    from verify.variants import AttentionVariant
+    from verify.spec.variant import AttentionVariant
 
     if not isinstance(variant, AttentionVariant):
         raise TypeError(f"variant: expected an AttentionVariant, got {type(variant).__name__}")
@@ -1508,8 +1512,8 @@ def _kernel_words(report: ProbeReport) -> str:
     if verdict == "consistent":
         if name == "softmax":
             return "kernel attention, κ(x) = exp(x) (softmax)"
-        if name.startswith("taylor:"):
-            n = int(name.split(":")[1])
+        n = taylor_order(name)
+        if n is not None:
             return f"kernel attention, κ(x) = {taylor_formula(n)} (Taylor-{n} of exp)"
         if name == "linear:identity":
             return "linear attention with the identity feature map (κ(x) = x)"
@@ -1633,7 +1637,7 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
         claims["eps"] = report.normalization["eps"]
     scale = kern.get("scale")
     name = claims["kernel"]
-    exp_type = name in ("softmax", "linear:favor") or name.startswith("taylor:")
+    exp_type = parse_kernel(name).exp_type
     if known:
         default = "1/sqrt(d)" if exp_type else "1"
         if scale in ("any", default):

@@ -45,7 +45,7 @@ def plan(
     Raises:
         KeyError: an unknown variant or property id (message lists the known ones).
     """
-    from verify import variants as reg
+    from verify import builtins as reg
     from verify.properties import catalogue
 
     names = sorted(reg.registered()) if not variants else list(variants)
@@ -72,7 +72,8 @@ def run_job(job: Job):
     """Run one job in this process; returns (job, PropertyResult)."""
     import torch
 
-    from verify import profiles, variants
+    from verify import builtins as variants
+    from verify import profiles
     from verify.properties import get
     from verify.properties.base import RunContext, run_property
 
@@ -87,7 +88,7 @@ def run_job(job: Job):
         shrink_budget=job.shrink_budget,
     )
     if job.dtype not in variant.dtypes:
-        from verify.properties.base import PropertyResult
+        from verify.spec.results import PropertyResult
 
         prop = get(job.property_id)
         return job, PropertyResult(

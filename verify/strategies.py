@@ -35,6 +35,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from verify.spec.visibility import visible
+
 __all__ = [
     "ALL_CASES",
     "DTYPES",
@@ -369,6 +371,14 @@ class AttentionInputs:
     def device(self) -> torch.device:
         return self.q.device
 
+    def visible(self, *, numpy: bool = True):
+        """Bool (B, H, T, S) of visible (query, key) pairs (``verify.spec.visibility``): numpy,
+        or a CPU torch tensor with ``numpy=False``."""
+        s = self.shape
+        return visible(
+            s.T, s.S, causal=self.causal, attn_mask=self.attn_mask, lead=(s.B, s.H), numpy=numpy
+        )
+
     def kwargs(self) -> dict[str, Any]:
         """``causal``, ``scale`` and ``attn_mask`` as keywords for the API contract's functions."""
         return {"causal": self.causal, "scale": self.scale, "attn_mask": self.attn_mask}
@@ -664,10 +674,7 @@ def masked_inputs(
     def draw_masked(draw):
         x = draw(base)
         mask = draw(masks(x.shape, broadcast=broadcast, empty_rows=empty_rows, device=x.device))
-        s = x.shape
-        vis = np.broadcast_to(mask.cpu().numpy(), (s.B, s.H, s.T, s.S))
-        if x.causal:
-            vis = vis & np.tril(np.ones((s.T, s.S), dtype=bool))
+        vis = replace(x, attn_mask=mask).visible()
         dead = ~vis.any(axis=2)  # (B, H, S)
         p = min(float(poison), torch.finfo(x.dtype).max / 4)
         p = float(torch.tensor(p, dtype=torch.float64).to(x.dtype))

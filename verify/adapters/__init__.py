@@ -1,7 +1,7 @@
 """Adapters that declare real third-party attention implementations as checked variants.
 
 Each entry of :data:`ADAPTERS` is an import spec ``"verify.adapters.<module>:<factory>"`` of a
-zero-argument factory returning an :class:`~verify.variants.AttentionVariant`; pass it to
+zero-argument factory returning an :class:`~verify.spec.variant.AttentionVariant`; pass it to
 ``attn-theory check`` or :func:`verify.check`. :func:`verify.adapters.cards.build_cards`
 regenerates the committed report cards (``reports/variants/<name>.md|json``).
 

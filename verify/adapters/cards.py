@@ -132,7 +132,7 @@ def build_cards(
 def _write(name, result, sections, extra, report_dir: Path) -> None:
     from verify.render import card
     from verify.render import markdown as md
-    from verify.variants import sanitize_name
+    from verify.spec.variant import sanitize_name
 
     stem = sanitize_name(name)
     md.write_text(report_dir / f"{stem}.md", card.render(result, extra_sections=sections))

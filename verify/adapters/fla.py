@@ -1,7 +1,7 @@
 """flash-linear-attention (fla-core 0.6) pure-torch references as checked variants.
 
 The CPU-runnable parts of fla are its ``naive`` references and its feature-map modules (the fused
-forms are Triton kernels). Each factory returns an :class:`~verify.variants.AttentionVariant`
+forms are Triton kernels). Each factory returns an :class:`~verify.spec.variant.AttentionVariant`
 whose claims state what the function computes; the checker then says whether it does.
 
 * ``naive_parallel_based`` (fla.ops.based.naive): causal only, ``kappa_2(q.k/sqrt(d))`` =
@@ -37,7 +37,7 @@ from __future__ import annotations
 import warnings
 from functools import cache
 
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 #: fla's default chunk size of naive_chunk_based (its signature's default)
 CHUNK_SIZE = 256

@@ -32,7 +32,7 @@ import io
 import math
 import warnings
 
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 NB_FEATURES = 16
 PERFORMER_SEED = 20210301

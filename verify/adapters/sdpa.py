@@ -26,7 +26,7 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
 
 from __future__ import annotations
 
-from verify.variants import AttentionVariant
+from verify.spec.variant import AttentionVariant
 
 #: the exp SDPA's fused CPU kernel calls in float32 / bf16 / fp16 (see the module docstring)
 SDPA_EXP_LIBRARY = "cpu-torch-exp_u20"

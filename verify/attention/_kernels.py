@@ -1,6 +1,6 @@
 """Resolved kernels for the feature forms: name parsing, scale convention, features, weights.
 
-A ``Kernel`` is built once per call (or once per streaming state) from a feature-map name
+A ``FeatureKernel`` is built once per call (or once per streaming state) from a feature-map name
 (``identity``, ``elu1``, ``relu``, ``taylor:N``, ``favor``) or a callable, and knows
 - which scale convention applies (exp-type: sqrt(c) on q and k; element-wise and callables:
   c on q only, before the map; DESIGN.md API contract),
@@ -11,7 +11,6 @@ A ``Kernel`` is built once per call (or once per streaming state) from a feature
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,10 +20,11 @@ import torch.nn.functional as F
 from derivations.feature_maps import taylor_coefficients
 from verify.attention import feature_maps as fm
 from verify.attention._validate import accumulation_dtype, check_bool, check_choice, check_int
+from verify.spec.kernel import taylor_order
+from verify.spec.vocabulary import BASES, FEATURE_MAPS
 
+#: the element-wise maps of ``verify.spec.vocabulary.ELEMENTWISE_MAPS``, in torch
 ELEMENTWISE = {"identity": lambda x: x, "elu1": lambda x: F.elu(x) + 1.0, "relu": F.relu}
-FEATURE_MAPS = ("identity", "elu1", "relu", "taylor:N", "favor")
-_TAYLOR = re.compile(r"taylor:(\d+)\Z")
 
 
 def taylor_kernel(x: torch.Tensor, order: int) -> torch.Tensor:
@@ -44,8 +44,9 @@ def taylor_kernel(x: torch.Tensor, order: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """A resolved feature map (see module docstring)."""
+class FeatureKernel:
+    """A resolved feature map (see module docstring); the kernel claim itself is a
+    ``verify.spec.kernel.Kernel``."""
 
     name: str
     exp_type: bool
@@ -145,8 +146,8 @@ def resolve_kernel(
     generator: torch.Generator | None = None,
     feature_budget: int = fm.FEATURE_BUDGET,
     need_features: bool = True,
-) -> Kernel:
-    """Parse a feature-map spec (argument ``name`` in messages) into a ``Kernel``.
+) -> FeatureKernel:
+    """Parse a feature-map spec (argument ``name`` in messages) into a ``FeatureKernel``.
 
     FAVOR+ takes ``projection`` (m, d) or draws one with ``favor_projection(d, num_features
     (default d), orthogonal=..., generator=...)``; an explicit ``generator`` is required then.
@@ -155,22 +156,21 @@ def resolve_kernel(
     """
     favor_kw = projection is not None or num_features is not None or generator is not None
     if callable(spec) and not isinstance(spec, str):
-        kernel = Kernel(name="callable", exp_type=False, fn=spec)
+        kernel = FeatureKernel(name="callable", exp_type=False, fn=spec)
     elif not isinstance(spec, str):
         raise TypeError(
             f"{name}: expected one of {FEATURE_MAPS} or a callable, got {type(spec).__name__}"
         )
     elif spec in ELEMENTWISE:
-        kernel = Kernel(name=spec, exp_type=False)
+        kernel = FeatureKernel(name=spec, exp_type=False)
     elif spec.startswith("taylor"):
-        match = _TAYLOR.match(spec)
-        if match is None:
+        order = taylor_order(spec)
+        if order is None:
             raise ValueError(f"{name}: expected 'taylor:N' with an integer N >= 0, got {spec!r}")
-        order = int(match.group(1))
-        check_choice("basis", basis, fm.BASES)
+        check_choice("basis", basis, BASES)
         if need_features:
             fm.check_feature_budget(order, d, basis, feature_budget)
-        kernel = Kernel(name=f"taylor:{order}", exp_type=True, order=order, basis=basis)
+        kernel = FeatureKernel(name=f"taylor:{order}", exp_type=True, order=order, basis=basis)
     elif spec == "favor":
         check_bool("orthogonal", orthogonal)
         acc_dtype = accumulation_dtype(dtype)
@@ -190,7 +190,7 @@ def resolve_kernel(
             projection = fm.favor_projection(
                 d, m, orthogonal=orthogonal, generator=generator, dtype=acc_dtype, device=device
             )
-        kernel = Kernel(name="favor", exp_type=True, projection=projection.to(acc_dtype))
+        kernel = FeatureKernel(name="favor", exp_type=True, projection=projection.to(acc_dtype))
         return kernel
     else:
         raise ValueError(f"{name}: expected one of {FEATURE_MAPS} or a callable, got {spec!r}")

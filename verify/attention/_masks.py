@@ -1,7 +1,7 @@
 """Visibility of keys for the parallel forms: causal mask and boolean ``attn_mask`` combined.
 
 A masked weight is made exactly zero with ``torch.where`` (never an additive finite sentinel,
-THEORY.md D6). Queries that see no key and keys that no query sees are replaced by zeros before any
+D6). Queries that see no key and keys that no query sees are replaced by zeros before any
 arithmetic, so large finite values there (e.g. 1e10, FAULTS.md 8) cannot overflow into inf and
 reach the gradients as 0 * inf.
 """
@@ -11,19 +11,16 @@ from __future__ import annotations
 import torch
 
 from verify.attention._validate import Dims
+from verify.spec.visibility import visible
 
 
 def visible_mask(
     attn_mask: torch.Tensor | None, causal: bool, dims: Dims, device: torch.device
 ) -> torch.Tensor | None:
     """Bool (B|1, H|1, T, S) of visible (query, key) pairs, or None when all are visible."""
-    vis = attn_mask
-    if vis is not None and vis.dim() < 4:
-        vis = vis.reshape((1,) * (4 - vis.dim()) + tuple(vis.shape))
-    if causal:
-        tril = torch.ones(dims.T, dims.S, dtype=torch.bool, device=device).tril()
-        vis = tril if vis is None else vis & tril
-    return vis
+    if attn_mask is None and not causal:
+        return None
+    return visible(dims.T, dims.S, causal=causal, attn_mask=attn_mask, device=device)
 
 
 def sanitize(qa, ka, va, vis):

@@ -16,7 +16,6 @@ import torch
 #: dtypes the attention forms accept; the last two accumulate in float32 (THEORY.md D10)
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
-FORMS = ("parallel", "recurrent", "chunked")
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

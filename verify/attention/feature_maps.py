@@ -48,10 +48,10 @@ from verify.attention._validate import (
     check_int,
     resolve_scale,
 )
+from verify.spec.vocabulary import BASES
 
 #: default maximum number of Taylor features per token (about 2^24), checked before building
 FEATURE_BUDGET = 2**24
-BASES = ("symmetric", "tensor")
 
 
 def _check_x(x: object, name: str = "x") -> torch.Tensor:

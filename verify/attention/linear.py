@@ -15,7 +15,6 @@ import torch
 from verify.attention import _scan
 from verify.attention._kernels import resolve_kernel
 from verify.attention._validate import (
-    FORMS,
     check_causal,
     check_choice,
     check_int,
@@ -26,6 +25,7 @@ from verify.attention._validate import (
 )
 from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.attention.norms import check_denominator, check_eps
+from verify.spec.vocabulary import FORMS
 
 __all__ = ["linear_attention"]
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import torch
 
 from verify.attention._validate import check_choice, check_real
+from verify.spec.vocabulary import DENOMINATORS
 
 #: the denominator modes of THEORY.md D7
-DENOMINATORS = ("sum", "none", "l2", "rms", "layernorm", "count")
 
 
 def l2_normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:

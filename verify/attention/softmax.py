@@ -39,7 +39,7 @@ def softmax_attention(
         causal: query t sees key s iff s <= t; requires T == S.
         scale: c, default 1/sqrt(d) (as SDPA); finite, >= 0.
         attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
-        denominator: one of ``norms.DENOMINATORS`` (D7); ``sum`` is softmax.
+        denominator: one of ``verify.spec.vocabulary.DENOMINATORS`` (D7); ``sum`` is softmax.
         eps: >= 0, only used by the denominator modes (see ``norms``); 0 = IEEE result.
 
     Returns:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from verify.attention import _scan
-from verify.attention._kernels import _TAYLOR, Kernel, resolve_kernel
+from verify.attention._kernels import FeatureKernel, resolve_kernel
 from verify.attention._validate import (
     FLOAT_DTYPES,
     Dims,
@@ -42,8 +42,10 @@ from verify.attention._validate import (
     key_padding_mask,
     resolve_scale,
 )
-from verify.attention.feature_maps import BASES, FEATURE_BUDGET
+from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.attention.norms import check_denominator, check_eps
+from verify.spec.kernel import taylor_order
+from verify.spec.vocabulary import BASES
 
 __all__ = ["AttentionState", "init_state", "step", "prefill"]
 
@@ -65,7 +67,7 @@ class AttentionState:
         d, d_v: key and value dimensions.
         dtype: input/output dtype of the stream.
         scale: the resolved scale c (exp-type: kappa(c q.k); element-wise: phi(c q)).
-        denominator_mode: one of ``norms.DENOMINATORS``.
+        denominator_mode: one of ``verify.spec.vocabulary.DENOMINATORS``.
         eps: >= 0, see ``norms``.
         basis: Taylor basis (``symmetric``/``tensor``), None for other kernels.
         projection: FAVOR+ directions (m, d) in the accumulation dtype, None otherwise.
@@ -119,11 +121,9 @@ class AttentionState:
         """Block n of the denominator (order n for Taylor kernels): (B, H, m_n) view."""
         return self.denominator[:, :, self._block(n)]
 
-    def _kernel(self) -> Kernel:
-        order = None
-        if self.kernel.startswith("taylor:"):
-            order = int(self.kernel.split(":")[1])
-        return Kernel(
+    def _kernel(self) -> FeatureKernel:
+        order = taylor_order(self.kernel)
+        return FeatureKernel(
             name=self.kernel,
             exp_type=order is not None or self.kernel == "favor",
             order=order,
@@ -311,10 +311,8 @@ def step(
 
 
 def _canonical(spec: object) -> object:
-    if isinstance(spec, str):
-        match = _TAYLOR.match(spec)
-        return f"taylor:{int(match.group(1))}" if match else spec
-    return spec
+    order = taylor_order(spec)
+    return spec if order is None else f"taylor:{order}"
 
 
 def prefill(

@@ -20,7 +20,6 @@ import torch
 from verify.attention import _scan
 from verify.attention._kernels import resolve_kernel, taylor_kernel
 from verify.attention._validate import (
-    FORMS,
     check_causal,
     check_choice,
     check_int,
@@ -29,8 +28,9 @@ from verify.attention._validate import (
     key_padding_mask,
     resolve_scale,
 )
-from verify.attention.feature_maps import BASES, FEATURE_BUDGET
+from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.attention.norms import check_denominator, check_eps
+from verify.spec.vocabulary import BASES, FORMS
 
 __all__ = ["taylor_attention", "taylor_kernel"]
 
@@ -62,7 +62,7 @@ def taylor_attention(
         attn_mask: bool, True = keep, broadcastable to (B, H, T, S). The recurrent and chunked
             forms accept key-padding masks only (broadcastable to (B, H, 1, S)): a masked key
             never enters the state. Other masks raise ValueError there.
-        denominator: one of ``norms.DENOMINATORS`` (D7).
+        denominator: one of ``verify.spec.vocabulary.DENOMINATORS`` (D7).
         form: ``parallel`` | ``recurrent`` | ``chunked``. Non-causal recurrent/chunked forms
             build the full-sequence state and every query reads the final state.
         basis: ``symmetric`` (C(n+d-1, n) features per order) or ``tensor`` (d^n); used by the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify.properties.base import VariantError
+from verify.spec.results import VariantError
 
 
 def to_layout(x, layout: str):
@@ -63,7 +63,7 @@ def _unrepresentable(variant, q, k, mode: str | None) -> None:
     implementation can avoid the overflow)."""
     import torch
 
-    from verify.properties.base import NotApplicable
+    from verify.spec.results import NotApplicable
     from verify.strategies import safe_exp_radius
 
     if variant.kernel_family != "softmax" or mode not in ("none", "count"):

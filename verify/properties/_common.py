@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verify.properties.base import NotApplicable
+from verify.spec.results import NotApplicable
 
 #: sizes drawn by the catalogue (the mpmath oracle stays well under a second per example)
 MAX_BATCH = 2
@@ -22,14 +22,7 @@ MIN_RADIUS = 2.0**-6
 
 def kernel_name(variant) -> str | None:
     """The kernel string ``verify.oracle.reference``/``verify.errors`` understand, or None."""
-    fam = variant.kernel_family
-    if fam == "softmax":
-        return "softmax"
-    if fam == "taylor":
-        return variant.kernel
-    if fam == "linear":
-        return variant.kernel
-    return None
+    return variant.kernel if variant.parsed_kernel.known else None
 
 
 def causal_choices(variant) -> tuple[bool, ...]:
@@ -168,7 +161,7 @@ def exact_and_bound(
         NotApplicable: the claimed kernel has no oracle (``unknown``), or FAVOR+ without a
             known projection.
     """
-    from verify import errors, oracle
+    from verify.exact import errors, oracle
 
     kernel = kernel_name(variant)
     if kernel is None:

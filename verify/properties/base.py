@@ -9,53 +9,19 @@ hypothesis shrink the failure to a minimal counterexample and returns a :class:`
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-#: bound kinds: derived from the error model / a derivation; calibrated by a stated rule (labelled
-#: in reports); exact (an identity that must hold bit for bit, bound 0); statistical (explicit
-#: confidence level with Bonferroni correction).
-BOUND_KINDS = ("derived", "calibrated", "exact", "statistical")
-LOOSE = 1e-6  # observed/bound never above this over all examples: the bound is flagged loose
-
-
-class VariantError(Exception):
-    """The variant under test misbehaved: raised, returned NaN/inf, wrong shape or dtype."""
-
-
-class NotApplicable(Exception):
-    """Raised by a check for an example outside the property's range (counts as rejected)."""
-
-
-@dataclass
-class Observation:
-    """One comparison: the observed quantity against its stated bound.
-
-    ``ratio = observed / bound``; > 1 fails. A zero bound means exact equality is required.
-    """
-
-    observed: float
-    bound: float
-    kind: str = "derived"
-    where: str = ""
-    detail: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in BOUND_KINDS:
-            raise ValueError(f"kind: expected one of {BOUND_KINDS}, got {self.kind!r}")
-
-    @property
-    def ratio(self) -> float:
-        obs = float(self.observed)
-        if math.isnan(obs):
-            return math.inf
-        if self.bound == 0:
-            return 0.0 if obs == 0 else math.inf
-        return obs / float(self.bound)
+from verify.spec.results import (
+    LOOSE,
+    NotApplicable,
+    Observation,
+    PropertyResult,
+    VariantError,
+)
 
 
 @dataclass(frozen=True)
@@ -103,34 +69,6 @@ class RunContext:
         import torch
 
         return getattr(torch, self.dtype)
-
-
-@dataclass
-class PropertyResult:
-    """Outcome of one property on one variant in one context."""
-
-    property_id: str
-    derivation: str
-    statement: str
-    status: str  # pass | fail | skip | error (a bug in the check itself, never the variant's)
-    dtype: str
-    device: str
-    examples: int = 0
-    max_ratio: float | None = None
-    observed: float | None = None
-    bound: float | None = None
-    bound_kind: str | None = None
-    loose: bool = False
-    reason: str = ""  # skip reason, or failure message
-    counterexample: str = ""
-    snippet: str = ""
-    detail: str = ""  # the worst observation's detail (evidence, also for passes)
-    ratios: list[float] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d.pop("ratios")
-        return d
 
 
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:

@@ -25,7 +25,7 @@ import numpy as np
 
 from verify.properties._calls import call, from_layout, to_layout
 from verify.properties._common import MAX_LEN, Example, exact_and_bound
-from verify.properties.base import Observation, Property, VariantError
+from verify.properties.base import Property
 from verify.properties.structural import (
     FormView,
     array_observation,
@@ -42,6 +42,8 @@ from verify.properties.structural import (
     restrict,
     shape_st,
 )
+from verify.spec.kernel import taylor_order
+from verify.spec.results import Observation, VariantError
 
 # --------------------------------------------------------------------------- state calls
 
@@ -127,8 +129,8 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
     B, H, T, d = k.shape
     kern = state.kernel
     ak = np.abs(k)
-    if kern.startswith("taylor:"):
-        N = int(kern.split(":")[1])
+    N = taylor_order(kern)
+    if N is not None:
         kt = math.sqrt(state.scale) * ak.max(axis=-1)  # (B, H, T)
         per_block = [kt**n * (1 + d10.gamma(n + 3, u64)) for n in range(N + 1)]
         a = np.concatenate(
@@ -170,7 +172,7 @@ def state_observations(s1, s2, x, variant, ctx, what: str) -> list[Observation]:
     import torch
 
     from derivations import rounding as d10
-    from verify import errors
+    from verify.exact import errors
 
     if not _is_project_state(s1, s2):
         return []

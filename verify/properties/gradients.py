@@ -50,6 +50,14 @@ from typing import Any
 import numpy as np
 
 from derivations.rounding import gamma, unit_roundoff
+from verify.exact.reference import (
+    kernel_weights,
+    normalize,
+    reference_attention,
+    resolved_scale,
+    visible_count,
+    weight_majorants,
+)
 from verify.properties._calls import call
 from verify.properties._common import (
     MIN_MAGNITUDE,
@@ -60,7 +68,9 @@ from verify.properties._common import (
     radius_strategy,
     shape_strategy,
 )
-from verify.properties.base import NotApplicable, Observation, Property, VariantError
+from verify.properties.base import Property
+from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.vocabulary import BASES
 
 #: K of the calibrated rule (module docstring); PyTorch's SDPA gradient tests use per-tensor
 #: fudge factors of the same kind (single digits to a few hundred, test/test_transformers.py)
@@ -78,239 +88,6 @@ FD_TRUST = 0.1
 SINGLE_KEY_MODES = ("sum", "l2", "rms", "layernorm")
 
 
-# ----------------------------------------------------------------------------- reference
-
-
-def _parse(kernel: str) -> tuple[str, int | None, str | None]:
-    """Claimed kernel -> (family: exp | taylor | map, order, map name)."""
-    if kernel == "softmax":
-        return "exp", None, None
-    if kernel.startswith("taylor:"):
-        return "taylor", int(kernel.split(":")[1]), None
-    name = kernel.split(":", 1)[1]
-    if name.startswith("taylor:"):
-        return "taylor", int(name.split(":")[1]), None
-    return "map", None, name
-
-
-def _phi(name: str, x, projection=None):
-    import torch
-
-    if name == "identity":
-        return x
-    if name == "relu":
-        return torch.relu(x)
-    if name == "elu1":
-        return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
-    # favor: exp(w . x - |x|^2 / 2) / sqrt(m), x already scaled by sqrt(c)
-    P = projection.to(x.dtype)
-    return torch.exp(x @ P.T - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(P.shape[0])
-
-
-def _visible(causal: bool, attn_mask, T: int, S: int, device):
-    import torch
-
-    vis = attn_mask
-    if vis is not None:
-        vis = vis.to(device).reshape((1,) * (4 - vis.dim()) + tuple(vis.shape))
-    if causal:
-        tril = torch.ones(T, S, dtype=torch.bool, device=device).tril()
-        vis = tril if vis is None else vis & tril
-    return vis
-
-
-def _scale(kernel: str, d: int, scale: float | None) -> float:
-    family, _, fmap = _parse(kernel)
-    exp_type = family != "map" or fmap == "favor"
-    return float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0)
-
-
-def _weights(q, k, v, *, kernel, causal, attn_mask, scale, projection):
-    """Masked kernel weights of the claimed kernel on sanitized inputs.
-
-    Returns (w (B, H, T, S), shift (B, H, T) or None, vis or None, q, k, v sanitized): exp
-    weights are e^{x - m} with m the detached maximum over visible scores (the true weights
-    are e^m w, D6); queries with no visible key and keys no query sees are zeroed.
-    """
-    import torch
-
-    from derivations.feature_maps import taylor_coefficients
-
-    family, order, fmap = _parse(kernel)
-    T, d, S = q.shape[-2], q.shape[-1], k.shape[-2]
-    if causal and T != S:
-        raise ValueError(f"causal: requires T == S, got T={T}, S={S}")
-    if fmap == "favor" and projection is None:
-        raise ValueError("projection: required for linear:favor")
-    c = _scale(kernel, d, scale)
-    vis = _visible(causal, attn_mask, T, S, q.device)
-    if vis is not None:
-        rows = vis.any(-1)[..., None]
-        cols = vis.transpose(-1, -2).any(-1)[..., None]
-        q, k, v = torch.where(rows, q, 0.0), torch.where(cols, k, 0.0), torch.where(cols, v, 0.0)
-    shift = None
-    if family in ("exp", "taylor"):
-        x = c * (q @ k.transpose(-1, -2))
-        if vis is not None:
-            x = torch.where(vis, x, 0.0)
-        if family == "exp":
-            xm = x if vis is None else torch.where(vis, x, float("-inf"))
-            m = xm.amax(-1, keepdim=True)
-            m = torch.where(torch.isfinite(m), m, 0.0).detach()
-            w = torch.exp(x - m)
-            shift = m[..., 0]
-        else:
-            coeffs = [float(a) for a in taylor_coefficients(order)]
-            w = torch.full_like(x, coeffs[-1])
-            for a in reversed(coeffs[:-1]):
-                w = w * x + a
-    elif fmap == "favor":
-        sc = math.sqrt(c)
-        w = _phi(fmap, sc * q, projection) @ _phi(fmap, sc * k, projection).transpose(-1, -2)
-    else:
-        w = _phi(fmap, c * q) @ _phi(fmap, k).transpose(-1, -2)
-    if vis is not None:
-        w = torch.where(vis, w, 0.0)
-    return w, shift, vis, q, k, v
-
-
-def _visible_count(w, vis):
-    import torch
-
-    S = w.shape[-1]
-    if vis is None:
-        return torch.full(w.shape[:-1], float(S), dtype=w.dtype, device=w.device)
-    return vis.to(w.dtype).sum(-1).expand(w.shape[:-1])
-
-
-def _normalize(N, D, n, shift, denominator: str, eps: float):
-    """The D7 mode applied to numerator N (..., d_v), denominator D and count n (...)."""
-    import torch
-
-    empty = (n == 0)[..., None]
-    up = 1.0 if shift is None else torch.exp(shift)[..., None]  # true N, D = e^m N, e^m D
-    if denominator == "sum":
-        out = N / torch.where(empty, 1.0, D[..., None] + (eps / up if eps else 0.0))
-    elif denominator == "none":
-        out = N * up
-    elif denominator == "count":
-        out = N * up / torch.where(empty, 1.0, n[..., None] + eps)
-    else:
-        # on empty rows a stand-in with nonzero norm and variance keeps gradients finite
-        stand = torch.arange(1, N.shape[-1] + 1, dtype=N.dtype, device=N.device)
-        Y = torch.where(empty, stand, N)
-        if denominator == "layernorm":
-            Y = Y - Y.mean(-1, keepdim=True)
-        power = (Y * Y).sum(-1, keepdim=True)
-        if denominator != "l2":
-            power = power / Y.shape[-1]
-        out = Y / torch.sqrt(power + (eps / up**2 if eps else 0.0))
-    return torch.where(empty, 0.0, out)
-
-
-def reference_attention(
-    q,
-    k,
-    v,
-    *,
-    kernel: str,
-    causal: bool = False,
-    attn_mask=None,
-    scale: float | None = None,
-    denominator: str = "sum",
-    eps: float = 0.0,
-    projection=None,
-):
-    """Plain-torch kernel attention of a claimed kernel, differentiable, in the dtype of q.
-
-    The gradient reference of the catalogue: weights kappa(x_ts) on the T x S score matrix
-    (softmax: exp shifted by the detached row maximum, exact by D6; ``taylor:N``: kappa_N by
-    Horner with the coefficients of ``derivations.feature_maps``; ``linear:MAP``:
-    phi(c q) . phi(k) for element-wise maps, phi(sqrt(c) q) . phi(sqrt(c) k) for FAVOR+ and
-    kappa_N(c q.k) for ``linear:taylor:N``), masked weights exactly zero, rows with no visible
-    key zero, then the D7 denominator mode. Queries with no visible key and keys no query sees
-    are zeroed first, so large finite values there give no inf in the graph.
-
-    Args:
-        q: (B, H, T, d), k: (B, H, S, d), v: (B, H, S, d_v), one float dtype and device.
-        kernel: ``softmax``, ``taylor:N`` or ``linear:MAP`` (identity, elu1, relu, favor,
-            taylor:N); THEORY.md conventions for the scale c (``scale`` None: 1/sqrt(d) for
-            exp-type kernels, 1 for element-wise maps).
-        causal: s <= t (T == S); attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
-        denominator: sum | none | count | l2 | rms | layernorm (D7); eps as
-            ``verify.attention.norms`` (added to the true denominator).
-        projection: (m, d) FAVOR+ directions (required for ``linear:favor``).
-
-    Returns:
-        (B, H, T, d_v) tensor in the dtype of q.
-
-    Raises:
-        ValueError: unknown kernel or denominator, causal with T != S, favor without projection.
-    """
-    if denominator not in ("sum", "none", "count", "l2", "rms", "layernorm"):
-        raise ValueError(f"denominator: expected a D7 mode, got {denominator!r}")
-    w, shift, vis, _, _, v = _weights(
-        q, k, v, kernel=kernel, causal=causal, attn_mask=attn_mask, scale=scale,
-        projection=projection,
-    )  # fmt: skip
-    return _normalize(w @ v, w.sum(-1), _visible_count(w, vis), shift, denominator, eps)
-
-
-def _weight_majorants(kernel: str, q, k, c: float, shift, vis, projection=None):
-    """Majorants W >= |w_ts| and Wq >= |dw_ts/dq_ti|, Wk >= |dw_ts/dk_si| (float64).
-
-    exp: W = e^{x - m} (the shifted weights), Wq = c |k_si| W, Wk = c |q_ti| W. kappa_N: the
-    feature-sum majorants W = kappa_N(a), Wq = c |k_si| kappa_{N-1}(a), a = c sum_i |q_i||k_i|
-    (they bound every Taylor feature form as well as the score form). Element-wise maps:
-    W = sum_i |phi(c q_i)| |phi(k_i)|, Wq = c |phi'(c q_i)| |phi(k_i)|, Wk = |phi(c q_i)|
-    |phi'(k_i)|. FAVOR+: W = sum_m phi_m(q) phi_m(k), Wq = sqrt(c) sum_m phi_m(q) phi_m(k)
-    |w_mi - sqrt(c) q_i| (and for k). Shapes (B, H, T, S) and (B, H, T, S, d); zero where masked.
-    """
-    import torch
-
-    from derivations.feature_maps import taylor_coefficients
-
-    family, order, fmap = _parse(kernel)
-    qe, ke = q[..., :, None, :], k[..., None, :, :]  # (B, H, T, 1, d), (B, H, 1, S, d)
-    if family == "exp":
-        x = c * (qe * ke).sum(-1)
-        W = torch.exp(x - (0.0 if shift is None else shift[..., None]))
-        Wq, Wk = c * ke.abs() * W[..., None], c * qe.abs() * W[..., None]
-    elif family == "taylor":
-        a = c * (qe.abs() * ke.abs()).sum(-1)
-        coeffs = [float(t) for t in taylor_coefficients(order)]
-        W = sum(coeffs[n] * a**n for n in range(order + 1))
-        prev = sum(coeffs[n] * a**n for n in range(order)) if order else torch.zeros_like(a)
-        Wq, Wk = c * ke.abs() * prev[..., None], c * qe.abs() * prev[..., None]
-    elif fmap == "favor":
-        P = projection.to(torch.float64)
-        sc = math.sqrt(c)
-        qs, ks = sc * q, sc * k
-        prod = _phi("favor", qs, P)[..., :, None, :] * _phi("favor", ks, P)[..., None, :, :]
-        W = prod.sum(-1)  # (B, H, T, S)
-        gq = (P - qs[..., :, None, None, :]).abs()  # (B, H, T, 1, m, d)
-        gk = (P - ks[..., None, :, None, :]).abs()  # (B, H, 1, S, m, d)
-        Wq, Wk = sc * (prod[..., None] * gq).sum(-2), sc * (prod[..., None] * gk).sum(-2)
-    else:
-        cq = c * qe
-        fq, fk = _phi(fmap, cq), _phi(fmap, ke)
-
-        def deriv(t):
-            if fmap == "identity":
-                return torch.ones_like(t)
-            if fmap == "relu":
-                return (t > 0).to(t.dtype)
-            return torch.where(t > 0, 1.0, torch.exp(torch.clamp(t, max=0.0)))
-
-        W = (fq.abs() * fk.abs()).sum(-1)
-        Wq, Wk = c * deriv(cq).abs() * fk.abs(), fq.abs() * deriv(ke).abs()
-    if vis is not None:
-        W = torch.where(vis, W, 0.0)
-        Wq, Wk = torch.where(vis[..., None], Wq, 0.0), torch.where(vis[..., None], Wk, 0.0)
-    full = (*W.shape, q.shape[-1])
-    return W, Wq.expand(full), Wk.expand(full)
-
-
 def sum_length(variant, x) -> int:
     """n of the calibrated floor: S + d + d_v + m, m the feature count of the claimed kernel's
     feature form (Taylor-N: the larger of the symmetric and tensor-power counts; element-wise
@@ -318,12 +95,12 @@ def sum_length(variant, x) -> int:
     from derivations.feature_maps import feature_count
 
     S, d, d_v = x.k.shape[-2], x.q.shape[-1], x.v.shape[-1]
-    family, order, fmap = _parse(kernel_name(variant))
-    if family == "taylor":
-        m = max(feature_count(order, d, b) for b in ("symmetric", "tensor"))
-    elif fmap == "favor":
+    kern = variant.parsed_kernel
+    if kern.order is not None:
+        m = max(feature_count(kern.order, d, b) for b in BASES)
+    elif kern.map == "favor":
         m = int(_reference_kwargs(variant, x, "sum")["projection"].shape[0])
-    elif family == "map":
+    elif kern.family == "linear":
         m = d
     else:
         m = 0
@@ -354,15 +131,15 @@ def term_scale(variant, x, mode: str, g) -> tuple[float, float, float]:
     kw = _reference_kwargs(variant, x, mode)
     q, k, v = (t.detach().cpu().to(torch.float64) for t in (x.q, x.k, x.v))
     mask = None if kw["attn_mask"] is None else kw["attn_mask"].cpu()
-    w, shift, vis, q, k, v = _weights(
+    w, shift, vis, q, k, v = kernel_weights(
         q, k, v, kernel=kw["kernel"], causal=x.causal, attn_mask=mask, scale=kw["scale"],
         projection=kw.get("projection"),
     )  # fmt: skip
-    c = _scale(kw["kernel"], q.shape[-1], kw["scale"])
-    W, Wq, Wk = _weight_majorants(kw["kernel"], q, k, c, shift, vis, kw.get("projection"))
+    c = resolved_scale(kw["kernel"], q.shape[-1], kw["scale"])
+    W, Wq, Wk = weight_majorants(kw["kernel"], q, k, c, shift, vis, kw.get("projection"))
     N, D = w @ v, w.sum(-1)
-    n = _visible_count(w, vis)
-    o = _normalize(N, D, n, shift, mode, variant.eps).abs()
+    n = visible_count(w, vis)
+    o = normalize(N, D, n, shift, mode, variant.eps).abs()
     up = torch.ones_like(D) if shift is None else torch.exp(shift)
     if mode == "sum":
         s = (D + variant.eps / up).abs()
@@ -504,7 +281,7 @@ def _unit(dtype: str) -> float:
 
 
 def _accumulation(dtype: str) -> str:
-    from verify.errors import ACCUMULATION
+    from verify.exact.errors import ACCUMULATION
 
     return ACCUMULATION[dtype]
 
@@ -1050,16 +827,6 @@ def _mask_examples(force: str):
     return examples
 
 
-def _visibility(x):
-    import torch
-
-    s = x.shape
-    vis = x.attn_mask.expand(s.B, s.H, s.T, s.S).cpu()
-    if x.causal:
-        vis = vis & torch.ones(s.T, s.S, dtype=torch.bool).tril()
-    return vis
-
-
 def _exact_zero(name: str, t, where_mask, what: str) -> Observation:
     import torch
 
@@ -1081,8 +848,8 @@ def _dead_key_check(variant, ex: Example, ctx) -> list[Observation]:
     if mode == "layernorm" and x.v.shape[-1] < 2:
         raise NotApplicable("layernorm needs d_v >= 2 (D7)")
     _require_defined(variant, x, mode)
-    dead = ~_visibility(x).any(-2)  # (B, H, S): keys no query sees
-    empty = ~_visibility(x).any(-1)  # (B, H, T): queries that see no key
+    dead = ~x.visible(numpy=False).cpu().any(-2)  # (B, H, S): keys no query sees
+    empty = ~x.visible(numpy=False).cpu().any(-1)  # (B, H, T): queries that see no key
     _, dq, dk, dv = variant_gradients(variant, "forward", x, mode, g)
     obs = [
         _exact_zero("dk", dk, dead, "keys hidden from every query (value 1e10)"),
@@ -1099,7 +866,7 @@ def _empty_row_check(variant, ex: Example, ctx) -> list[Observation]:
     if mode == "layernorm" and x.v.shape[-1] < 2:
         raise NotApplicable("layernorm needs d_v >= 2 (D7)")
     _require_defined(variant, x, mode)
-    empty = ~_visibility(x).any(-1)
+    empty = ~x.visible(numpy=False).cpu().any(-1)
     out, dq, dk, dv = variant_gradients(variant, "forward", x, mode, g)  # finite or VariantError
     return [
         _exact_zero("dq", dq, empty, "query rows with no visible key"),

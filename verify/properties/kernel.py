@@ -37,7 +37,8 @@ from verify.properties._common import (
     exact_and_bound,
     kernel_name,
 )
-from verify.properties.base import NotApplicable, Observation, Property, VariantError
+from verify.properties.base import Property
+from verify.spec.results import NotApplicable, Observation, VariantError
 
 #: FAULTS.md 10 triggers (d = 2, q = k = (1, 1); d = 4, q = (1, 1, 1, 1), k = -q): an element-wise
 #: square map gives 4 instead of 5 and -1 instead of 5 (at scale 1)
@@ -240,7 +241,7 @@ def _kernel_identity_check(variant, ex: PairsExample, ctx) -> Observation:
 
     from derivations import rounding as d10
     from derivations.truncation import kappa
-    from verify import errors
+    from verify.exact import errors
 
     N = variant.order
     q = _tensor(ex.q, ctx)
@@ -395,7 +396,7 @@ def _positive_examples(variant, ctx):
 
 
 def _positive_check(variant, ex: Example, ctx) -> list[Observation]:
-    from verify.errors import compare
+    from verify.exact.errors import compare
 
     x = identity_values(ex.inputs)
     ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
@@ -525,7 +526,7 @@ def _negative_evidence(variant, x, ctx, label: str):
     """(compare observation, evidence string or None) for one candidate input."""
     import mpmath
 
-    from verify.errors import compare
+    from verify.exact.errors import compare
 
     ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
     finite = np.isfinite(eb.bound)

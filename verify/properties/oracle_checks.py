@@ -16,7 +16,8 @@ import numpy as np
 
 from verify.properties._calls import call
 from verify.properties._common import Example, exact_and_bound, inputs_strategy, kernel_name
-from verify.properties.base import NotApplicable, Observation, Property
+from verify.properties.base import Property
+from verify.spec.results import NotApplicable, Observation
 
 
 def _applies(variant, ctx) -> str | None:
@@ -63,7 +64,7 @@ def _examples(cases):
 
 
 def _check(variant, ex: Example, ctx) -> Observation:
-    from verify.errors import compare
+    from verify.exact.errors import compare
 
     x = ex.inputs
     mode, form = ex.choices["denominator"], ex.choices["form"]

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from verify.exact.reference import reference_attention
 from verify.properties._calls import call
 from verify.properties._common import (
     causal_choices,
@@ -30,8 +31,9 @@ from verify.properties._common import (
     kernel_name,
     radius_strategy,
 )
-from verify.properties.base import NotApplicable, Observation, Property, VariantError
-from verify.properties.gradients import form_callable, modes, reference_attention
+from verify.properties.base import Property
+from verify.properties.gradients import form_callable, modes
+from verify.spec.results import NotApplicable, Observation, VariantError
 
 #: sequence lengths of the dtype-agreement property (FAULTS.md 11: a few thousand tokens)
 LONG_LENGTHS = (2048, 4096)
@@ -235,7 +237,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
     import numpy as np
     import torch
 
-    from verify import errors
+    from verify.exact import errors
 
     form, mode = ex.choices["form"], ex.choices["denominator"]
     kernel = kernel_name(variant)
@@ -355,7 +357,7 @@ def _device_check(variant, ex, ctx) -> Observation:
     import numpy as np
     import torch
 
-    from verify import errors
+    from verify.exact import errors
 
     x = ex.inputs
     form, mode = ex.choices["form"], ex.choices["denominator"]

@@ -46,7 +46,10 @@ from verify.properties._common import (
     lengths,
     radius_strategy,
 )
-from verify.properties.base import NotApplicable, Observation, Property, VariantError
+from verify.properties.base import Property
+from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.visibility import visible
+from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 # --------------------------------------------------------------------------- shared helpers
 
@@ -166,7 +169,7 @@ def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", 
     (an ``OracleResult``); ``scale`` overrides the claimed scale (candidate scales)."""
     import torch
 
-    from verify import errors
+    from verify.exact import errors
 
     d = x.q.shape[-1]
     kw: dict[str, Any] = dict(
@@ -629,14 +632,12 @@ PERMUTATION_EQUIVARIANCE = Property(
 
 # --------------------------------------------------------------------------- linearity in V
 
-LINEAR_MODES = ("sum", "none", "count")  # o is linear in v for these D7 modes
-
 
 def _linear_applies(variant, ctx):
     why = oracle_applies(variant, ctx)
     if why:
         return why
-    if not modes(variant, LINEAR_MODES):
+    if not modes(variant, LINEAR_IN_V_DENOMINATORS):
         return f"no claimed denominator mode is linear in v (claimed: {modes(variant)})"
     return None
 
@@ -667,7 +668,7 @@ def _linear_examples(variant, ctx):
             "a": draw_(st.sampled_from((1.0, 2.0, 0.5, -1.0))),
             "b": draw_(st.sampled_from((1.0, -2.0, 0.5, -0.5, 2.0))),
             "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x, LINEAR_MODES)),
+            "denominator": draw_(mode_st(variant, x, LINEAR_IN_V_DENOMINATORS)),
         }
         return Example(x, dict(choices, _v1=v1, _v2=v2))
 
@@ -814,16 +815,6 @@ def _convex_applies(variant, ctx):
     return None
 
 
-def _visible(x) -> np.ndarray:
-    s = x.shape
-    vis = np.ones((s.B, s.H, s.T, s.S), dtype=bool)
-    if x.causal:
-        vis &= np.tril(np.ones((s.T, s.S), dtype=bool))
-    if x.attn_mask is not None:
-        vis &= np.broadcast_to(x.attn_mask.cpu().numpy(), vis.shape)
-    return vis
-
-
 def _convex_examples(variant, ctx):
     from hypothesis import strategies as st
 
@@ -842,7 +833,7 @@ def _convex_check(variant, ex: Example, ctx):
     ref, eb = exact_and_bound(variant, x, ctx, denominator="sum", form=form_kind(path))
     fn, kw = path_callable(variant, path), call_kwargs(variant, "sum")
     o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
-    vis = _visible(x)[..., None]  # (B, H, T, S, 1)
+    vis = x.visible()[..., None]  # (B, H, T, S, 1)
     v = np64(x.v)[:, :, None]  # (B, H, 1, S, d_v)
     lo = np.where(vis, v, np.inf).min(axis=3)
     hi = np.where(vis, v, -np.inf).max(axis=3)
@@ -874,25 +865,9 @@ CONVEX_COMBINATION = Property(
 # --------------------------------------------------------------------------- uniform (D2)
 
 
-def kappa_at_zero(variant, d: int) -> int | None:
-    """kappa(0) for the claimed kernel at head dimension d (exact integer), None if unknown.
-
-    exp and kappa_N: e^0 = kappa_N(0) = 1 (D1); elu1: phi(0) = elu(0) + 1 = 1 per coordinate,
-    so phi(0).phi(0) = d (D3); FAVOR+: m features exp(0)/sqrt(m), phi(0).phi(0) = 1 (D9);
-    identity and relu: phi(0) = 0.
-    """
-    fam, fmap = variant.kernel_family, variant.linear_map
-    if fam in ("softmax", "taylor") or (fmap is not None and fmap.startswith("taylor:")):
-        return 1
-    return {"elu1": d, "favor": 1, "identity": 0, "relu": 0}.get(fmap)
-
-
-UNIFORM_MODES = ("sum", "none", "count")
-
-
 def _uniform_modes(variant, d: int | None = None) -> tuple[str, ...]:
-    k0 = kappa_at_zero(variant, 1 if d is None else d)
-    ms = modes(variant, UNIFORM_MODES)
+    k0 = variant.parsed_kernel.kappa_at_zero(1 if d is None else d)
+    ms = modes(variant, LINEAR_IN_V_DENOMINATORS)
     return tuple(m for m in ms if not (m == "sum" and k0 == 0))
 
 
@@ -900,7 +875,7 @@ def _uniform_applies(variant, ctx):
     why = oracle_applies(variant, ctx)
     if why:
         return why
-    if kappa_at_zero(variant, 1) is None:
+    if variant.parsed_kernel.kappa_at_zero(1) is None:
         return f"kappa(0) unknown for kernel {variant.kernel}"
     if not _uniform_modes(variant):
         return (
@@ -931,11 +906,11 @@ def _uniform_check(variant, ex: Example, ctx):
     x = ex.inputs
     path, mode = ex.choices["path"], ex.choices["denominator"]
     d = x.shape.d
-    k0 = kappa_at_zero(variant, d)
+    k0 = variant.parsed_kernel.kappa_at_zero(d)
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(path))
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
     o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
-    vis = _visible(x)
+    vis = x.visible()
     v = np64(x.v)
     eps = Fraction(variant.eps)
     err = np.empty(o.shape)
@@ -1086,8 +1061,8 @@ class _Several:
 
 
 def _scale_check(variant, ex: Example, ctx):
-    from verify import oracle
-    from verify.errors import compare
+    from verify.exact import oracle
+    from verify.exact.errors import compare
 
     path = ex.choices["path"]
     mode = _plain_modes(variant)[0]
@@ -1231,7 +1206,7 @@ def _mask_applies(variant, ctx):
 
 
 def _dead_keys(x) -> np.ndarray:
-    return ~_visible(x).any(axis=2)  # (B, H, S): keys no query sees
+    return ~x.visible().any(axis=2)  # (B, H, S): keys no query sees
 
 
 def _key_padding_inputs(variant, ctx, shape, causal):
@@ -1307,7 +1282,7 @@ def _mask_examples(variant, ctx):
 def _mask_check(variant, ex: Example, ctx):
     import torch
 
-    from verify.errors import compare
+    from verify.exact.errors import compare
 
     x, path, mode = ex.inputs, ex.choices["path"], ex.choices["denominator"]
     if mode == "layernorm" and x.shape.d_v < 2:
@@ -1329,7 +1304,7 @@ def _mask_check(variant, ex: Example, ctx):
     kw = call_kwargs(variant, mode, mask)
     o = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
     o_alt = call(fn, x_alt.q, x_alt.k, x_alt.v, causal=x.causal, allow_nonfinite=True, **kw)
-    empty = ~_visible(x).any(axis=-1)  # (B, H, T)
+    empty = ~x.visible().any(axis=-1)  # (B, H, T)
     obs = []
     if empty.any():
         there = np.concatenate([np.abs(np64(t))[empty].ravel() for t in (o, o_alt)])
@@ -1377,17 +1352,6 @@ MASKS = Property(
 # --------------------------------------------------------------------------- alignment
 
 
-def alignment_mask(T: int, S: int, alignment: str):
-    """Bool (1, 1, T, S): top-left s <= t (SDPA); bottom-right s <= t + S - T (FlashAttention
-    >= 2.1)."""
-    import torch
-
-    t = torch.arange(T)[:, None]
-    s = torch.arange(S)[None, :]
-    off = 0 if alignment == "top-left" else S - T
-    return (s <= t + off)[None, None]
-
-
 def _align_applies(variant, ctx):
     why = oracle_applies(variant, ctx, causal=True)
     if why:
@@ -1413,11 +1377,11 @@ def _align_examples(variant, ctx):
 
 
 def _align_check(variant, ex: Example, ctx):
-    from verify.errors import compare
+    from verify.exact.errors import compare
 
     x, path = ex.inputs, ex.choices["path"]
     align = variant.causal_alignment
-    vis = alignment_mask(x.shape.T, x.shape.S, align).to(x.device)
+    vis = visible(x.shape.T, x.shape.S, causal=True, alignment=align, device=x.device)[None, None]
     xm = dataclasses.replace(x, attn_mask=vis)
     mode = "sum" if variant.normalized else "none"
     ref, eb = exact_and_bound(variant, xm, ctx, denominator=mode, form=form_kind(path))
@@ -1441,7 +1405,7 @@ CAUSAL_ALIGNMENT = Property(
 
 
 #: modules of this project's own implementations (adapters of third-party code are not)
-PROJECT_MODULES = ("verify.builtin_variants", "verify.attention")
+PROJECT_MODULES = ("verify.builtins", "verify.attention")
 
 
 def project_owned(variant) -> bool:

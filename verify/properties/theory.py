@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from verify.properties._common import MIN_RADIUS, Example, exact_and_bound
-from verify.properties.base import NotApplicable, Observation, Property, VariantError
+from verify.properties.base import Property
 from verify.properties.kernel import (
     DPS,
     call_mode,
@@ -39,6 +39,7 @@ from verify.properties.kernel import (
     make_inputs,
     sum_mode,
 )
+from verify.spec.results import NotApplicable, Observation, VariantError
 
 U64 = 2.0**-53
 #: orders of the convergence curve (THEORY.md D4: N = 0..12 on the built-in taylor_attention)
@@ -150,13 +151,7 @@ def _mp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _vmax_rows(x) -> np.ndarray:
     """max_{s visible} ||v_s||_inf per row (B, H, T), exact in float64."""
     v = np.abs(_np(x.v)).max(-1)  # (B, H, S)
-    B, H, T, S = x.q.shape[0], x.q.shape[1], x.q.shape[2], x.k.shape[2]
-    vis = np.ones((B, H, T, S), dtype=bool)
-    if x.causal:
-        vis &= np.tril(np.ones((T, S), dtype=bool))
-    if x.attn_mask is not None:
-        vis &= np.broadcast_to(x.attn_mask.detach().cpu().numpy(), vis.shape)
-    return np.where(vis, v[:, :, None, :], 0.0).max(-1)
+    return np.where(x.visible(), v[:, :, None, :], 0.0).max(-1)
 
 
 # ----------------------------------------------------------------------------- D4 truncation
@@ -179,7 +174,7 @@ def _d4_factor(order: int, radius: float) -> tuple[float, float] | None:
 
 
 def _softmax_exact(variant, x):
-    from verify import oracle
+    from verify.exact import oracle
 
     return oracle.softmax_reference(
         x.q,
@@ -207,7 +202,7 @@ def _truncation_examples(variant, ctx):
 
 def _truncation_check(variant, ex: Example, ctx) -> list[Observation]:
     from derivations.truncation import informative_radius
-    from verify import oracle
+    from verify.exact import oracle
 
     x = ex.inputs
     N = variant.order
@@ -285,8 +280,8 @@ def _convergence_examples(variant, ctx):
 
 def _convergence_check(variant, ex: Example, ctx) -> list[Observation]:
     from derivations.truncation import dominant_order, first_order_below
-    from verify import errors, oracle
     from verify.attention import taylor_attention
+    from verify.exact import errors, oracle
 
     x = ex.inputs
     d = x.q.shape[-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verify.render import markdown as md
-from verify.variants import sanitize_name
+from verify.spec.variant import sanitize_name
 
 
 def _ratio(r) -> str:

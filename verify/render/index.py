@@ -9,7 +9,7 @@ import numpy as np
 
 from verify.render import markdown as md
 from verify.render.metadata import environment, markdown_block
-from verify.variants import sanitize_name
+from verify.spec.variant import sanitize_name
 
 #: score radii of the error-vs-radius figure, and the fixed inputs it uses
 RADII = tuple(float(r) for r in np.round(np.logspace(-1, np.log10(12.0), 14), 6))
@@ -34,7 +34,7 @@ def error_vs_radius(path: Path, extra=None) -> tuple[str, dict]:
     import torch
 
     from derivations import truncation as d4
-    from verify import variants
+    from verify import builtins as variants
     from verify.render.figures import _plt, save
 
     gen = np.random.default_rng(FIGURE_SEED)

@@ -1,4 +1,4 @@
-"""The project's own implementations, registered as :class:`~verify.variants.AttentionVariant`.
+"""The project's own implementations, registered as :class:`~verify.spec.variant.AttentionVariant`.
 
 They are what ``attn-theory verify`` and the report run the catalogue on, and the correct twins
 the faulty variants in the tests are compared with. Each Taylor-N variant carries its other
@@ -8,17 +8,49 @@ state API, so the form-agreement and state properties cover them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
-from verify.variants import AttentionVariant, StateAPI, register
+from verify.spec.variant import AttentionVariant, StateAPI
+from verify.spec.vocabulary import DENOMINATORS, NAMED_MAPS
 
-TAYLOR_ORDERS = tuple(range(7))  # N = 0..6 (issue: oracle checks for N = 0...6)
-ALL_DENOMINATORS = ("sum", "none", "l2", "rms", "layernorm", "count")
-LINEAR_MAPS = ("identity", "elu1", "relu", "favor")
+TAYLOR_ORDERS = tuple(range(7))  # N = 0..6
 FAVOR_FEATURES = 64
 FAVOR_SEED = 1234
 #: chunk sizes of the registered chunked forms: 1, one that divides no small T, one larger
 CHUNK_SIZES = (1, 3, 64)
+
+_REGISTRY: dict[str, Callable[[], AttentionVariant]] = {}
+
+
+def register(
+    name: str,
+) -> Callable[[Callable[[], AttentionVariant]], Callable[[], AttentionVariant]]:
+    """Decorator registering a zero-argument factory of an :class:`AttentionVariant`."""
+
+    def deco(factory: Callable[[], AttentionVariant]) -> Callable[[], AttentionVariant]:
+        if name in _REGISTRY:
+            raise ValueError(f"name: variant {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def registered() -> dict[str, Callable[[], AttentionVariant]]:
+    """Name -> factory of every registered built-in variant."""
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> AttentionVariant:
+    """Build the registered variant ``name``.
+
+    Raises:
+        KeyError: unknown name (the message lists the registered ones).
+    """
+    if name not in _REGISTRY:
+        raise KeyError(f"name: expected one of {sorted(_REGISTRY)}, got {name!r}")
+    return _REGISTRY[name]()
 
 
 def _softmax(q, k, v, *, causal, attn_mask=None, denominator="sum"):
@@ -125,7 +157,7 @@ def softmax_variant() -> AttentionVariant:
         forward=_softmax,
         kernel="softmax",
         supports_mask=True,
-        denominators=ALL_DENOMINATORS,
+        denominators=DENOMINATORS,
         dtypes=("float64", "float32", "bfloat16", "float16"),
         devices=("cpu", "cuda"),
         description="verify.attention.softmax_attention (max-subtracted exp, boolean masks)",
@@ -146,7 +178,7 @@ def taylor_variant(order: int) -> AttentionVariant:
         forward=partial(_taylor, order=order),
         kernel=f"taylor:{order}",
         supports_mask=True,
-        denominators=ALL_DENOMINATORS,
+        denominators=DENOMINATORS,
         forms=forms,
         state_api=_state_api(f"taylor:{order}"),
         feature_map=partial(_taylor_features, order=order),
@@ -188,7 +220,7 @@ def linear_variant(feature_map: str) -> AttentionVariant:
         forward=partial(_linear, feature_map=feature_map),
         kernel=f"linear:{feature_map}",
         supports_mask=True,
-        denominators=ALL_DENOMINATORS,
+        denominators=DENOMINATORS,
         forms=forms,
         state_api=_state_api(feature_map),
         feature_map=fmap,
@@ -200,5 +232,5 @@ def linear_variant(feature_map: str) -> AttentionVariant:
     )
 
 
-for _m in LINEAR_MAPS:
+for _m in NAMED_MAPS:
     register(f"linear-{_m}")(partial(linear_variant, _m))

@@ -1,9 +1,9 @@
-"""The attention-variant spec and registry (DESIGN.md, "Variant checking"; OpInfo-like).
+"""The attention-variant spec (OpInfo-like).
 
 An :class:`AttentionVariant` declares an attention implementation once -- its forward function,
 layout and the claims it makes (kernel, causality, normalization, eps, scale, dtypes, devices) --
 and the generic property battery (``verify.properties``) decides from those claims which checks
-apply. The project's own implementations are registered variants (:func:`builtin_variants`).
+apply. The project's own implementations are registered in ``verify.builtins``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-LAYOUTS = ("BHTD", "BTHD")
-CAUSAL_SUPPORT = ("yes", "no", "both")
-ALIGNMENTS = ("top-left", "bottom-right")
-DTYPES = ("float64", "float32", "bfloat16", "float16")
-LINEAR_MAPS = ("identity", "elu1", "relu", "favor")
-_KERNEL_RE = re.compile(
-    r"^(softmax|unknown|taylor:(\d+)|linear:(identity|elu1|relu|favor|taylor:\d+))$"
+from verify.spec import kernel as _kernel
+from verify.spec.vocabulary import (
+    ALIGNMENTS,
+    CAUSAL_SUPPORT,
+    DENOMINATORS,
+    DEVICES,
+    DTYPES,
+    FEATURE_SCALES,
+    LAYOUTS,
 )
+from verify.spec.vocabulary import one_of as _one_of
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class AttentionVariant:
             q ``(B, H, T, d)``, k ``(B, H, S, d)``, v ``(B, H, S, d_v)``, o ``(B, H, T, d_v)``;
             ``BTHD`` swaps the head and sequence axes. The output dtype must be the input dtype.
         layout: ``"BHTD"`` or ``"BTHD"``.
-        kernel: ``"softmax"``, ``"taylor:N"`` (kappa_N of THEORY.md D1), ``"linear:MAP"`` with MAP
+        kernel: ``"softmax"``, ``"taylor:N"`` (kappa_N of D1), ``"linear:MAP"`` with MAP
             one of identity, elu1, relu, favor, taylor:N, or ``"unknown"`` (the checker then
             identifies it with probes).
         causal: which ``causal`` values ``forward`` supports: ``"yes"``, ``"no"`` or ``"both"``.
@@ -126,11 +129,9 @@ class AttentionVariant:
         if not callable(self.forward):
             raise TypeError(f"forward: expected a callable, got {type(self.forward).__name__}")
         _one_of("layout", self.layout, LAYOUTS)
-        if not isinstance(self.kernel, str) or not _KERNEL_RE.match(self.kernel):
-            raise ValueError(
-                "kernel: expected 'softmax', 'taylor:N', 'linear:MAP' (MAP in "
-                f"{LINEAR_MAPS + ('taylor:N',)}) or 'unknown', got {self.kernel!r}"
-            )
+        if self.kernel == "exp" or not isinstance(self.kernel, str):
+            raise ValueError(f"kernel: expected a kernel claim string, got {self.kernel!r}")
+        _kernel.parse(self.kernel)
         _one_of("causal", self.causal, CAUSAL_SUPPORT)
         if self.causal_alignment is not None:
             _one_of("causal_alignment", self.causal_alignment, ALIGNMENTS)
@@ -145,13 +146,13 @@ class AttentionVariant:
         for dt in self.dtypes:
             _one_of("dtypes", dt, DTYPES)
         for dev in self.devices:
-            if dev not in ("cpu", "cuda"):
+            if dev not in DEVICES:
                 raise ValueError(f"devices: expected entries 'cpu' or 'cuda', got {dev!r}")
-        _one_of("feature_scale", self.feature_scale, ("sqrt", "none"))
+        _one_of("feature_scale", self.feature_scale, FEATURE_SCALES)
         if not isinstance(self.length_multiple, int) or self.length_multiple < 1:
             raise ValueError(f"length_multiple: expected an int >= 1, got {self.length_multiple!r}")
         for mode in self.denominators:
-            _one_of("denominators", mode, ("sum", "none", "l2", "rms", "layernorm", "count"))
+            _one_of("denominators", mode, DENOMINATORS)
         if self.exp_library is not None:
             from derivations.rounding import LIBRARY_EXP_ULPS
 
@@ -163,50 +164,42 @@ class AttentionVariant:
 
     # -- derived views of the claims ----------------------------------------------------------
     @property
+    def parsed_kernel(self) -> _kernel.Kernel:
+        """The kernel claim as a :class:`verify.spec.kernel.Kernel`."""
+        return _kernel.parse(self.kernel)
+
+    @property
     def kernel_family(self) -> str:
         """``softmax``, ``taylor``, ``linear`` or ``unknown``."""
-        return self.kernel.split(":", 1)[0]
+        return self.parsed_kernel.family
 
     @property
     def order(self) -> int | None:
         """Truncation order N for ``taylor:N`` and ``linear:taylor:N``; None otherwise."""
-        m = re.search(r"taylor:(\d+)$", self.kernel)
-        return int(m.group(1)) if m else None
+        return self.parsed_kernel.order
 
     @property
     def linear_map(self) -> str | None:
         """The feature-map name for ``linear:MAP`` kernels."""
-        return self.kernel.split(":", 1)[1] if self.kernel_family == "linear" else None
+        return self.parsed_kernel.map
 
     @property
     def exp_type(self) -> bool:
         """Kernels of the exp family (scores scaled by c, default 1/sqrt(d))."""
-        return self.kernel_family in ("softmax", "taylor") or (
-            self.linear_map is not None
-            and (self.linear_map == "favor" or "taylor" in self.linear_map)
-        )
+        return self.parsed_kernel.exp_type
 
     def score_scale(self, d: int) -> float:
         """The scale c the variant claims to use at head dimension ``d``."""
         if self.scale != "default":
             return float(self.scale)
-        return 1.0 / math.sqrt(d) if self.exp_type else 1.0
+        return self.parsed_kernel.default_scale(d)
 
     @property
     def positive_kernel(self) -> bool | None:
         """True when the claimed kernel is positive (exp, even kappa_N, elu1, favor); False for
         signed kernels (odd kappa_N, identity; relu is non-negative but can vanish); None when
         unknown."""
-        if self.kernel_family == "softmax":
-            return True
-        n = self.order
-        if n is not None:
-            return n % 2 == 0
-        if self.linear_map in ("elu1", "favor"):
-            return True
-        if self.linear_map in ("identity", "relu"):
-            return False
-        return None
+        return self.parsed_kernel.positive
 
     def supports_causal(self, causal: bool) -> bool:
         return self.causal == "both" or (self.causal == "yes") == causal
@@ -216,50 +209,7 @@ class AttentionVariant:
         return replace(self, **claims)
 
 
-def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-
-
 def sanitize_name(name: str) -> str:
     """A file-name-safe version of a variant name (letters, digits, ``-``, ``_``, ``.``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
     return safe[:80] or "variant"
-
-
-# -- registry of the project's own implementations -------------------------------------------
-
-_REGISTRY: dict[str, Callable[[], AttentionVariant]] = {}
-
-
-def register(
-    name: str,
-) -> Callable[[Callable[[], AttentionVariant]], Callable[[], AttentionVariant]]:
-    """Decorator registering a zero-argument factory of an :class:`AttentionVariant`."""
-
-    def deco(factory: Callable[[], AttentionVariant]) -> Callable[[], AttentionVariant]:
-        if name in _REGISTRY:
-            raise ValueError(f"name: variant {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def registered() -> dict[str, Callable[[], AttentionVariant]]:
-    """Name -> factory of every registered variant (importing the built-ins first)."""
-    import verify.builtin_variants  # noqa: F401  (registers the project's implementations)
-
-    return dict(_REGISTRY)
-
-
-def get(name: str) -> AttentionVariant:
-    """Build the registered variant ``name``.
-
-    Raises:
-        KeyError: unknown name (the message lists the registered ones).
-    """
-    reg = registered()
-    if name not in reg:
-        raise KeyError(f"name: expected one of {sorted(reg)}, got {name!r}")
-    return reg[name]()

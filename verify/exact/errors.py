@@ -18,7 +18,7 @@ The recipe is the one in ``derivations/rounding.py``'s module docstring:
 
 Majorants (A, B, |D| lower bound) are computed in float64 and inflated by their own float64
 rounding bound, so they stay upper (lower) bounds. Comparisons are made in float64 space against
-the mpmath oracle (``verify.oracle``): |actual - exact| is measured exactly and rounded once,
+the mpmath oracle (``verify.exact.oracle``): |actual - exact| is measured exactly and rounded once,
 or against :func:`float64_reference` (``exact=None``: recipe 6 adds the reference's own bound).
 
 A bound is labelled ``derived``. :func:`compare` turns (actual, bound) into an
@@ -36,6 +36,10 @@ import numpy as np
 from derivations import feature_maps as d1
 from derivations import norms as d7
 from derivations import rounding as d10
+from verify.spec.kernel import parse as parse_kernel
+from verify.spec.visibility import visible
+from verify.spec.vocabulary import DENOMINATORS
+from verify.spec.vocabulary import FORMS as FORM_NAMES
 
 #: roundings of forming and applying the score scale: 5 when sqrt(c) is absorbed on q and k
 #: (the larger of the two conventions of ``derivations.rounding.score_abs_error``)
@@ -80,24 +84,6 @@ def _np64(x: Any, name: str) -> np.ndarray:
         return x.detach().to("cpu", torch.float64).numpy()
     arr = np.asarray(x, dtype=np.float64)
     return arr
-
-
-def _visible(T: int, S: int, causal: bool, attn_mask: Any, lead: tuple[int, ...]) -> np.ndarray:
-    vis = np.ones((*lead, T, S), dtype=bool)
-    if causal:
-        if T != S:
-            raise ValueError(f"causal: requires T == S, got T={T}, S={S}")
-        vis &= np.tril(np.ones((T, S), dtype=bool))
-    if attn_mask is not None:
-        m = (
-            attn_mask.detach().cpu().numpy()
-            if hasattr(attn_mask, "detach")
-            else np.asarray(attn_mask)
-        )
-        if m.dtype != np.bool_:
-            raise TypeError(f"attn_mask: expected a bool tensor, got dtype {m.dtype}")
-        vis &= np.broadcast_to(m, vis.shape)
-    return vis
 
 
 def _inflate(x: np.ndarray, n: int) -> np.ndarray:
@@ -166,17 +152,21 @@ def _row_max_increasing(fn, a: np.ndarray, b: np.ndarray, vis: np.ndarray) -> np
 
 
 def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
-    """'softmax' | 'exp' | 'taylor:N' | 'linear:MAP' -> (family, order, map)."""
-    if kernel in ("softmax", "exp"):
+    """A kernel claim -> the error model's (family, order, map): ``exp``; ``taylor`` (kappa_N on
+    the scores); ``taylor-features`` (kappa_N through its feature map); ``linear`` (a named map).
+
+    Raises:
+        ValueError: not a known kernel (``unknown`` has no error model).
+    """
+    kern = parse_kernel(kernel)
+    if kern.family == "softmax":
         return "exp", None, None
-    if kernel.startswith("taylor:"):
-        return "taylor", int(kernel.split(":")[1]), None
-    if kernel.startswith("linear:"):
-        m = kernel.split(":", 1)[1]
-        if m.startswith("taylor:"):
-            return "taylor-features", int(m.split(":")[1]), None
-        if m in ("identity", "elu1", "relu", "favor"):
-            return "linear", None, m
+    if kern.family == "taylor":
+        return "taylor", kern.order, None
+    if kern.taylor_map:
+        return "taylor-features", kern.order, None
+    if kern.family == "linear":
+        return "linear", None, kern.map
     raise ValueError(f"kernel: expected softmax, taylor:N or linear:MAP, got {kernel!r}")
 
 
@@ -430,7 +420,7 @@ def attention_error_bound(
             (B, H, S, d_v), torch or numpy; bf16/fp16 tensors are cast up exactly.
         dtype: the implementation's input dtype name (bf16/fp16: fp32 accumulation, then the
             output rounded to the input dtype: the two-level model).
-        exact: the exact output -- an ``OracleResult`` (``verify.oracle``) or an array of the
+        exact: the exact output -- an ``OracleResult`` (``verify.exact.oracle``) or an array of the
             exact values rounded once to float64. If None, the comparison is meant against a
             float64 direct evaluation (:func:`float64_reference`): the bound then adds that
             reference's own float64 bound, the parallel form's (D10 recipe 6), and uses
@@ -511,8 +501,7 @@ def attention_error_bound(
     )
 
 
-DENOMINATORS = ("sum", "none", "count", "l2", "rms", "layernorm")
-FORMS = ("parallel", "recurrent", "chunked", "any")
+FORMS = (*FORM_NAMES, "any")
 
 
 def _setup(
@@ -559,7 +548,7 @@ def _setup(
         q=qn,
         k=kn,
         v=vn,
-        vis=_visible(T, S, causal, attn_mask, lead),
+        vis=visible(T, S, causal=causal, attn_mask=attn_mask, lead=lead, numpy=True),
         c=float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0),
         form=form,
         basis=basis,
@@ -590,8 +579,8 @@ def float64_reference(
     The weights are those the error model reasons about (``_terms``): exp shifted by the row
     maximum (unshifted for ``none``/``count`` and whenever ``eps`` > 0), kappa_N on the scores
     by Horner (also for ``linear:taylor:N``), phi(q).phi(k) for the other feature maps; masked
-    weights exactly 0. Then N = w v, D = sum_s w and the D7 mode as ``verify.oracle`` defines it
-    (sum: N/(D + eps); none: N; count: N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms:
+    weights exactly 0. Then N = w v, D = sum_s w and the D7 mode as ``verify.exact.oracle``
+    defines it (sum: N/(D + eps); none: N; count: N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms:
     N/sqrt(mean N^2 + eps); layernorm: (N - mean)/sqrt(mean (N - mean)^2 + eps)). Rows with no
     visible key are 0. Its own error is the float64 bound of the parallel form, which
     ``attention_error_bound(..., exact=None)`` adds (THEORY.md D10, recipe 6).
@@ -856,13 +845,13 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
         what: label for messages.
 
     Returns:
-        ``verify.properties.base.Observation`` (observed, bound, kind, where, detail with the
+        ``verify.spec.results.Observation`` (observed, bound, kind, where, detail with the
         ratio in units of roundoff).
     """
-    from verify.properties.base import Observation
+    from verify.spec.results import Observation
 
     if exact is not None and hasattr(exact, "exact"):
-        from verify.oracle import abs_error
+        from verify.exact.oracle import abs_error
 
         err = abs_error(actual, exact)
         ref = np.asarray(exact.float64, dtype=np.float64)
@@ -889,7 +878,7 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
     if silent.any():
         detail += f"; {int(silent.sum())} of {silent.size} elements without a finite bound"
     if silent.all():
-        from verify.properties.base import NotApplicable
+        from verify.spec.results import NotApplicable
 
         raise NotApplicable("no element has a finite bound (a denominator may vanish)")
     return Observation(obs, bnd, eb.kind, str(tuple(int(i) for i in idx)), detail)

@@ -31,12 +31,16 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from verify.spec.kernel import from_feature_map, taylor_order
+from verify.spec.kernel import parse as parse_kernel
+from verify.spec.visibility import visible
+from verify.spec.vocabulary import DENOMINATORS, FEATURE_MAPS
 
 __all__ = [
     "DEFAULT_DPS",
@@ -57,13 +61,6 @@ __all__ = [
 DEFAULT_DPS = 50
 #: smallest accepted precision: well above the 17 digits that pin a float64 down
 MIN_DPS = 20
-#: denominator modes of THEORY.md D7
-DENOMINATORS = ("sum", "none", "l2", "rms", "layernorm", "count")
-#: feature-map names of THEORY.md D3 (``taylor:N`` for any order N >= 0)
-FEATURE_MAPS = ("identity", "elu1", "relu", "taylor:N", "favor")
-
-_ELEMENTWISE = ("identity", "elu1", "relu")
-_TAYLOR_RE = re.compile(r"^taylor:(\d+)$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,44 +273,32 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[np.ndarray, np.ndarray,
 
 
 def _visibility(attn_mask: object, causal: object, B: int, H: int, T: int, S: int) -> np.ndarray:
+    import torch
+
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__} {causal!r}")
     if causal and T != S:
         raise ValueError(
             f"causal: requires query length T == key length S, got T = {T}, S = {S} "
-            "(THEORY.md conventions: causal alignment for T != S is ambiguous)"
+            "(causal alignment for T != S is a convention the oracle does not choose)"
         )
-    visible = np.ones((B, H, T, S), dtype=bool)
     if attn_mask is not None:
-        import torch
-
         if isinstance(attn_mask, torch.Tensor):
             if attn_mask.dtype != torch.bool:
                 raise TypeError(
                     f"attn_mask: expected dtype torch.bool (True = keep), got {attn_mask.dtype}"
                 )
-            mask = attn_mask.detach().to(device="cpu").numpy()
         elif isinstance(attn_mask, np.ndarray):
             if attn_mask.dtype != np.bool_:
                 raise TypeError(
                     f"attn_mask: expected a bool array (True = keep), got dtype {attn_mask.dtype}"
                 )
-            mask = attn_mask
         else:
             raise TypeError(
                 f"attn_mask: expected a bool torch.Tensor or numpy array, "
                 f"got {type(attn_mask).__name__}"
             )
-        try:
-            visible = visible & np.broadcast_to(mask, (B, H, T, S))
-        except ValueError:
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to (B, H, T, S) = {(B, H, T, S)}, "
-                f"got {tuple(mask.shape)}"
-            ) from None
-    if causal:
-        visible = visible & np.tril(np.ones((T, S), dtype=bool))
-    return visible
+    return visible(T, S, causal=causal, attn_mask=attn_mask, lead=(B, H), numpy=True)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -420,7 +405,8 @@ def _core(
         visible = _visibility(attn_mask, causal, B, H, T, S)
 
         # kernel: either a scalar function of the score, or a feature map on vectors
-        exp_type = kernel == "exp" or kernel.startswith("taylor:") or kernel == "favor"
+        order = taylor_order(kernel)
+        exp_type = kernel in ("exp", "favor") or order is not None
         if scale is None:
             c = 1 / mpmath.sqrt(d) if exp_type else mpmath.mpf(1)
         else:
@@ -429,8 +415,8 @@ def _core(
         phi_q = phi_k = None
         if kernel == "exp":
             score_fn = mpmath.exp
-        elif kernel.startswith("taylor:"):
-            score_fn = _taylor_kernel(int(kernel.split(":")[1]))
+        elif order is not None:
+            score_fn = _taylor_kernel(order)
         else:
             if kernel == "favor":
                 P = to_mpf_array(projection, "projection")
@@ -694,15 +680,12 @@ def linear_reference(
     Source: THEORY.md D3 (kernel linear attention), D1 (Taylor maps), D9 (FAVOR+), D7.
     """
     if isinstance(feature_map, str):
-        match = _TAYLOR_RE.match(feature_map)
-        if match:
-            kernel = f"taylor:{int(match.group(1))}"
-        elif feature_map in _ELEMENTWISE or feature_map == "favor":
-            kernel = feature_map
-        else:
+        try:
+            kernel = from_feature_map(feature_map).feature_map
+        except ValueError:
             raise ValueError(
                 f"feature_map: expected one of {FEATURE_MAPS} or a callable, got {feature_map!r}"
-            )
+            ) from None
     elif callable(feature_map):
         kernel = "callable"
     else:
@@ -734,18 +717,23 @@ def reference(
         return linear_reference(q, k, v, feature_map=kernel, **kwargs)
     if not isinstance(kernel, str):
         raise TypeError(f"kernel: expected a str or callable, got {type(kernel).__name__}")
-    if kernel in ("exp", "softmax"):
+    try:
+        kern = parse_kernel(kernel)
+    except ValueError:
+        try:
+            kern = from_feature_map(kernel)
+        except ValueError:
+            raise ValueError(
+                f"kernel: expected 'exp', 'softmax', 'taylor:N' or a feature map {FEATURE_MAPS}, "
+                f"got {kernel!r}"
+            ) from None
+    if kern.family == "softmax":
         return softmax_reference(q, k, v, **kwargs)
-    match = _TAYLOR_RE.match(kernel)
-    if match:
-        return taylor_reference(q, k, v, order=int(match.group(1)), **kwargs)
-    name = kernel.removeprefix("linear:")
-    if name in _ELEMENTWISE or name == "favor" or _TAYLOR_RE.match(name):
-        return linear_reference(q, k, v, feature_map=name, **kwargs)
-    raise ValueError(
-        f"kernel: expected 'exp', 'softmax', 'taylor:N' or a feature map {FEATURE_MAPS}, "
-        f"got {kernel!r}"
-    )
+    if kern.family == "taylor":
+        return taylor_reference(q, k, v, order=kern.order, **kwargs)
+    if kern.family == "linear":
+        return linear_reference(q, k, v, feature_map=kern.map, **kwargs)
+    raise ValueError(f"kernel: {kernel!r} has no oracle")
 
 
 for _fn in (softmax_reference, taylor_reference, linear_reference):

@@ -1,0 +1,93 @@
+"""Loading what a user asks to check, and applying claims to it.
+
+A target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
+``f(q, k, v, *, causal) -> o``, a zero-argument factory returning either, or an import spec
+``"pkg.module:object"`` (resolved with :func:`pkgutil.resolve_name`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pkgutil
+import sys
+from dataclasses import replace
+from typing import Any
+
+from verify.spec.variant import AttentionVariant
+
+
+class TargetError(Exception):
+    """The target cannot be imported or is not an attention variant (CLI exit code 2)."""
+
+
+def load_spec(spec: str) -> Any:
+    """Import ``pkg.module:object`` (``object`` may be dotted); the current directory is
+    importable, as with ``python -m``.
+
+    Raises:
+        TargetError: malformed spec, module not importable, attribute missing.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1 or "" in spec.split(":"):
+        raise TargetError(f"target: expected 'pkg.module:object', got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return pkgutil.resolve_name(spec)
+    except AttributeError as exc:
+        raise TargetError(f"target: {spec!r}: {exc}") from exc
+    except Exception as exc:
+        raise TargetError(
+            f"target: cannot import {spec.split(':')[0]!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _is_factory(obj: Any) -> bool:
+    if isinstance(obj, AttentionVariant) or not callable(obj):
+        return False
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return False
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return not required
+
+
+def as_variant(target: Any, *, name: str | None = None) -> AttentionVariant:
+    """Turn a target (variant, function, factory or spec string) into an AttentionVariant.
+
+    Raises:
+        TargetError: the target is none of these, or a factory raised.
+    """
+    spec = None
+    if isinstance(target, str):
+        spec = target
+        target = load_spec(target)
+    if _is_factory(target):
+        try:
+            target = target()
+        except Exception as exc:
+            raise TargetError(f"target: the factory raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(target, AttentionVariant):
+        return target
+    if callable(target):
+        label = name or spec or getattr(target, "__qualname__", None) or repr(target)
+        return AttentionVariant(name=str(label), forward=target)
+    raise TargetError(
+        "target: expected an AttentionVariant, a function f(q, k, v, *, causal) or a zero-argument "
+        f"factory returning one, got {type(target).__name__}"
+    )
+
+
+def apply_claims(variant: AttentionVariant, claims: dict[str, Any]) -> AttentionVariant:
+    """Replace the variant's claims with the given ones (None values are ignored).
+
+    Raises:
+        ValueError, TypeError: an invalid claim (named by AttentionVariant's validation).
+    """
+    given = {k: v for k, v in claims.items() if v is not None}
+    return replace(variant, **given) if given else variant
