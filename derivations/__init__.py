@@ -1,7 +1,9 @@
-"""Symbolic derivations of THEORY.md D1-D10 (sympy; no torch).
+"""Symbolic derivations D1-D10 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
-imports (coefficients, bounds, sizes). Importing this package does no sympy work.
+imports (coefficients, bounds, sizes). Importing this package does no sympy work. The claims of
+the two largest records live in sibling modules (``truncation_claims``, ``truncation_checks``,
+``rounding_claims``); the argument validators shared by the numeric functions in ``_validate``.
 
 Run one derivation with ``python -m derivations.<module>``; all of them with
 ``attn-theory derive``.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-#: derivation id -> module name (in THEORY.md order)
+#: derivation id -> module name (in the order D1 ... D10)
 MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",

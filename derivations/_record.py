@@ -1,7 +1,7 @@
 """The derivation record: what every module in ``derivations/`` produces.
 
-A record holds the statement of one THEORY.md derivation (D1 ... D10) as sympy objects, the
-steps that establish it, and its status. Each *claim* inside a record is closed by a check that
+A record holds the statement of one derivation (D1 ... D10) as sympy objects, the steps that
+establish it, and its status. Each *claim* inside a record is closed by a check that
 either succeeds (``proved`` / ``verified`` / ``cited``) or does not (``failed``); a check that
 raises or does not reduce to an exact ``True`` is ``failed`` -- never a better status.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 
 class Status(str, enum.Enum):
-    """Status of a derivation claim (DESIGN.md, "Derivation status")."""
+    """Status of a derivation claim (the order is in the module docstring)."""
 
     FAILED = "failed"
     VERIFIED = "verified"  # exact symbolic check on listed instances
@@ -62,7 +62,7 @@ class Claim:
 
 @dataclass
 class Derivation:
-    """Record of one derivation (THEORY.md D1 ... D10).
+    """Record of one derivation (D1 ... D10).
 
     Attributes:
         id: ``"D1"`` ... ``"D10"``.

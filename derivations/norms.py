@@ -1,4 +1,4 @@
-"""D7. The denominator as a norm (Mongaras & Larson; THEORY.md D7).
+"""D7. The denominator as a norm (Mongaras & Larson).
 
 Kernel attention writes o_t = G_t N_t with the per-query scalar G_t = 1/D_t,
 N_t = sum_s kappa(x_ts) v_s (d_v-vector), D_t = sum_s kappa(x_ts). For D_t > 0 (always for exp
@@ -29,35 +29,14 @@ from collections.abc import Callable
 from typing import Any
 
 from derivations._record import Derivation, Status, main_for
+from derivations._validate import check_choice, check_int, check_real
 
 NORM_KINDS = ("l2", "rms", "layernorm")
 
 
-# -- input validation -------------------------------------------------------------------------
-def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
-    xf = float(x)
-    if not math.isfinite(xf):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    if positive and not xf > 0:
-        raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    if nonneg and not xf >= 0:
-        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
-    return xf
-
-
-def _dim(name: str, d: object, minimum: int = 1) -> int:
-    if isinstance(d, bool) or not isinstance(d, int):
-        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(d).__name__} {d!r}")
-    if d < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {d}")
-    return d
-
-
 # -- numeric exports --------------------------------------------------------------------------
 def eps_relative_gap(t: float) -> float:
-    """1 - 1/sqrt(1 + t): exact relative size of the eps gap (THEORY.md D7).
+    """1 - 1/sqrt(1 + t): exact relative size of the eps gap (D7).
 
     Norm_eps(N) = Norm(o)/sqrt(1+t) with t = eps/(D^2 stat(o)), so
     ||Norm_eps(N) - Norm(o)|| / ||Norm(o)|| equals this value. Evaluated without cancellation
@@ -66,18 +45,18 @@ def eps_relative_gap(t: float) -> float:
     Raises:
         TypeError, ValueError: ``t`` not a finite non-negative real.
     """
-    t = _real("t", t, nonneg=True)
+    t = check_real("t", t, nonneg=True)
     r = math.sqrt(1.0 + t)
     return t / (r * (1.0 + r))
 
 
 def eps_relative_gap_bound(t: float) -> float:
-    """t/2: proved upper bound on ``eps_relative_gap(t)`` (tight as t -> 0; THEORY.md D7).
+    """t/2: proved upper bound on ``eps_relative_gap(t)`` (tight as t -> 0; D7).
 
     Raises:
         TypeError, ValueError: ``t`` not a finite non-negative real.
     """
-    return _real("t", t, nonneg=True) / 2.0
+    return check_real("t", t, nonneg=True) / 2.0
 
 
 def l2_eps_gap(eps: float, denominator: float, o_norm: float) -> float:
@@ -94,9 +73,9 @@ def l2_eps_gap(eps: float, denominator: float, o_norm: float) -> float:
     Raises:
         TypeError, ValueError: non-real input, eps < 0, D_t <= 0 or o_norm <= 0.
     """
-    eps = _real("eps", eps, nonneg=True)
-    d = _real("denominator", denominator, positive=True)
-    s = _real("o_norm", o_norm, positive=True)
+    eps = check_real("eps", eps, nonneg=True)
+    d = check_real("denominator", denominator, positive=True)
+    s = check_real("o_norm", o_norm, positive=True)
     return eps_relative_gap(eps / (d * d * s * s))
 
 
@@ -112,10 +91,10 @@ def rms_eps_gap(eps: float, denominator: float, o_rms: float, d_v: int) -> float
     Raises:
         TypeError, ValueError: bad arguments (named in the message).
     """
-    eps = _real("eps", eps, nonneg=True)
-    d = _real("denominator", denominator, positive=True)
-    r = _real("o_rms", o_rms, positive=True)
-    return math.sqrt(_dim("d_v", d_v)) * eps_relative_gap(eps / (d * d * r * r))
+    eps = check_real("eps", eps, nonneg=True)
+    d = check_real("denominator", denominator, positive=True)
+    r = check_real("o_rms", o_rms, positive=True)
+    return math.sqrt(check_int("d_v", d_v, 1)) * eps_relative_gap(eps / (d * d * r * r))
 
 
 def layernorm_eps_gap(eps: float, denominator: float, o_std: float, d_v: int) -> float:
@@ -133,10 +112,10 @@ def layernorm_eps_gap(eps: float, denominator: float, o_std: float, d_v: int) ->
     Raises:
         TypeError, ValueError: bad arguments; d_v < 2 (LayerNorm of one entry is 0/0).
     """
-    eps = _real("eps", eps, nonneg=True)
-    d = _real("denominator", denominator, positive=True)
-    s = _real("o_std", o_std, positive=True)
-    return math.sqrt(_dim("d_v", d_v, 2)) * eps_relative_gap(eps / (d * d * s * s))
+    eps = check_real("eps", eps, nonneg=True)
+    d = check_real("denominator", denominator, positive=True)
+    s = check_real("o_std", o_std, positive=True)
+    return math.sqrt(check_int("d_v", d_v, 2)) * eps_relative_gap(eps / (d * d * s * s))
 
 
 def l2_clamp_gap(eps: float, denominator: float, o_norm: float) -> float:
@@ -147,9 +126,9 @@ def l2_clamp_gap(eps: float, denominator: float, o_norm: float) -> float:
     Raises:
         TypeError, ValueError: eps < 0, D_t <= 0 or o_norm <= 0.
     """
-    eps = _real("eps", eps, nonneg=True)
-    d = _real("denominator", denominator, positive=True)
-    s = _real("o_norm", o_norm, positive=True)
+    eps = check_real("eps", eps, nonneg=True)
+    d = check_real("denominator", denominator, positive=True)
+    s = check_real("o_norm", o_norm, positive=True)
     n = d * s
     return 0.0 if n >= eps else 1.0 - n / eps
 
@@ -159,7 +138,7 @@ def normalization_sensitivity(
 ) -> float:
     """Bound on ||Norm_eps(y_hat) - Norm_eps(y)||_2 given ||y_hat - y||_2 <= input_error.
 
-    Derived (THEORY.md D7; ``derive`` step "sensitivity"): for g(y) = y / sqrt(||y||^2 + e),
+    Derived (D7; ``derive`` step "sensitivity"): for g(y) = y / sqrt(||y||^2 + e),
     ||g(y_hat) - g(y)|| <= 2 ||y_hat - y|| / sqrt(||y||^2 + e). RMS_eps = sqrt(d_v) g with
     e = d_v eps; LN_eps(y) = sqrt(d_v) g(P y) with P the centering projection (||P|| <= 1).
 
@@ -177,12 +156,11 @@ def normalization_sensitivity(
     Raises:
         TypeError, ValueError: unknown ``kind`` or bad numbers.
     """
-    if kind not in NORM_KINDS:
-        raise ValueError(f"kind: expected one of {NORM_KINDS}, got {kind!r}")
-    delta = _real("input_error", input_error, nonneg=True)
-    y = _real("vector_norm", vector_norm, nonneg=True)
-    eps = _real("eps", eps, nonneg=True)
-    n = _dim("d_v", d_v, 2 if kind == "layernorm" else 1)
+    check_choice("kind", kind, NORM_KINDS)
+    delta = check_real("input_error", input_error, nonneg=True)
+    y = check_real("vector_norm", vector_norm, nonneg=True)
+    eps = check_real("eps", eps, nonneg=True)
+    n = check_int("d_v", d_v, 2 if kind == "layernorm" else 1)
     e = eps if kind == "l2" else n * eps
     denom = math.sqrt(y * y + e)
     if denom == 0.0:
@@ -192,39 +170,61 @@ def normalization_sensitivity(
 
 
 # -- derivation -------------------------------------------------------------------------------
-def derive(
-    *,
-    claim_layernorm_eps_exact: bool = False,
-    gap_bound: Callable[[Any], Any] | None = None,
-    layernorm_min_dim: int = 2,
-) -> Derivation:
-    """Build the D7 record.
+# -- the record, one function per claim group ----------------------------------------------------
+def _syms() -> dict[str, Any]:
+    """Symbols of D7: n = d_v, indices i, j, D = D_t > 0, eps > 0, components o_j of o_t."""
+    import sympy as sp
 
-    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
-        claim_layernorm_eps_exact: also claim LN_eps(N) = LN(o) exactly (eps dropped).
-        gap_bound: replace the bound t/2 on 1 - 1/sqrt(1+t) (e.g. ``lambda t: t/4``).
-        layernorm_min_dim: claim the LayerNorm identity from this d_v on (1 is wrong).
-    """
+    i, j = sp.symbols("i j", integer=True, positive=True)
+    return {
+        "n": sp.Symbol("n", integer=True, positive=True),
+        "i": i,
+        "j": j,
+        "D": sp.Symbol("D", positive=True),
+        "eps": sp.Symbol("epsilon", positive=True),
+        "o": sp.IndexedBase("o", real=True),
+    }
+
+
+def _fs(e: Any) -> Any:
+    """Pull constant factors out of finite sums (linearity)."""
     import sympy as sp
     from sympy.simplify.simplify import factor_sum
 
-    rec = Derivation("D7", "The denominator as a norm (Mongaras & Larson)")
-    n = sp.Symbol("n", integer=True, positive=True)  # d_v
-    i, j = sp.symbols("i j", integer=True, positive=True)
-    D = sp.Symbol("D", positive=True)
-    eps = sp.Symbol("epsilon", positive=True)
-    o = sp.IndexedBase("o", real=True)
+    return e.replace(
+        lambda z: isinstance(z, sp.Sum),
+        lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
+    )
 
-    def fs(e: Any) -> Any:  # pull constant factors out of finite sums (linearity)
-        return e.replace(
-            lambda z: isinstance(z, sp.Sum),
-            lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
-        )
 
-    def sq(f: Any) -> Any:
-        return sp.Sum(f**2, (j, 1, n))
+def _sq(f: Any) -> Any:
+    """sum_j f^2 over j = 1..n (d_v components)."""
+    import sympy as sp
 
-    # G_t = 1/D_t
+    v = _syms()
+    return sp.Sum(f**2, (v["j"], 1, v["n"]))
+
+
+def _moments() -> dict[str, Any]:
+    """mean and population variance of o_t and of N_t = D o_t (linearity applied to N_t)."""
+    import sympy as sp
+
+    v = _syms()
+    n, j, D, o = v["n"], v["j"], v["D"], v["o"]
+    mu_o = sp.Sum(o[j], (j, 1, n)) / n
+    mu_N = _fs(sp.Sum(D * o[j], (j, 1, n)) / n)
+    return {
+        "mu_o": mu_o,
+        "var_o": sp.Sum((o[j] - mu_o) ** 2, (j, 1, n)) / n,
+        "mu_N": mu_N,
+        "var_N": _fs(sp.Sum((D * o[j] - mu_N) ** 2, (j, 1, n)) / n),
+    }
+
+
+def _claim_scalar_gate(rec: Derivation) -> None:
+    """G_t = 1/D_t is a per-query scalar; odd kappa_N can make D_t vanish."""
+    import sympy as sp
+
     rec.step(
         "Kernel attention: o_t = G_t N_t with G_t = 1/D_t, a per-query scalar (it multiplies "
         "every component of N_t); G_t > 0 iff D_t > 0 (exp, even kappa_N; odd kappa_N can give "
@@ -236,11 +236,17 @@ def derive(
         status=Status.VERIFIED,
         detail="N = 1, scores (-2, 0)",
     )
-    No = D * o[i]  # component i of N_t = D_t o_t
 
-    # L2
-    l2_N = No / sp.sqrt(fs(sq(D * o[j])))
-    l2_o = o[i] / sp.sqrt(sq(o[j]))
+
+def _claim_l2_rms(rec: Derivation) -> None:
+    """L2(N_t) = L2(o_t) and RMS(N_t) = RMS(o_t) for D_t > 0."""
+    import sympy as sp
+
+    v = _syms()
+    n, i, j, D, o = v["n"], v["i"], v["j"], v["D"], v["o"]
+    No = D * o[i]  # component i of N_t = D_t o_t
+    l2_N = No / sp.sqrt(_fs(_sq(D * o[j])))
+    l2_o = o[i] / sp.sqrt(_sq(o[j]))
     rec.statement["L2"] = sp.Eq(sp.Symbol("L2(N_t)_i"), l2_o)
     rec.step("L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:", l2_N)
     rec.check(
@@ -248,21 +254,25 @@ def derive(
         lambda: sp.simplify(l2_N - l2_o) == 0,
         detail="symbolic d_v = n (sympy Sum), symbolic components, D > 0",
     )
-    # RMS
-    rms_N = No / sp.sqrt(fs(sq(D * o[j])) / n)
-    rms_o = o[i] / sp.sqrt(sq(o[j]) / n)
+    rms_N = No / sp.sqrt(_fs(_sq(D * o[j])) / n)
+    rms_o = o[i] / sp.sqrt(_sq(o[j]) / n)
     rec.statement["RMS"] = sp.Eq(sp.Symbol("RMS(N_t)_i"), rms_o)
     rec.check(
         "RMS(N_t) = RMS(o_t) for D_t > 0",
         lambda: sp.simplify(rms_N - rms_o) == 0,
         detail="symbolic d_v = n, D > 0",
     )
-    # LayerNorm
-    mu_o = sp.Sum(o[j], (j, 1, n)) / n
-    var_o = sp.Sum((o[j] - mu_o) ** 2, (j, 1, n)) / n
-    mu_N = fs(sp.Sum(D * o[j], (j, 1, n)) / n)
-    var_N = fs(sp.Sum((D * o[j] - mu_N) ** 2, (j, 1, n)) / n)
-    ln_N = (No - mu_N) / sp.sqrt(var_N)
+
+
+def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
+    """LN(N_t) = LN(o_t) for D_t > 0, and from which d_v on the identity has content."""
+    import sympy as sp
+
+    v = _syms()
+    i, D, o = v["i"], v["D"], v["o"]
+    mom = _moments()
+    mu_o, var_o, mu_N, var_N = mom["mu_o"], mom["var_o"], mom["mu_N"], mom["var_N"]
+    ln_N = (D * o[i] - mu_N) / sp.sqrt(var_N)
     ln_o = (o[i] - mu_o) / sp.sqrt(var_o)
     rec.statement["LayerNorm"] = sp.Eq(sp.Symbol("LN(N_t)_i"), ln_o)
     rec.step(
@@ -299,12 +309,21 @@ def derive(
         detail=f"d_v in {layernorm_min_dim}..3, symbolic components",
     )
 
-    # eps forms
+
+def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
+    """With eps inside the root: Norm_eps(N_t) = Norm(o_t)/sqrt(1 + t), an exact shrink."""
+    import sympy as sp
+
+    v = _syms()
+    n, i, j, D, eps, o = v["n"], v["i"], v["j"], v["D"], v["eps"], v["o"]
+    mom = _moments()
+    mu_o, var_o, mu_N, var_N = mom["mu_o"], mom["var_o"], mom["mu_N"], mom["var_N"]
+    No = D * o[i]
     t = sp.Symbol("t", nonnegative=True)
-    s_l2, s_rms, s_ln = sq(o[j]), sq(o[j]) / n, var_o
+    s_l2, s_rms, s_ln = _sq(o[j]), _sq(o[j]) / n, var_o
     cases = {
-        "L2": (No / sp.sqrt(fs(sq(D * o[j])) + eps), o[i], s_l2),
-        "RMS": (No / sp.sqrt(fs(sq(D * o[j])) / n + eps), o[i], s_rms),
+        "L2": (No / sp.sqrt(_fs(_sq(D * o[j])) + eps), o[i], s_l2),
+        "RMS": (No / sp.sqrt(_fs(_sq(D * o[j])) / n + eps), o[i], s_rms),
         "LayerNorm": ((No - mu_N) / sp.sqrt(var_N + eps), o[i] - mu_o, s_ln),
     }
     for name, (lhs, num, stat) in cases.items():
@@ -330,11 +349,19 @@ def derive(
     )
     if claim_layernorm_eps_exact:
         lhs = cases["LayerNorm"][0]
+        ln_o = (o[i] - mu_o) / sp.sqrt(var_o)
         rec.check(
             "(injected) LN_eps(N_t) = LN(o_t) exactly",
             lambda: sp.simplify(lhs - ln_o) == 0,
             detail="symbolic d_v = n, D > 0, eps > 0",
         )
+
+
+def _claim_gap_bound(rec: Derivation, gap_bound: Callable[[Any], Any] | None) -> None:
+    """1 - 1/sqrt(1+t) <= t/2 for t >= 0, tight to first order."""
+    import sympy as sp
+
+    t = sp.Symbol("t", nonnegative=True)
     bound = gap_bound(t) if gap_bound is not None else t / 2
     h = bound - (1 - 1 / sp.sqrt(1 + t))
     rec.statement["eps gap bound"] = sp.Le(1 - 1 / sp.sqrt(1 + t), bound)
@@ -369,7 +396,13 @@ def derive(
         ),
         detail="series to O(t^2)",
     )
-    # clamp convention (F.normalize)
+
+
+def _claim_clamp(rec: Derivation) -> None:
+    """The clamp convention x/max(||x||, eps) (F.normalize): exact above the clamp."""
+    import sympy as sp
+
+    D = _syms()["D"]
     on = sp.Symbol("r", positive=True)  # ||o||
     rec.step(
         "Clamp convention x/max(||x||, eps): at x = N_t = D o_t, max(D||o||, eps); when "
@@ -386,7 +419,12 @@ def derive(
         detail="symbolic D, ||o||; below the clamp D||o||/eps = 1/(1+mu), mu > 0, and the gap "
         "is ||o|| |D/eps - 1/||o||| = |D||o||/eps - 1|",
     )
-    # sensitivity
+
+
+def _claim_sensitivity(rec: Derivation) -> None:
+    """||g(b) - g(a)|| <= 2 ||b - a|| / r(a) for g(y) = y / sqrt(||y||^2 + e)."""
+    import sympy as sp
+
     a_n, b_n, e_ = sp.symbols("A B e", positive=True)
     rec.step(
         "Sensitivity: for g(y) = y/r(y), r(y) = sqrt(||y||^2 + e): g(b) - g(a) = (b - a)/r(a) + "
@@ -406,9 +444,16 @@ def derive(
         detail="componentwise identity with r(a), r(b) independent symbols; h(s) = "
         "sqrt(s^2 + e), e > 0 (e = 0 by continuity)",
     )
-    # count and none
+
+
+def _claim_count_none(rec: Derivation) -> None:
+    """The ``count`` and ``none`` denominators are not o_t unless D_t = t (resp. 1)."""
+    import sympy as sp
+
+    v = _syms()
+    i, D, o = v["i"], v["D"], v["o"]
     tt = sp.Symbol("t", positive=True, integer=True)
-    count = No / tt
+    count = D * o[i] / tt
     rec.step("count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.", count)
     rec.check(
         "count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of values in "
@@ -416,6 +461,30 @@ def derive(
         lambda: sp.solve(sp.Eq(count, o[i]), D) == [tt],
         detail="symbolic t, D",
     )
+
+
+def derive(
+    *,
+    claim_layernorm_eps_exact: bool = False,
+    gap_bound: Callable[[Any], Any] | None = None,
+    layernorm_min_dim: int = 2,
+) -> Derivation:
+    """Build the D7 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        claim_layernorm_eps_exact: also claim LN_eps(N) = LN(o) exactly (eps dropped).
+        gap_bound: replace the bound t/2 on 1 - 1/sqrt(1+t) (e.g. ``lambda t: t/4``).
+        layernorm_min_dim: claim the LayerNorm identity from this d_v on (1 is wrong).
+    """
+    rec = Derivation("D7", "The denominator as a norm (Mongaras & Larson)")
+    _claim_scalar_gate(rec)
+    _claim_l2_rms(rec)
+    _claim_layernorm(rec, layernorm_min_dim)
+    _claim_eps_forms(rec, claim_layernorm_eps_exact)
+    _claim_gap_bound(rec, gap_bound)
+    _claim_clamp(rec)
+    _claim_sensitivity(rec)
+    _claim_count_none(rec)
     rec.exports = [
         "eps_relative_gap",
         "eps_relative_gap_bound",

@@ -1,4 +1,4 @@
-"""D9. Related results: injectivity, rank, total positivity, FAVOR+ (THEORY.md D9).
+"""D9. Related results: injectivity, rank, total positivity, FAVOR+.
 
 * Injectivity (Han et al. 2024, "Bridging the Divide: Reconsidering Softmax and Linear
   Attention", NeurIPS 2024): softmax(K q) = softmax(K q') iff K(q - q') is a multiple of the
@@ -31,6 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from derivations._record import Derivation, Status, main_for
+from derivations._validate import check_exact, check_int, check_open_unit, check_real
 
 HAN_2024 = (
     "Han, Pu, Xia, Han, Song, Wan, Huang: 'Bridging the Divide: Reconsidering Softmax and "
@@ -44,35 +45,6 @@ KARLIN_1968 = "S. Karlin, Total Positivity, Vol. I, Stanford University Press, 1
 
 
 # -- input validation -------------------------------------------------------------------------
-def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
-    xf = float(x)
-    if not math.isfinite(xf):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    if positive and not xf > 0:
-        raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    if nonneg and not xf >= 0:
-        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
-    return xf
-
-
-def _count(name: str, n: object, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
-    if n < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
-    return n
-
-
-def _exact(name: str, x: object) -> Fraction:
-    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
-        raise TypeError(f"{name}: expected a finite real number, got {type(x).__name__} {x!r}")
-    if isinstance(x, float) and not math.isfinite(x):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    return Fraction(x)
-
-
 def _matrix(name: str, rows: object) -> list[list[Fraction]]:
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise TypeError(f"{name}: expected a non-empty sequence of rows (n x d), got {rows!r}")
@@ -80,7 +52,7 @@ def _matrix(name: str, rows: object) -> list[list[Fraction]]:
     for r, row in enumerate(rows):
         if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not row:
             raise TypeError(f"{name}[{r}]: expected a non-empty sequence of reals, got {row!r}")
-        out.append([_exact(f"{name}[{r}][{c}]", v) for c, v in enumerate(row)])
+        out.append([check_exact(f"{name}[{r}][{c}]", v) for c, v in enumerate(row)])
     width = len(out[0])
     if any(len(row) != width for row in out):
         raise ValueError(
@@ -171,8 +143,8 @@ def exp_kernel_strictly_totally_positive(q: Sequence[float], k: Sequence[float])
     Raises:
         TypeError, ValueError: bad sequences or length > 8.
     """
-    qs = [_exact(f"q[{i}]", v) for i, v in enumerate(_seq("q", q))]
-    ks = [_exact(f"k[{j}]", v) for j, v in enumerate(_seq("k", k))]
+    qs = [check_exact(f"q[{i}]", v) for i, v in enumerate(_seq("q", q))]
+    ks = [check_exact(f"k[{j}]", v) for j, v in enumerate(_seq("k", k))]
     if len(qs) > 8 or len(ks) > 8:
         raise ValueError(f"q, k: expected lengths <= 8, got {len(qs)} and {len(ks)}")
     return _minimum_minor_lower(qs, ks) > 0
@@ -231,9 +203,9 @@ def favor_raw_moment(k: int, x_dot_y: float, x_plus_y_sq: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    k = _count("k", k, 0)
-    p = _real("x_dot_y", x_dot_y)
-    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    k = check_int("k", k, 0)
+    p = check_real("x_dot_y", x_dot_y)
+    s = check_real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
     try:
         return math.exp(k * p + k * (k - 1) * s / 2.0)
     except OverflowError:
@@ -243,7 +215,7 @@ def favor_raw_moment(k: int, x_dot_y: float, x_plus_y_sq: float) -> float:
 def favor_kernel_variance(x_dot_y: float, x_plus_y_sq: float, m: int) -> float:
     """Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid positive random features.
 
-    Choromanski et al. 2021 (Lemma 2) re-derived in ``derive`` (THEORY.md D9). Evaluated with
+    Choromanski et al. 2021 (Lemma 2) re-derived in ``derive`` (D9). Evaluated with
     expm1 (no cancellation for small |x+y|); ``math.inf`` on overflow.
 
     Args:
@@ -252,9 +224,9 @@ def favor_kernel_variance(x_dot_y: float, x_plus_y_sq: float, m: int) -> float:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    p = _real("x_dot_y", x_dot_y)
-    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
-    m = _count("m", m)
+    p = check_real("x_dot_y", x_dot_y)
+    s = check_real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    m = check_int("m", m, 1)
     try:
         return math.exp(2.0 * p) * math.expm1(s) / m
     except OverflowError:
@@ -271,9 +243,9 @@ def favor_kernel_fourth_central_moment(x_dot_y: float, x_plus_y_sq: float, m: in
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    p = _real("x_dot_y", x_dot_y)
-    s = _real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
-    m = _count("m", m)
+    p = check_real("x_dot_y", x_dot_y)
+    s = check_real("x_plus_y_sq", x_plus_y_sq, nonneg=True)
+    m = check_int("m", m, 1)
     import mpmath
 
     with mpmath.workdps(50):
@@ -301,9 +273,9 @@ def chebyshev_half_width(variance: float, alpha: float, n_tests: int = 1) -> flo
     """
     if isinstance(variance, float) and variance == math.inf:
         return math.inf
-    v = _real("variance", variance, nonneg=True)
-    a = _alpha(alpha)
-    n = _count("n_tests", n_tests)
+    v = check_real("variance", variance, nonneg=True)
+    a = check_open_unit("alpha", alpha)
+    n = check_int("n_tests", n_tests, 1)
     return math.sqrt(v * n / a)
 
 
@@ -315,9 +287,9 @@ def fourth_moment_half_width(fourth_central_moment: float, alpha: float, n_tests
     """
     if isinstance(fourth_central_moment, float) and fourth_central_moment == math.inf:
         return math.inf
-    m4 = _real("fourth_central_moment", fourth_central_moment, nonneg=True)
-    a = _alpha(alpha)
-    n = _count("n_tests", n_tests)
+    m4 = check_real("fourth_central_moment", fourth_central_moment, nonneg=True)
+    a = check_open_unit("alpha", alpha)
+    n = check_int("n_tests", n_tests, 1)
     return (m4 * n / a) ** 0.25
 
 
@@ -341,38 +313,27 @@ def favor_confidence_half_width(
     )
 
 
-def _alpha(alpha: object) -> float:
-    a = _real("alpha", alpha)
-    if not 0.0 < a < 1.0:
-        raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
-    return a
-
-
-# -- derivation -------------------------------------------------------------------------------
-def derive(
-    *,
-    favor_variance: Callable[[Any, Any, Any], Any] | None = None,
-    claim_injective_rank: int | None = None,
-) -> Derivation:
-    """Build the D9 record.
-
-    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
-        favor_variance: (x.y, |x+y|^2, m) -> claimed variance of the m-feature estimate
-            (e.g. missing the -1 or the 1/m).
-        claim_injective_rank: claim injectivity already when rank [K, 1] equals this (< d+1).
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _fs(e: Any) -> Any:
+    """Pull constant factors out of finite sums (linearity)."""
     import sympy as sp
     from sympy.simplify.simplify import factor_sum
 
-    rec = Derivation("D9", "Related results: injectivity, rank, total positivity, FAVOR+")
+    return e.replace(
+        lambda z: isinstance(z, sp.Sum),
+        lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
+    )
 
-    def fs(e: Any) -> Any:
-        return e.replace(
-            lambda z: isinstance(z, sp.Sum),
-            lambda z: factor_sum(sp.Sum(sp.factor(z.function), *z.limits)),
-        )
 
-    # -- injectivity -------------------------------------------------------------------------
+#: the injectivity instances (n = 4 keys, d = 2): rank [K, 1] = 3, and a K with K (1, 1) = 2 * 1
+_K_GOOD = [[1, 0], [0, 1], [1, 1], [2, -1]]
+_K_BAD = [[1, 1], [2, 0], [0, 2], [3, -1]]
+
+
+def _claim_softmax_collisions(rec: Derivation) -> None:
+    """softmax(x) = softmax(y) iff x - y is a multiple of the all-ones vector."""
+    import sympy as sp
+
     xi, yi = sp.symbols("x_i y_i", real=True)
     Sx, Sy = sp.symbols("S_x S_y", positive=True)
     rec.step(
@@ -392,6 +353,12 @@ def derive(
         ),
         detail="symbolic x_i, y_i, S_x, S_y > 0",
     )
+
+
+def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> None:
+    """q -> softmax(K q) is injective iff rank [K, 1] = d + 1 (both directions; instances)."""
+    import sympy as sp
+
     n_, d_ = 4, 2
     Kmat = sp.MatrixSymbol("K", n_, d_)
     u = sp.MatrixSymbol("u", d_, 1)
@@ -414,8 +381,7 @@ def derive(
         status=Status.VERIFIED,
         detail="n = 4, d = 2, symbolic entries (row r reads sum_i K_ri u_i - c for every n, d)",
     )
-    k_good = [[1, 0], [0, 1], [1, 1], [2, -1]]
-    k_bad = [[1, 1], [2, 0], [0, 2], [3, -1]]  # K (1, 1) = 2 * 1
+    k_good, k_bad = _K_GOOD, _K_BAD
     q1, q2 = sp.symbols("q1 q2", real=True)
 
     def sm(kk: list[list[int]], qv: list[Any]) -> list[Any]:
@@ -464,7 +430,12 @@ def derive(
         HAN_2024,
         "re-derived above (both directions); Han et al. state the injectivity property",
     )
-    # ReLU homogeneity
+
+
+def _claim_relu_homogeneous(rec: Derivation) -> None:
+    """ReLU linear attention gives q and alpha q the same weights: never injective."""
+    import sympy as sp
+
     d = sp.Symbol("d", integer=True, positive=True)
     n = sp.Symbol("n", integer=True, positive=True)
     i, j, s_ = sp.symbols("i j s", integer=True, positive=True)
@@ -480,7 +451,7 @@ def derive(
     dot_alpha = dot_alpha.replace(
         lambda z: isinstance(z, sp.Sum), lambda z: sp.Sum(sp.simplify(z.function), *z.limits)
     )
-    w_alpha = fs(dot_alpha) / fs(sp.Sum(dot_alpha.function.subs(s_, j), (j, 1, n), (i, 1, d)))
+    w_alpha = _fs(dot_alpha) / _fs(sp.Sum(dot_alpha.function.subs(s_, j), (j, 1, n), (i, 1, d)))
     w_one = sp.Sum(relu(q[i]) * phik[s_, i], (i, 1, d)) / sp.Sum(
         relu(q[i]) * phik[j, i], (j, 1, n), (i, 1, d)
     )
@@ -494,7 +465,11 @@ def derive(
         detail="symbolic d, n, alpha > 0, any key features",
     )
 
-    # -- rank ------------------------------------------------------------------------------------
+
+def _claim_rank(rec: Derivation) -> None:
+    """Rank of phi(Q) phi(K)^T <= m without a mask; a causal mask can raise it to T."""
+    import sympy as sp
+
     rec.cite(
         "rank(A B) <= min(rank A, rank B), so phi(Q) phi(K)^T (T x m times m x S) has rank <= m",
         "R. A. Horn and C. R. Johnson, Matrix Analysis, 2nd ed., Cambridge University Press, "
@@ -519,7 +494,10 @@ def derive(
         status=Status.VERIFIED,
         detail="T = S = 5, m = 2 (exact); T = 1..8 for the causal instance",
     )
-    # total positivity
+
+
+def _claim_total_positivity(rec: Derivation) -> None:
+    """exp(q_i k_j) is strictly totally positive (cited); a 4 x 4 instance certified."""
     q_tp = [Fraction(-1), Fraction(-1, 3), Fraction(1, 2), Fraction(1)]
     k_tp = [Fraction(-1, 2), Fraction(0), Fraction(1, 3), Fraction(1)]
     rec.cite(
@@ -549,10 +527,24 @@ def derive(
         tp_rows,
     )
 
-    # -- FAVOR+ ----------------------------------------------------------------------------------
-    t = sp.Symbol("t", real=True)
+
+def _gauss1() -> tuple[Any, Any]:
+    """(w, standard normal density of w)."""
+    import sympy as sp
+
     w = sp.Symbol("w", real=True)
-    gauss1 = sp.exp(-(w**2) / 2) / sp.sqrt(2 * sp.pi)
+    return w, sp.exp(-(w**2) / 2) / sp.sqrt(2 * sp.pi)
+
+
+def _claim_favor_mgf(rec: Derivation) -> None:
+    """The Gaussian moment generating function, in 1-D and in R^d; |x + y|^2 expanded."""
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    d = sp.Symbol("d", integer=True, positive=True)
+    i = sp.Symbol("i", integer=True, positive=True)
+    t = sp.Symbol("t", real=True)
+    w, gauss1 = _gauss1()
     mgf = sp.integrate(sp.exp(t * w) * gauss1, (w, -sp.oo, sp.oo), conds="none")
     rec.step(
         "Per coordinate, w ~ N(0, 1): E[e^{t w}] = integral e^{t w} e^{-w^2/2}/sqrt(2 pi) =",
@@ -589,6 +581,14 @@ def derive(
         lambda: sp.simplify(sq - (nx + ny + 2 * xy)) == 0,
         detail="symbolic d",
     )
+
+
+def _claim_favor_moments(
+    rec: Derivation, favor_variance: Callable[[Any, Any, Any], Any] | None
+) -> None:
+    """Raw moments E[Z^k] of one positive random feature product; the m-feature variance."""
+    import sympy as sp
+
     p, s = sp.symbols("p s", real=True)  # p = x.y, s = |x+y|^2
     kk = sp.Symbol("k", integer=True, nonnegative=True)
     # Z^k = e^{k w.(x+y) - k(|x|^2+|y|^2)/2}; |x|^2+|y|^2 = s - 2p; E[e^{k w.(x+y)}] = e^{k^2 s/2}
@@ -627,6 +627,7 @@ def derive(
         lambda: sp.simplify(var_m - claimed) == 0,
         detail="symbolic x.y, |x+y|^2, m",
     )
+    w, gauss1 = _gauss1()
     a1, a2, u1, u2 = sp.symbols("a1 a2 u1 u2", real=True)
     xs = sp.symbols("x1 x2", real=True)
     ys = sp.symbols("y1 y2", real=True)
@@ -667,6 +668,14 @@ def derive(
         status=Status.VERIFIED,
         detail="d = 1, 2: sympy integrals over w in R^d with symbolic x, y",
     )
+
+
+def _claim_fourth_moment(rec: Derivation) -> None:
+    """Fourth central moment of the m-feature estimate (counting argument, closed-form mu_4)."""
+    import sympy as sp
+
+    p, s = sp.symbols("p s", real=True)
+    m = sp.Symbol("m", integer=True, positive=True)
     mu4, sig2 = sp.symbols("mu_4 sigma^2", positive=True)
     rec.step(
         "Fourth central moment of the mean of m iid centred X_r: E[(sum X_r)^4] = m mu_4 + "
@@ -705,6 +714,12 @@ def derive(
         detail="symbolic m (counting), closed-form mu_4 from the raw moments; expansion "
         "re-checked for m = 1..4",
     )
+
+
+def _claim_confidence_and_citations(rec: Derivation) -> None:
+    """Tail bounds (cited), the FAVOR+ results (cited), and the bias of the normalized output."""
+    import sympy as sp
+
     rec.cite(
         "Chebyshev: P(|X - EX| >= t) <= Var X / t^2; Markov on (X - EX)^4; Bonferroni: "
         "P(any of n events) <= sum of their probabilities",
@@ -731,6 +746,33 @@ def derive(
         lambda: sp.diff(1 / xx, xx, 2).is_positive is True,
         detail="test unbiasedness on the kernel estimate, not on the attention output",
     )
+
+
+def derive(
+    *,
+    favor_variance: Callable[[Any, Any, Any], Any] | None = None,
+    claim_injective_rank: int | None = None,
+) -> Derivation:
+    """Build the D9 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        favor_variance: (x.y, |x+y|^2, m) -> claimed variance of the m-feature estimate
+            (e.g. missing the -1 or the 1/m).
+        claim_injective_rank: claim injectivity already when rank [K, 1] equals this (< d+1).
+    """
+    rec = Derivation("D9", "Related results: injectivity, rank, total positivity, FAVOR+")
+    # injectivity
+    _claim_softmax_collisions(rec)
+    _claim_rank_condition(rec, claim_injective_rank)
+    _claim_relu_homogeneous(rec)
+    # rank and total positivity
+    _claim_rank(rec)
+    _claim_total_positivity(rec)
+    # FAVOR+
+    _claim_favor_mgf(rec)
+    _claim_favor_moments(rec, favor_variance)
+    _claim_fourth_moment(rec)
+    _claim_confidence_and_citations(rec)
     rec.exports = [
         "softmax_injective",
         "softmax_collision_direction",

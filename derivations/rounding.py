@@ -1,4 +1,4 @@
-"""D10. Floating-point error model: the "stated precision" of every comparison (THEORY.md D10).
+"""D10. Floating-point error model: the "stated precision" of every comparison.
 
 Source for the model: N. J. Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
 SIAM, 2002 (cited as "Higham"): the standard model fl(x op y) = (x op y)(1 + delta),
@@ -53,7 +53,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from derivations._record import Derivation, Status, main_for
+from derivations._record import Derivation, main_for
+from derivations._validate import check_choice, check_int, check_real
+from derivations.norms import NORM_KINDS
 
 HIGHAM = "N. J. Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., SIAM, 2002"
 
@@ -138,33 +140,11 @@ LIBRARY_DIV_ULPS: dict[str, CitedConstant] = {
 }
 
 POLYNOMIAL_SCHEMES = ("horner", "powers", "term_recurrence")
-NORM_KINDS = ("l2", "rms", "layernorm")
 
 
 # -- validation -------------------------------------------------------------------------------
-def _real(name: str, x: object, *, nonneg: bool = False, positive: bool = False) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
-    xf = float(x)
-    if not math.isfinite(xf):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    if nonneg and not xf >= 0:
-        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
-    if positive and not xf > 0:
-        raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    return xf
-
-
-def _int(name: str, n: object, minimum: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
-    if n < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
-    return n
-
-
 def _unit(u: object) -> float:
-    uf = _real("u", u, positive=True)
+    uf = check_real("u", u, positive=True)
     if uf >= 1.0:
         raise ValueError(f"u: expected a unit roundoff in (0, 1), got {u!r}")
     return uf
@@ -176,9 +156,7 @@ def _dtype(name: str, dtype_name: object) -> str:
             f"{name}: expected a dtype name (str) in {tuple(FORMATS)}, got "
             f"{type(dtype_name).__name__} {dtype_name!r}"
         )
-    if dtype_name not in FORMATS:
-        raise ValueError(f"{name}: expected one of {tuple(FORMATS)}, got {dtype_name!r}")
-    return dtype_name
+    return check_choice(name, dtype_name, tuple(FORMATS))
 
 
 # -- formats ---------------------------------------------------------------------------------
@@ -255,7 +233,7 @@ def gamma(n: int, u: float) -> float:
         TypeError: non-int ``n`` or non-real ``u``.
         ValueError: n < 0, u outside (0, 1), or n u >= 1 (the bound does not exist).
     """
-    n = _int("n", n, 0)
+    n = check_int("n", n, 0)
     u = _unit(u)
     nu = n * u
     if nu >= 1.0:
@@ -273,7 +251,7 @@ def ulps_to_relative(ulps: float, u: float) -> float:
     Raises:
         TypeError, ValueError: negative ``ulps`` or bad ``u``.
     """
-    return 2.0 * _real("ulps", ulps, nonneg=True) * _unit(u)
+    return 2.0 * check_real("ulps", ulps, nonneg=True) * _unit(u)
 
 
 def cuda_fast_expf_ulps(x: float) -> float:
@@ -285,7 +263,7 @@ def cuda_fast_expf_ulps(x: float) -> float:
     Raises:
         TypeError, ValueError: ``x`` not a finite real.
     """
-    return 2.0 + math.floor(abs(1.173 * _real("x", x))) + 0.5
+    return 2.0 + math.floor(abs(1.173 * check_real("x", x))) + 0.5
 
 
 # -- elementary bounds ---------------------------------------------------------------------
@@ -298,7 +276,7 @@ def dot_product_bound(n: int, abs_dot: float, u: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments or n u >= 1.
     """
-    return gamma(_int("n", n, 1), u) * _real("abs_dot", abs_dot, nonneg=True)
+    return gamma(check_int("n", n, 1), u) * check_real("abs_dot", abs_dot, nonneg=True)
 
 
 def sum_bound(n_terms: int, abs_sum: float, u: float) -> float:
@@ -310,7 +288,9 @@ def sum_bound(n_terms: int, abs_sum: float, u: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments or (n-1) u >= 1.
     """
-    return gamma(_int("n_terms", n_terms, 1) - 1, u) * _real("abs_sum", abs_sum, nonneg=True)
+    return gamma(check_int("n_terms", n_terms, 1) - 1, u) * check_real(
+        "abs_sum", abs_sum, nonneg=True
+    )
 
 
 def sum_of_products_bound(roundings: int, abs_sum: float, u: float) -> float:
@@ -324,7 +304,9 @@ def sum_of_products_bound(roundings: int, abs_sum: float, u: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments or k u >= 1.
     """
-    return gamma(_int("roundings", roundings, 0), u) * _real("abs_sum", abs_sum, nonneg=True)
+    return gamma(check_int("roundings", roundings, 0), u) * check_real(
+        "abs_sum", abs_sum, nonneg=True
+    )
 
 
 def score_abs_error(d: int, abs_dot: float, u: float, scale_roundings: int = 2) -> float:
@@ -340,9 +322,9 @@ def score_abs_error(d: int, abs_dot: float, u: float, scale_roundings: int = 2) 
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    return gamma(_int("d", d, 1) + _int("scale_roundings", scale_roundings, 0), u) * _real(
-        "abs_dot", abs_dot, nonneg=True
-    )
+    return gamma(
+        check_int("d", d, 1) + check_int("scale_roundings", scale_roundings, 0), u
+    ) * check_real("abs_dot", abs_dot, nonneg=True)
 
 
 def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> float:
@@ -358,7 +340,7 @@ def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> flo
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = _real("score_abs_error", score_abs_error, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True)
     r = ulps_to_relative(exp_ulps, u)
     return math.expm1(e) * (1.0 + r) + r
 
@@ -380,8 +362,8 @@ def softmax_weight_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = _real("score_abs_error", score_abs_error, nonneg=True)
-    sh = _real("shifted_score_abs", shifted_score_abs, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True)
+    sh = check_real("shifted_score_abs", shifted_score_abs, nonneg=True)
     return exp_relative_bound(e + _unit(u) * sh, u, exp_ulps)
 
 
@@ -395,9 +377,8 @@ def polynomial_roundings(order: int, scheme: str = "horner") -> int:
     Raises:
         TypeError, ValueError: bad order or unknown scheme.
     """
-    n = _int("order", order, 0)
-    if scheme not in POLYNOMIAL_SCHEMES:
-        raise ValueError(f"scheme: expected one of {POLYNOMIAL_SCHEMES}, got {scheme!r}")
+    n = check_int("order", order, 0)
+    check_choice("scheme", scheme, POLYNOMIAL_SCHEMES)
     return 3 * n if scheme == "term_recurrence" else 2 * n + 1
 
 
@@ -410,8 +391,8 @@ def taylor_weight_majorant(order: int, score_abs: float, score_abs_error: float)
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    n = _int("order", order, 0)
-    y = _real("score_abs", score_abs, nonneg=True) + _real(
+    n = check_int("order", order, 0)
+    y = check_real("score_abs", score_abs, nonneg=True) + check_real(
         "score_abs_error", score_abs_error, nonneg=True
     )
     total, term = 0.0, 1.0
@@ -435,7 +416,7 @@ def taylor_weight_relative_bound(
         TypeError, ValueError: bad arguments.
     """
     k = polynomial_roundings(order, scheme)
-    return gamma(k, u) + _real("score_abs_error", score_abs_error, nonneg=True)
+    return gamma(k, u) + check_real("score_abs_error", score_abs_error, nonneg=True)
 
 
 def taylor_feature_relative_error(order: int, u: float) -> float:
@@ -448,7 +429,7 @@ def taylor_feature_relative_error(order: int, u: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    return gamma(4 * _int("order", order, 0) + 3, u)
+    return gamma(4 * check_int("order", order, 0) + 3, u)
 
 
 def feature_form_relative_bound(
@@ -474,8 +455,12 @@ def feature_form_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = _real("feature_rel_error", feature_rel_error, nonneg=True)
-    k = _int("n_features", n_features, 1) + _int("n_keys", n_keys, 1) + (2 if with_values else 1)
+    e = check_real("feature_rel_error", feature_rel_error, nonneg=True)
+    k = (
+        check_int("n_features", n_features, 1)
+        + check_int("n_keys", n_keys, 1)
+        + (2 if with_values else 1)
+    )
     return (1.0 + e) ** 2 * (1.0 + gamma(k, u)) - 1.0
 
 
@@ -492,8 +477,8 @@ def weighted_sum_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    n = _int("n_terms", n_terms, 1)
-    e = _real("weight_rel", weight_rel, nonneg=True)
+    n = check_int("n_terms", n_terms, 1)
+    e = check_real("weight_rel", weight_rel, nonneg=True)
     return (1.0 + e) * (1.0 + gamma(n if with_values else n - 1, u)) - 1.0
 
 
@@ -507,7 +492,7 @@ def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> 
         TypeError, ValueError: bad arguments.
     """
     uu = _unit(u)
-    xm = _real("x_abs_max", x_abs_max, nonneg=True)
+    xm = check_real("x_abs_max", x_abs_max, nonneg=True)
     return max((1.0 + uu) ** 2 - 1.0, exp_relative_bound(uu * xm, uu, exp_ulps))
 
 
@@ -527,9 +512,9 @@ def favor_feature_relative_error(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    a = _real("abs_projection", abs_projection, nonneg=True)
-    s = _real("x_sq", x_sq, nonneg=True)
-    e = gamma(_int("d", d, 1) + 2, u) * (a + s / 2.0)
+    a = check_real("abs_projection", abs_projection, nonneg=True)
+    s = check_real("x_sq", x_sq, nonneg=True)
+    e = gamma(check_int("d", d, 1) + 2, u) * (a + s / 2.0)
     return (1.0 + exp_relative_bound(e, u, exp_ulps)) * (1.0 + gamma(2, u)) - 1.0
 
 
@@ -551,9 +536,9 @@ def ratio_relative_bound(num_rel: float, den_rel: float, div_rel: float = 0.0) -
     Raises:
         TypeError: non-real input. ValueError: negative input or e_D >= 1 (D_hat may vanish).
     """
-    en = _real("num_rel", num_rel, nonneg=True)
-    ed = _real("den_rel", den_rel, nonneg=True)
-    ev = _real("div_rel", div_rel, nonneg=True)
+    en = check_real("num_rel", num_rel, nonneg=True)
+    ed = check_real("den_rel", den_rel, nonneg=True)
+    ev = check_real("div_rel", div_rel, nonneg=True)
     if ed >= 1.0:
         raise ValueError(
             f"den_rel: expected < 1 (else the denominator may vanish), got {den_rel!r}"
@@ -595,13 +580,13 @@ def kernel_attention_output_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    en = _real("num_rel", num_rel, nonneg=True)
-    ed = _real("den_rel", den_rel, nonneg=True)
-    a = _real("abs_numerator", abs_numerator, nonneg=True)
-    b = _real("abs_denominator", abs_denominator, nonneg=True)
-    d = abs(_real("denominator", denominator))
-    o = _real("output_abs", output_abs, nonneg=True)
-    ev = _real("div_rel", div_rel, nonneg=True)
+    en = check_real("num_rel", num_rel, nonneg=True)
+    ed = check_real("den_rel", den_rel, nonneg=True)
+    a = check_real("abs_numerator", abs_numerator, nonneg=True)
+    b = check_real("abs_denominator", abs_denominator, nonneg=True)
+    d = abs(check_real("denominator", denominator))
+    o = check_real("output_abs", output_abs, nonneg=True)
+    ev = check_real("div_rel", div_rel, nonneg=True)
     margin = d - ed * b
     if margin <= 0.0:
         return math.inf
@@ -624,12 +609,12 @@ def kernel_attention_relative_coefficient(
     Raises:
         TypeError, ValueError: bad arguments (cond < 1 included).
     """
-    en = _real("num_rel", num_rel, nonneg=True)
-    ed = _real("den_rel", den_rel, nonneg=True)
-    c = _real("cond", cond)
+    en = check_real("num_rel", num_rel, nonneg=True)
+    ed = check_real("den_rel", den_rel, nonneg=True)
+    c = check_real("cond", cond)
     if c < 1.0:
         raise ValueError(f"cond: expected B/|D| >= 1, got {cond!r}")
-    ev = _real("div_rel", div_rel, nonneg=True)
+    ev = check_real("div_rel", div_rel, nonneg=True)
     if ed * c >= 1.0:
         return math.inf
     return (1.0 + ev) * (en + ed * c) / (1.0 - ed * c) + ev
@@ -646,8 +631,8 @@ def low_precision_output_bound(accum_bound: float, output_abs: float, out_dtype:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    a = _real("accum_bound", accum_bound, nonneg=True)
-    o = _real("output_abs", output_abs, nonneg=True)
+    a = check_real("accum_bound", accum_bound, nonneg=True)
+    o = check_real("output_abs", output_abs, nonneg=True)
     ul = unit_roundoff(out_dtype)
     return a * (1.0 + ul) + ul * o + underflow_abs_error(out_dtype)
 
@@ -668,9 +653,8 @@ def normalization_rounding_bound(
     Raises:
         TypeError, ValueError: unknown kind, bad numbers, missing mean_abs_over_std.
     """
-    if kind not in NORM_KINDS:
-        raise ValueError(f"kind: expected one of {NORM_KINDS}, got {kind!r}")
-    n = _int("d_v", d_v, 2 if kind == "layernorm" else 1)
+    check_choice("kind", kind, NORM_KINDS)
+    n = check_int("d_v", d_v, 2 if kind == "layernorm" else 1)
     uu = _unit(u)
 
     def rho(k: int) -> float:
@@ -685,33 +669,48 @@ def normalization_rounding_bound(
         return math.sqrt(n) * rho(n + 2)
     if mean_abs_over_std is None:
         raise ValueError("mean_abs_over_std: required for kind='layernorm', got None")
-    ratio = _real("mean_abs_over_std", mean_abs_over_std, nonneg=True)
+    ratio = check_real("mean_abs_over_std", mean_abs_over_std, nonneg=True)
     eta = gamma(n, uu) * (1.0 + uu) * ratio + uu
     return math.sqrt(n) * (2.0 * eta + rho(n + 2))
 
 
-# -- exact rounding (for the instance checks in derive) ----------------------------------------
-def _round_to_precision(x: Any, p: int) -> Any:
-    """Round a Fraction to p significant bits, nearest-even, unbounded exponent."""
-    from fractions import Fraction
+# -- the derivation record (claims in ``derivations.rounding_claims``) ------------------------
+EXPORTS = (
+    "FORMATS",
+    "LIBRARY_EXP_ULPS",
+    "LIBRARY_DIV_ULPS",
+    "CitedConstant",
+    "precision_bits",
+    "unit_roundoff",
+    "underflow_abs_error",
+    "largest_finite",
+    "product_exact_in",
+    "gamma",
+    "ulps_to_relative",
+    "cuda_fast_expf_ulps",
+    "dot_product_bound",
+    "sum_bound",
+    "sum_of_products_bound",
+    "score_abs_error",
+    "exp_relative_bound",
+    "softmax_weight_relative_bound",
+    "polynomial_roundings",
+    "taylor_weight_majorant",
+    "taylor_weight_relative_bound",
+    "taylor_feature_relative_error",
+    "feature_form_relative_bound",
+    "weighted_sum_relative_bound",
+    "elu1_feature_relative_error",
+    "favor_feature_relative_error",
+    "division_relative_bound",
+    "ratio_relative_bound",
+    "kernel_attention_output_bound",
+    "kernel_attention_relative_coefficient",
+    "low_precision_output_bound",
+    "normalization_rounding_bound",
+)
 
-    if x == 0:
-        return Fraction(0)
-    sign = -1 if x < 0 else 1
-    a = abs(x)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    scale = Fraction(2) ** (p - 1 - e)  # a * scale in [2^(p-1), 2^p)
-    m = a * scale
-    q, r = divmod(m.numerator, m.denominator)
-    twice = 2 * r
-    if twice > m.denominator or (twice == m.denominator and q % 2 == 1):
-        q += 1
-    return sign * Fraction(q) / scale
 
-
-# -- derivation -------------------------------------------------------------------------------
 def derive(
     *,
     gamma_fn: Callable[[Any, Any], Any] | None = None,
@@ -723,373 +722,24 @@ def derive(
         gamma_fn: (n, u) -> claimed gamma_n (e.g. ``lambda n, u: n*u``, no denominator).
         unit_roundoffs: claimed u per dtype name (e.g. ``{"bfloat16": 2**-11}``).
     """
-    import random
-    from fractions import Fraction
+    from derivations import rounding_claims as claims
 
-    import sympy as sp
-
-    rec = Derivation("D10", "Floating-point error model (stated precision)")
-    n = sp.Symbol("n", positive=True)
-    u = sp.Symbol("u", positive=True)
     gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
-
-    def nonneg_rational(expr: Any, syms: list[Any]) -> bool:
-        """Certificate: expr = P/Q with P, Q polynomials with non-negative coefficients in
-        positive symbols (Q not identically 0) -> expr >= 0."""
-        num, den = sp.fraction(sp.together(sp.expand(expr)))
-        num, den = sp.expand(num), sp.expand(den)
-        if den.is_number:
-            den_ok = bool(den > 0)
-        else:
-            den_ok = all(c >= 0 for c in sp.Poly(den, *syms).coeffs())
-            if not den_ok:
-                den_ok = all(c <= 0 for c in sp.Poly(den, *syms).coeffs())
-                num = -num
-        if num == 0:
-            return den_ok
-        if num.is_number:
-            return den_ok and bool(num > 0)
-        return den_ok and all(c >= 0 for c in sp.Poly(num, *syms).coeffs())
-
-    # -- unit roundoff --------------------------------------------------------------------------
-    claimed_u = {name: sp.Integer(2) ** -precision_bits(name) for name in FORMATS}
-    if unit_roundoffs:
-        claimed_u.update({k: sp.nsimplify(v) for k, v in unit_roundoffs.items()})
-    rec.cite(
-        "binary formats (total, exponent bits): "
-        + ", ".join(f"{k} {v}" for k, v in FORMATS.items()),
-        FORMAT_SOURCES,
-    )
-    rows = []
-
-    def unit_roundoffs_ok() -> bool:
-        ok = True
-        for name, (total, exponent) in FORMATS.items():
-            p = total - exponent - 1 + 1
-            derived = sp.Rational(1, 2) * sp.Integer(2) ** (1 - p)  # u = beta^(1-t)/2
-            rows.append([name, total, exponent, p, str(claimed_u[name])])
-            ok = ok and sp.simplify(claimed_u[name] - derived) == 0
-        return ok
-
-    rec.check(
-        "u = 2^(1-p)/2 = 2^-p with p = total - exponent - sign + implicit bits: fp64 2^-53, "
-        "fp32 2^-24, fp16 2^-11, bf16 2^-8",
-        unit_roundoffs_ok,
-        detail="all four formats, exact (Higham Thm 2.2, round to nearest)",
-    )
-    rec.tables["unit roundoff"] = (["dtype", "bits", "exponent bits", "p", "u"], rows)
-    rec.statement["u"] = sp.Tuple(*[claimed_u[k] for k in FORMATS])
-
-    # -- Lemma 3.1 ------------------------------------------------------------------------------
-    g_n, g_n1 = gam(n, u), gam(n + 1, u)
-    rec.statement["gamma_n"] = sp.Eq(sp.Symbol("gamma_n"), g_n)
-    rec.cite(
-        "Lemma 3.1: |delta_i| <= u, rho_i = +-1, n u < 1 => prod (1 + delta_i)^rho_i = 1 + theta_n,"
-        " |theta_n| <= gamma_n",
-        HIGHAM,
-        "Lemma 3.1 (p. 63); re-checked below by induction",
-    )
-    # induction in positive variables: n u < 1 written as u = 1/((n+1)(1+r)) covers (n+1)u < 1
-    r = sp.Symbol("r", positive=True)
-    sub = {u: 1 / ((n + 1) * (1 + r))}
-    base_ok = lambda: sp.simplify(gam(1, u) - u / (1 - u)) == 0  # noqa: E731
-    rec.step(
-        "Base: (1 + delta)^{-1} - 1 = -delta/(1 + delta) has modulus <= u/(1 - u) = gamma_1; "
-        "(1 + delta) - 1 has modulus <= u.",
-        gam(1, u),
-    )
-    rec.check("base case gamma_1 = u/(1 - u)", base_ok, detail="symbolic u")
-    mult_gap = g_n1 - (g_n + u + g_n * u)
-    div_gap = g_n1 - (g_n + u) / (1 - u)
-    rec.step(
-        "Induction: (1 + theta_n)(1 + delta) - 1 has modulus <= gamma_n + u + gamma_n u, and "
-        "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}:",
-        sp.Tuple(sp.simplify(mult_gap), sp.simplify(div_gap)),
-    )
-    rec.check(
-        "induction step: gamma_{n+1} >= gamma_n + u + gamma_n u and >= (gamma_n + u)/(1 - u) "
-        "for all n > 0, u > 0 with (n+1) u < 1",
-        lambda: (
-            nonneg_rational(mult_gap.subs(sub), [n, r])
-            and nonneg_rational(div_gap.subs(sub), [n, r])
-        ),
-        detail="symbolic n, u; (n+1)u < 1 parametrized as u = 1/((n+1)(1+r)), r > 0; "
-        "certificate: numerator and denominator polynomials with non-negative coefficients",
-    )
-    rec.check(
-        "first order: gamma_n = n u + O(u^2)",
-        lambda: sp.simplify(sp.series(g_n, u, 0, 2).removeO() - n * u) == 0,
-        detail="series in u",
-    )
-
-    # -- elementary operations ------------------------------------------------------------------
-    rec.cite(
-        "dot product |fl(a.b) - a.b| <= gamma_n sum |a_i b_i| (any order); sum of n terms "
-        "gamma_{n-1} sum |x_i|; Horner |p - fl(p)| <= gamma_{2N} sum |a_i||x|^i",
-        HIGHAM,
-        "eq. 3.5 (from fl(a.b) = sum a_i b_i (1 + theta_n^(i)), Lemma 3.1), eq. 4.4, eq. 5.3",
-    )
-    e_, t_, rr = sp.symbols("e t r", nonnegative=True)
-    A = sp.exp(e_)
-    rec.step(
-        "exp of a rounded score: exp(x + t) = exp(x) e^t with |t| <= e; |e^t - 1| <= "
-        "max(e^e - 1, 1 - e^-e) = e^e - 1 since (e^e - 1) - (1 - e^-e) = (e^(e/2) - "
-        "e^(-e/2))^2 >= 0. With the library's relative error r = 2 ulps u: the worst case is "
-        "e^e (1 + r) - 1 (the lower side 1 - e^-e (1 - r) is smaller):",
-        A * (1 + rr) - 1,
-    )
-    rec.check(
-        "exp bound: (e^e - 1) - (1 - e^-e) = (e^(e/2) - e^(-e/2))^2 and "
-        "[e^e(1+r) - 1] - [1 - e^-e(1-r)] = (e^(e/2) - e^(-e/2))^2 + r(e^e - e^-e) >= 0",
-        lambda: (
-            sp.simplify((A - 1) - (1 - 1 / A) - (sp.exp(e_ / 2) - sp.exp(-e_ / 2)) ** 2) == 0
-            and sp.simplify(
-                (A * (1 + rr) - 1)
-                - (1 - (1 - rr) / A)
-                - ((sp.exp(e_ / 2) - sp.exp(-e_ / 2)) ** 2 + rr * (A - 1 / A))
-            )
-            == 0
-            and sp.simplify(A - 1 / A - 2 * sp.sinh(e_)) == 0
-            and sp.sinh(e_).is_nonnegative is True
-        ),
-        detail="symbolic e, r >= 0; e^e - e^-e = 2 sinh(e) >= 0",
-    )
-    rec.check(
-        "first order: e^e (1 + r) - 1 = e + r + O(2)",
-        lambda: (
-            sp.simplify(
-                sp.series(sp.exp(t_ * e_) * (1 + t_ * rr) - 1, t_, 0, 2).removeO() - t_ * (e_ + rr)
-            )
-            == 0
-        ),
-        detail="series along (e, r) = t (e, r)",
-    )
-    ee = sp.Symbol("E", integer=True)
-    pp = sp.Symbol("p", integer=True, positive=True)
-    rec.check(
-        "k ulps => relative error <= 2 k u: ulp(y) = 2^(E+1-p) <= 2^(1-p) |y| = 2u|y| for "
-        "|y| in [2^E, 2^(E+1))",
-        lambda: sp.simplify(2 ** (ee + 1 - pp) / 2**ee - 2 * 2 ** (-pp)) == 0,
-        detail="symbolic exponent E and precision p (normal range)",
-    )
-    rows_c = [[k, v.value, v.source] for k, v in LIBRARY_EXP_ULPS.items()]
-    rows_c += [[f"div:{k}", v.value, v.source] for k, v in LIBRARY_DIV_ULPS.items()]
-    rec.tables["cited library ulps (from the exact result)"] = (
-        ["constant", "ulps", "source"],
-        rows_c,
-    )
-    rec.cite(
-        "library exp: 1 ulp (glibc, SLEEF u10 as used by torch.exp on CPU), 20 ulp "
-        "(torch Vectorized<float>::exp_u20), 2 ulp (CUDA expf; 2.5 from the exact result)",
-        "; ".join(v.source for v in LIBRARY_EXP_ULPS.values()),
-    )
-    rec.cite(
-        "division: IEEE 754 correctly rounded (0.5 ulp); CUDA __fdividef 2 ulp",
-        "; ".join(v.source for v in LIBRARY_DIV_ULPS.values()),
-    )
-
-    # -- ratio -----------------------------------------------------------------------------------
-    en, ed, dv = sp.symbols("e_N e_D e_div", nonnegative=True)
-    f_max = (1 + en) * (1 + dv) / (1 - ed) - 1
-    f_min = 1 - (1 - en) * (1 - dv) / (1 + ed)
-    rec.statement["ratio"] = sp.Le(sp.Symbol("|Nhat/Dhat (1+delta)/(N/D) - 1|"), f_max)
-    rec.step(
-        "Ratio: (1 + a)(1 + delta)/(1 + b) is increasing in a, delta and decreasing in b on the "
-        "box, so its extremes are at the corners; the upper excess exceeds the lower one:",
-        sp.factor(sp.together(f_max - f_min)),
-    )
-    ed2 = sp.Symbol("s", positive=True)  # 1 - e_D = 1/(1 + s), e_D in [0, 1)
-
-    def ratio_ok() -> bool:
-        # g = P F / C with P = 1 + e_N, F = 1 + delta, C = 1 + b, all positive on the box
-        P, F, C = sp.symbols("P F C", positive=True)
-        g = P * F / C
-        mono = (
-            sp.diff(g, P).is_positive is True
-            and sp.diff(g, F).is_positive is True
-            and sp.diff(g, C).is_negative is True
-        )
-        gap = (f_max - f_min).subs(ed, ed2 / (1 + ed2))
-        return mono and nonneg_rational(gap, [en, ed2, dv])
-
-    rec.check(
-        "|ratio error| <= (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (attained at a corner)",
-        ratio_ok,
-        detail="symbolic e_N, e_div >= 0, 0 <= e_D < 1; certificate of f_max - f_min >= 0",
-    )
-    rec.check(
-        "first order: ratio bound = e_N + e_D + e_div + O(2)",
-        lambda: (
-            sp.simplify(
-                sp.series(f_max.subs({en: t_ * en, ed: t_ * ed, dv: t_ * dv}), t_, 0, 2).removeO()
-                - t_ * (en + ed + dv)
-            )
-            == 0
-        ),
-        detail="series along a ray",
-    )
-
-    # -- kernel attention output --------------------------------------------------------------
-    Nh, Nn, Dh, Dd = sp.symbols("Nhat N Dhat D", real=True, nonzero=True)
-    rec.step(
-        "Output: Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat; with |Nhat - N| <= "
-        "num_rel A, |Dhat - D| <= den_rel B and |Dhat| >= |D| - den_rel B: "
-        "|Nhat/Dhat - o| <= (num_rel A + |o| den_rel B)/(|D| - den_rel B); the division adds "
-        "div_rel |Nhat/Dhat| <= div_rel(|o| + that).",
-    )
-    rec.check(
-        "identity Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat",
-        lambda: sp.simplify(Nh / Dh - Nn / Dd - ((Nh - Nn) - (Nn / Dd) * (Dh - Dd)) / Dh) == 0,
-        detail="symbolic",
-    )
-    ew, gs, W, w_, v_ = sp.symbols("e_w gamma_S W w v", real=True)
-    rec.step(
-        "Weighted sums: |fl(sum w_hat v) - sum w v| <= sum |w_hat - w||v| + gamma_S sum |w_hat||v|"
-        " <= (e_w + gamma_S (1 + e_w)) sum W |v|, since |w_hat| <= |w| + e_w W <= (1 + e_w) W:",
-        sp.expand((1 + ew) * (1 + gs) - 1),
-    )
-    rec.check(
-        "weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",
-        lambda: sp.expand(ew + gs * (1 + ew) - ((1 + ew) * (1 + gs) - 1)) == 0,
-        detail="symbolic",
-    )
-    del W, w_, v_
-    # Taylor weights
-    N = sp.Symbol("N", integer=True, positive=True)
-    k = sp.Symbol("k", integer=True, nonnegative=True)
-    xx = sp.Symbol("x", real=True)
-    kapN = sp.Sum(xx**k / sp.factorial(k), (k, 0, N))
-    kapN1 = sp.Sum(xx**k / sp.factorial(k), (k, 0, N - 1))
-    rec.check(
-        "kappa_N' = kappa_{N-1} (mean value theorem: |kappa_N(x_hat) - kappa_N(x)| <= "
-        "kappa_{N-1}(|x| + e) e <= kappa_N(|x| + e) e)",
-        lambda: sp.simplify(kapN.diff(xx) - kapN1) == 0,
-        detail="symbolic N (sympy Sum)",
-    )
-
-    def majorant_instances() -> bool:
-        from derivations.feature_maps import monomial_weight, multi_indices
-
-        ok = True
-        for d in (1, 2, 3):
-            qa = sp.symbols(f"a0:{d}", nonnegative=True)  # |q_i|
-            ka = sp.symbols(f"b0:{d}", nonnegative=True)  # |k_i|
-            for order in range(0, 5):
-                lhs = 0
-                for nn in range(order + 1):
-                    for alpha in multi_indices(nn, d):
-                        wgt = monomial_weight(alpha)
-                        mono = sp.Integer(1)
-                        for i, ai in enumerate(alpha):
-                            mono *= (qa[i] * ka[i]) ** ai
-                        lhs += sp.Rational(wgt.numerator, wgt.denominator) * mono
-                s_abs = sum(qa[i] * ka[i] for i in range(d))
-                rhs = sum(s_abs**nn / sp.factorial(nn) for nn in range(order + 1))
-                ok = ok and sp.expand(lhs - rhs) == 0
-        return ok
-
-    rec.check(
-        "feature-form majorant: sum_alpha |Phi_alpha(q) Phi_alpha(k)| = kappa_N(sum_i |q_i||k_i|)",
-        majorant_instances,
-        status=Status.VERIFIED,
-        detail="d = 1..3, N = 0..4 (scale 1; multinomial theorem on |q_i||k_i|)",
-    )
-    # two-level model
-    o_, a_, ul = sp.symbols("o a u_low", nonnegative=True)
-    rec.step(
-        "Two-level model: fl_low(o_hat) = o_hat (1 + delta), |delta| <= u_low, so "
-        "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| <= a (1 + u_low) + u_low |o|.",
-        a_ * (1 + ul) + ul * o_,
-    )
-    rec.check(
-        "bf16 x bf16 and fp16 x fp16 products are exact in fp32 (2p <= 24); fp32 x fp32 exact "
-        "in fp64 (48 <= 53)",
-        lambda: (
-            product_exact_in("bfloat16", "float32")
-            and product_exact_in("float16", "float32")
-            and product_exact_in("float32", "float64")
-            and not product_exact_in("float64", "float64")
-        ),
-        detail="precision bits 8, 11, 24, 53",
-    )
-
-    # -- instance check on a toy format -----------------------------------------------------------
-    ratios: list[float] = []
-
-    def toy_format() -> bool:
-        rng = random.Random(20240607)
-        p = 5
-        uu = Fraction(1, 2**p)
-        ok = True
-        for _ in range(1500):
-            length = rng.randint(1, 6)
-            a = [
-                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
-                for _ in range(length)
-            ]
-            b = [
-                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
-                for _ in range(length)
-            ]
-            acc = Fraction(0)
-            for ai, bi in zip(a, b):
-                acc = _round_to_precision(acc + _round_to_precision(ai * bi, p), p)
-            exact = sum(ai * bi for ai, bi in zip(a, b))
-            absd = sum(abs(ai * bi) for ai, bi in zip(a, b))
-            g = length * uu / (1 - length * uu)
-            bound = g * absd
-            err = abs(acc - exact)
-            ok = ok and err <= bound
-            if bound:
-                ratios.append(float(err / bound))
-        return ok
-
-    rec.check(
-        "instances: recursive dot products in a toy binary format (p = 5, exact rounding to "
-        "nearest even) obey |fl(a.b) - a.b| <= gamma_n sum |a_i b_i|",
-        toy_format,
-        status=Status.VERIFIED,
-        detail="1500 random dot products, n = 1..6, exact rational arithmetic",
-    )
-    if ratios:
-        rec.tables["toy-format dot products"] = (
-            ["instances", "max observed error / bound"],
-            [[len(ratios), f"{max(ratios):.3f}"]],
-        )
-    rec.exports = [
-        "FORMATS",
-        "LIBRARY_EXP_ULPS",
-        "LIBRARY_DIV_ULPS",
-        "CitedConstant",
-        "precision_bits",
-        "unit_roundoff",
-        "underflow_abs_error",
-        "largest_finite",
-        "product_exact_in",
-        "gamma",
-        "ulps_to_relative",
-        "cuda_fast_expf_ulps",
-        "dot_product_bound",
-        "sum_bound",
-        "sum_of_products_bound",
-        "score_abs_error",
-        "exp_relative_bound",
-        "softmax_weight_relative_bound",
-        "polynomial_roundings",
-        "taylor_weight_majorant",
-        "taylor_weight_relative_bound",
-        "taylor_feature_relative_error",
-        "feature_form_relative_bound",
-        "weighted_sum_relative_bound",
-        "elu1_feature_relative_error",
-        "favor_feature_relative_error",
-        "division_relative_bound",
-        "ratio_relative_bound",
-        "kernel_attention_output_bound",
-        "kernel_attention_relative_coefficient",
-        "low_precision_output_bound",
-        "normalization_rounding_bound",
-    ]
+    rec = Derivation("D10", "Floating-point error model (stated precision)")
+    claims.claim_unit_roundoff(rec, unit_roundoffs)
+    claims.claim_gamma_lemma(rec, gam)
+    # elementary operations
+    claims.claim_exp_bound(rec)
+    claims.claim_library_ulps(rec)
+    claims.claim_ratio(rec)
+    # kernel attention output
+    claims.claim_output_identity(rec)
+    claims.claim_weighted_sum(rec)
+    claims.claim_taylor_weights(rec)
+    claims.claim_two_level(rec)
+    # instance check on a toy format
+    claims.claim_toy_format(rec)
+    rec.exports = list(EXPORTS)
     return rec
 
 

@@ -1,7 +1,7 @@
 """D8. Why softmax separates what linear attention cannot (Deng, Song & Zhou 2023, reformulated).
 
-THEORY.md D8. For one row of scores z in R^n: softmax(z)_i = e^{z_i}/sum_j e^{z_j} and, for
-z > 0, normalized linear attention lin(z)_i = z_i/sum_j z_j.
+For one row of scores z in R^n: softmax(z)_i = e^{z_i}/sum_j e^{z_j} and, for z > 0,
+normalized linear attention lin(z)_i = z_i/sum_j z_j.
 
 * A. If z_{i*} >= z_j + gap for all j != i*: softmax(z)_{i*} >= 1/(1 + (n-1) e^{-gap})
   (tight: equality when every other entry is z_{i*} - gap); gap >= log(3(n-1)) gives >= 3/4.
@@ -30,33 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from derivations._record import Derivation, Status, main_for
+from derivations._validate import check_int, check_open_unit, check_real
 
 
 # -- input validation -------------------------------------------------------------------------
-def _real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
-    xf = float(x)
-    if not math.isfinite(xf):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    if positive and not xf > 0:
-        raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    if nonneg and not xf >= 0:
-        raise ValueError(f"{name}: expected a non-negative number, got {x!r}")
-    return xf
-
-
-def _count(name: str, n: object, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(n).__name__} {n!r}")
-    if n < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {n}")
-    return n
-
-
 def _range(m: object, big_m: object) -> tuple[float, float]:
-    lo = _real("m", m, positive=True)
-    hi = _real("M", big_m, positive=True)
+    lo = check_real("m", m, positive=True)
+    hi = check_real("M", big_m, positive=True)
     if hi < lo:
         raise ValueError(f"M: expected M >= m = {lo!r}, got {big_m!r}")
     return lo, hi
@@ -66,7 +46,7 @@ def _range(m: object, big_m: object) -> tuple[float, float]:
 def softmax_peak_lower_bound(n: int, gap: float) -> float:
     """1/(1 + (n-1) e^{-gap}): lower bound on softmax(z)_{i*} when z_{i*} >= z_j + gap, j != i*.
 
-    THEORY.md D8 A (proved in ``derive``; attained when every other score is z_{i*} - gap).
+    D8 A (proved in ``derive``; attained when every other score is z_{i*} - gap).
 
     Args:
         n: row length (keys), int >= 1. gap: finite real (any sign).
@@ -74,8 +54,8 @@ def softmax_peak_lower_bound(n: int, gap: float) -> float:
     Raises:
         TypeError, ValueError: bad ``n`` or ``gap``.
     """
-    n = _count("n", n)
-    g = _real("gap", gap)
+    n = check_int("n", n, 1)
+    g = check_real("gap", gap)
     if n == 1:
         return 1.0
     return 1.0 / (1.0 + (n - 1) * math.exp(-g))
@@ -84,7 +64,7 @@ def softmax_peak_lower_bound(n: int, gap: float) -> float:
 def softmax_peak_upper_bound(n: int, a: float) -> float:
     """e^a/(e^a + n - 1): upper bound on max_i softmax(z)_i when every z_j lies in [0, a].
 
-    THEORY.md D8 B (proved; attained at z = (a, 0, ..., 0)). Evaluated as 1/(1 + (n-1)e^{-a}).
+    D8 B (proved; attained at z = (a, 0, ..., 0)). Evaluated as 1/(1 + (n-1)e^{-a}).
 
     Args:
         n: int >= 1. a: width of the score range, finite and >= 0.
@@ -92,15 +72,15 @@ def softmax_peak_upper_bound(n: int, a: float) -> float:
     Raises:
         TypeError, ValueError: bad ``n`` or ``a``.
     """
-    n = _count("n", n)
-    a = _real("a", a, nonneg=True)
+    n = check_int("n", n, 1)
+    a = check_real("a", a, nonneg=True)
     return 1.0 / (1.0 + (n - 1) * math.exp(-a))
 
 
 def separating_gap(n: int, level: float = 0.75) -> float:
     """Smallest gap for which bound A guarantees softmax peak >= ``level``: log((n-1) p/(1-p)).
 
-    For the default level 3/4 this is log(3(n-1)) (THEORY.md D8 A). The D_1 construction uses
+    For the default level 3/4 this is log(3(n-1)) (D8 A). The D_1 construction uses
     one entry 1 + log(3n), whose gap log(3n) over entries in [0, 1] exceeds it.
 
     Args:
@@ -109,29 +89,27 @@ def separating_gap(n: int, level: float = 0.75) -> float:
     Raises:
         TypeError, ValueError: bad ``n`` or ``level``.
     """
-    n = _count("n", n, 2)
-    p = _real("level", level)
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    n = check_int("n", n, 2)
+    p = check_open_unit("level", level)
     return math.log((n - 1) * p / (1.0 - p))
 
 
 def separation_threshold_interval(n: int) -> tuple[float, float]:
     """(sup of the softmax peak over D_0's support, inf over D_1's support) for row length n.
 
-    D_0 = U[0,1]^n, D_1 = D_0 with one entry set to 1 + log(3n) (THEORY.md D8): the values are
+    D_0 = U[0,1]^n, D_1 = D_0 with one entry set to 1 + log(3n) (D8): the values are
     e/(e + n - 1) (at (1, 0, ..., 0)) and 3n/(4n - 1) (other entries all 1). A threshold tau
     with sup < tau <= inf classifies every sample correctly (peak >= tau -> D_1).
 
     Raises:
         TypeError, ValueError: ``n`` not an int >= 1.
     """
-    n = _count("n", n)
+    n = check_int("n", n, 1)
     return softmax_peak_upper_bound(n, 1.0), 3.0 * n / (4.0 * n - 1.0)
 
 
 def smallest_separating_n(threshold: float = 0.5) -> int:
-    """Smallest n for which ``threshold`` separates D_0 and D_1 on their supports (THEORY.md D8).
+    """Smallest n for which ``threshold`` separates D_0 and D_1 on their supports (D8).
 
     Requires e/(e + n - 1) < threshold <= 3n/(4n - 1); for threshold 1/2 the answer is 4
     (derived exactly in ``derive``: 1 + e < n). Comparisons use mpmath at 50 digits.
@@ -143,9 +121,7 @@ def smallest_separating_n(threshold: float = 0.5) -> int:
         TypeError, ValueError: bad threshold, or no n separates (tau > 3/4 with the D_1 bound
         failing before the D_0 bound holds).
     """
-    tau = _real("threshold", threshold)
-    if not 0.0 < tau < 1.0:
-        raise ValueError(f"threshold: expected a number in (0, 1), got {threshold!r}")
+    tau = check_open_unit("threshold", threshold)
     import mpmath
 
     with mpmath.workdps(50):
@@ -166,15 +142,15 @@ def smallest_separating_n(threshold: float = 0.5) -> int:
 def linear_peak_upper_bound(n: int, m: float, M: float, gap: float) -> float:
     """(M+gap)/((n-1)m + M + gap): upper bound on the normalized-linear peak weight.
 
-    Entries z_j in [m, M] (m > 0) for j != i*, and z_{i*} = M + gap (THEORY.md D8 C); attained
+    Entries z_j in [m, M] (m > 0) for j != i*, and z_{i*} = M + gap (D8 C); attained
     when every other entry equals m. Tends to 0 as n -> oo.
 
     Raises:
         TypeError, ValueError: n < 1, m <= 0, M < m, gap < 0.
     """
-    n = _count("n", n)
+    n = check_int("n", n, 1)
     lo, hi = _range(m, M)
-    g = _real("gap", gap, nonneg=True)
+    g = check_real("gap", gap, nonneg=True)
     return (hi + g) / ((n - 1) * lo + hi + g)
 
 
@@ -184,9 +160,9 @@ def linear_peak_lower_bound(n: int, m: float, M: float, gap: float) -> float:
     Raises:
         TypeError, ValueError: as ``linear_peak_upper_bound``.
     """
-    n = _count("n", n)
+    n = check_int("n", n, 1)
     lo, hi = _range(m, M)
-    g = _real("gap", gap, nonneg=True)
+    g = check_real("gap", gap, nonneg=True)
     return (hi + g) / ((n - 1) * hi + hi + g)
 
 
@@ -194,12 +170,12 @@ def linear_separation_interval(n: int, m: float, M: float, gap: float) -> tuple[
     """(sup of the linear peak with all entries in [m, M], inf with one entry M + gap).
 
     = (M/(M + (n-1)m), (M+gap)/((n-1)M + M + gap)). An n-scaled threshold in between separates
-    the two sets iff the first is smaller, i.e. (n >= 2) iff gap > M(M-m)/m (THEORY.md D8 C).
+    the two sets iff the first is smaller, i.e. (n >= 2) iff gap > M(M-m)/m (D8 C).
 
     Raises:
         TypeError, ValueError: as ``linear_peak_upper_bound``.
     """
-    n = _count("n", n)
+    n = check_int("n", n, 1)
     lo, hi = _range(m, M)
     return hi / (hi + (n - 1) * lo), linear_peak_lower_bound(n, lo, hi, gap)
 
@@ -217,7 +193,7 @@ def linear_separating_gap(m: float, M: float) -> float:
 def power_attention_peak(r: float, beta: float, n: int) -> float:
     """r^beta/(r^beta + n - 1): power-attention peak when one entry is r times the n-1 others.
 
-    Power attention z_i^beta / sum_j z_j^beta on positive entries (THEORY.md D8 D; exact).
+    Power attention z_i^beta / sum_j z_j^beta on positive entries (D8 D; exact).
 
     Args:
         r: ratio > 0. beta: finite real exponent. n: int >= 1.
@@ -225,9 +201,9 @@ def power_attention_peak(r: float, beta: float, n: int) -> float:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    rr = _real("r", r, positive=True)
-    b = _real("beta", beta)
-    n = _count("n", n)
+    rr = check_real("r", r, positive=True)
+    b = check_real("beta", beta)
+    n = check_int("n", n, 1)
     # r^beta/(r^beta + n - 1) = 1/(1 + (n-1) r^{-beta}), computed in logs to avoid overflow
     if n == 1:
         return 1.0
@@ -235,34 +211,17 @@ def power_attention_peak(r: float, beta: float, n: int) -> float:
 
 
 # -- derivation -------------------------------------------------------------------------------
-def derive(
-    *,
-    peak_lower_bound: Callable[[Any, Any], Any] | None = None,
-    peak_upper_bound: Callable[[Any, Any], Any] | None = None,
-    separating_n: int = 4,
-) -> Derivation:
-    """Build the D8 record.
-
-    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
-        peak_lower_bound: (n, gap) -> claimed bound A (e.g. ``1/(1 + (n-1) exp(+gap))``).
-        peak_upper_bound: (n, a) -> claimed bound B.
-        separating_n: claimed smallest n for the threshold-1/2 separation (correct: 4).
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _claim_bound_a(rec: Derivation, lower: Any) -> None:
+    """A. A gap Delta above all other scores bounds the softmax peak from below (tight)."""
     import sympy as sp
     from sympy.simplify.simplify import factor_sum
 
-    rec = Derivation("D8", "Why softmax separates what linear attention cannot (Deng, Song & Zhou)")
     n = sp.Symbol("n", integer=True, positive=True)
     j = sp.Symbol("j", integer=True, positive=True)
     gap = sp.Symbol("Delta", real=True)
     zs = sp.Symbol("z_star", real=True)
-    a = sp.Symbol("a", nonnegative=True)
     S = sp.Symbol("S", nonnegative=True)
-
-    lower = (peak_lower_bound or (lambda nn, g: 1 / (1 + (nn - 1) * sp.exp(-g))))(n, gap)
-    upper = (peak_upper_bound or (lambda nn, aa: sp.exp(aa) / (sp.exp(aa) + nn - 1)))(n, a)
-
-    # -- A --------------------------------------------------------------------------------------
     rec.statement["A"] = sp.Implies(
         sp.Symbol("z_{i*} >= z_j + Delta (j != i*)"), sp.Ge(sp.Symbol("softmax(z)_{i*}"), lower)
     )
@@ -297,7 +256,15 @@ def derive(
         detail="symbolic n >= 2",
     )
 
-    # -- B --------------------------------------------------------------------------------------
+
+def _claim_bound_b(rec: Derivation, upper: Any) -> None:
+    """B. Scores in [0, a] bound the softmax peak from above (tight at (a, 0, ..., 0))."""
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    n = sp.Symbol("n", integer=True, positive=True)
+    j = sp.Symbol("j", integer=True, positive=True)
+    a = sp.Symbol("a", nonnegative=True)
     x, c = sp.symbols("x c", positive=True)
     rec.statement["B"] = sp.Implies(
         sp.Symbol("z_j in [0, a] for all j"), sp.Le(sp.Symbol("max_i softmax(z)_i"), upper)
@@ -317,7 +284,11 @@ def derive(
         detail="symbolic n, a >= 0",
     )
 
-    # -- separation D_0 vs D_1 ----------------------------------------------------------------
+
+def _claim_separation(rec: Derivation, separating_n: int) -> None:
+    """D_0 = U[0,1]^n vs D_1: threshold 1/2 separates every sample iff n >= 4."""
+    import sympy as sp
+
     nn = sp.Symbol("n", positive=True)
     sup0 = sp.E / (sp.E + nn - 1)
     inf1 = 1 / (1 + (nn - 1) * sp.exp(-sp.log(3 * nn)))
@@ -370,7 +341,13 @@ def derive(
         detail="mpmath, 50 digits",
     )
 
-    # -- C: normalized linear attention ----------------------------------------------------------
+
+def _claim_linear_attention(rec: Derivation) -> None:
+    """C. Normalized linear attention: the peak bound -> 0; n-scaled thresholds separate."""
+    import sympy as sp
+
+    n = sp.Symbol("n", integer=True, positive=True)
+    S = sp.Symbol("S", nonnegative=True)
     m, M, D = sp.symbols("m M Delta_lin", positive=True)
     lin_up = (M + D) / ((n - 1) * m + M + D)
     rec.statement["C"] = sp.Le(sp.Symbol("lin peak"), lin_up)
@@ -410,7 +387,14 @@ def derive(
         detail="symbolic n, m, M, Delta; this construction is separable, with tau_n ~ 1/n",
     )
 
-    # -- D: scale (in)variance ------------------------------------------------------------------
+
+def _claim_scale(rec: Derivation) -> None:
+    """D. lin is scale-invariant; the softmax peak grows with the scale; power attention."""
+    import sympy as sp
+    from sympy.simplify.simplify import factor_sum
+
+    n = sp.Symbol("n", integer=True, positive=True)
+    j = sp.Symbol("j", integer=True, positive=True)
     cz = sp.Symbol("c", positive=True)
     z = sp.IndexedBase("z", positive=True)
     i = sp.Symbol("i", integer=True, positive=True)
@@ -455,6 +439,34 @@ def derive(
         ),
         detail="symbolic r, beta, z_0 > 0, n; limit at r = 2",
     )
+
+
+def derive(
+    *,
+    peak_lower_bound: Callable[[Any, Any], Any] | None = None,
+    peak_upper_bound: Callable[[Any, Any], Any] | None = None,
+    separating_n: int = 4,
+) -> Derivation:
+    """Build the D8 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        peak_lower_bound: (n, gap) -> claimed bound A (e.g. ``1/(1 + (n-1) exp(+gap))``).
+        peak_upper_bound: (n, a) -> claimed bound B.
+        separating_n: claimed smallest n for the threshold-1/2 separation (correct: 4).
+    """
+    import sympy as sp
+
+    rec = Derivation("D8", "Why softmax separates what linear attention cannot (Deng, Song & Zhou)")
+    n = sp.Symbol("n", integer=True, positive=True)
+    gap = sp.Symbol("Delta", real=True)
+    a = sp.Symbol("a", nonnegative=True)
+    lower = (peak_lower_bound or (lambda nn, g: 1 / (1 + (nn - 1) * sp.exp(-g))))(n, gap)
+    upper = (peak_upper_bound or (lambda nn, aa: sp.exp(aa) / (sp.exp(aa) + nn - 1)))(n, a)
+    _claim_bound_a(rec, lower)
+    _claim_bound_b(rec, upper)
+    _claim_separation(rec, separating_n)
+    _claim_linear_attention(rec)
+    _claim_scale(rec)
     rec.exports = [
         "softmax_peak_lower_bound",
         "softmax_peak_upper_bound",

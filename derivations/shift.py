@@ -1,4 +1,4 @@
-"""D6. Shift invariance and stabilization (THEORY.md D6).
+"""D6. Shift invariance and stabilization.
 
 Results derived here:
 
@@ -21,12 +21,12 @@ Numeric exports (plain Python; exact ``Fraction`` arithmetic for kappa_N, mpmath
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
 from derivations._record import Derivation, Status, main_for
+from derivations._validate import check_exact, check_order
 from derivations.feature_maps import taylor_coefficients
 
 #: orders checked exactly on instances (the general statements are proved for symbolic N)
@@ -34,35 +34,15 @@ INSTANCE_ORDERS = (1, 2, 3, 4, 5, 6)
 
 
 # -- input validation -------------------------------------------------------------------------
-def _check_order(name: str, order: object, *, allow_none: bool) -> int | None:
-    if order is None and allow_none:
-        return None
-    if isinstance(order, bool) or not isinstance(order, int):
-        what = "a non-negative int or None (exp)" if allow_none else "a non-negative int"
-        raise TypeError(f"{name}: expected {what}, got {type(order).__name__} {order!r}")
-    if order < 0:
-        raise ValueError(f"{name}: expected a non-negative int, got {order}")
-    return order
-
-
-def _exact(name: str, x: object) -> Fraction:
-    """A finite real number as an exact Fraction (floats are converted exactly)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)):
-        raise TypeError(f"{name}: expected a finite real number, got {type(x).__name__} {x!r}")
-    if isinstance(x, float) and not math.isfinite(x):
-        raise ValueError(f"{name}: expected a finite real number, got {x!r}")
-    return Fraction(x)
-
-
 def _scores(name: str, scores: object) -> list[Fraction]:
     if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence):
         raise TypeError(f"{name}: expected a sequence of finite reals, got {type(scores).__name__}")
-    return [_exact(f"{name}[{i}]", s) for i, s in enumerate(scores)]
+    return [check_exact(f"{name}[{i}]", s) for i, s in enumerate(scores)]
 
 
 # -- numeric exports --------------------------------------------------------------------------
 def taylor_kernel_value(order: int, x: int | float | Fraction) -> Fraction:
-    """kappa_N(x) = sum_{n<=N} x^n/n! evaluated exactly (THEORY.md D1, D6).
+    """kappa_N(x) = sum_{n<=N} x^n/n! evaluated exactly (D1, D6).
 
     Args:
         order: N >= 0.
@@ -74,8 +54,8 @@ def taylor_kernel_value(order: int, x: int | float | Fraction) -> Fraction:
     Raises:
         TypeError, ValueError: ``order`` not a non-negative int; ``x`` not a finite real.
     """
-    _check_order("order", order, allow_none=False)
-    xv = _exact("x", x)
+    check_order("order", order)
+    xv = check_exact("x", x)
     value, power = Fraction(0), Fraction(1)
     for coeff in taylor_coefficients(order):
         value += coeff * power
@@ -95,7 +75,7 @@ def kernel_weights(order: int | None, scores: Sequence[float]) -> list:
         TypeError, ValueError: bad ``order`` or ``scores``; ``ZeroDivisionError``-free:
         a vanishing kappa_N denominator (odd N) raises ``ValueError``.
     """
-    _check_order("order", order, allow_none=True)
+    check_order("order", order, allow_none=True)
     xs = _scores("scores", scores)
     if not xs:
         raise ValueError("scores: expected at least one score, got an empty sequence")
@@ -111,7 +91,7 @@ def kernel_weights(order: int | None, scores: Sequence[float]) -> list:
     if total == 0:
         raise ValueError(
             f"scores: the kappa_{order} denominator vanishes exactly for scores {list(scores)!r} "
-            "(odd orders can cancel, THEORY.md D4)"
+            "(odd orders can cancel, D4)"
         )
     return [v / total for v in vals]
 
@@ -131,7 +111,7 @@ def taylor_shift_gap(
     Raises:
         TypeError, ValueError: bad arguments, or a vanishing denominator before or after the shift.
     """
-    a = _exact("shift", shift)
+    a = check_exact("shift", shift)
     xs = _scores("scores", scores)
     before = kernel_weights(order, xs)
     after = kernel_weights(order, [x + a for x in xs])
@@ -146,7 +126,7 @@ def sentinel_leak_weight(
     The masked key's score is replaced by ``sentinel`` (e.g. -1e4 or the dtype's lowest finite
     value) and the visible keys keep ``scores``; the returned value is the masked key's
     normalized weight kappa(sentinel) / (kappa(sentinel) + sum_s kappa(scores_s)). A correct
-    mask gives exactly 0; THEORY.md D6 derives that every finite sentinel gives a non-zero
+    mask gives exactly 0; D6 derives that every finite sentinel gives a non-zero
     weight (for exp: > 0 always, -> 1 as the visible scores drop below the sentinel; for
     kappa_N, N >= 1: -> 1 as the sentinel -> -oo).
 
@@ -162,7 +142,7 @@ def sentinel_leak_weight(
     Raises:
         TypeError, ValueError: bad arguments, or a kappa_N denominator that vanishes exactly.
     """
-    s = _exact("sentinel", sentinel)
+    s = check_exact("sentinel", sentinel)
     xs = _scores("scores", scores)
     weights = kernel_weights(order, [s, *xs])
     w = weights[0]
@@ -179,24 +159,11 @@ def _kappa_poly(order: int, x: Any) -> Any:
     )
 
 
-def derive(
-    *,
-    claim_shift_invariant_order: int | None = None,
-    claim_sentinel_masks: bool = False,
-    softmax_kernel: Callable[[Any], Any] | None = None,
-) -> Derivation:
-    """Build the D6 record.
-
-    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
-        claim_shift_invariant_order: also claim kappa_N (this N) is shift-invariant.
-        claim_sentinel_masks: also claim an additive finite sentinel gives zero weight (exp).
-        softmax_kernel: replace exp in the shift-invariance proof (e.g. ``lambda x: x**2``).
-    """
+# -- the record, one function per claim group ----------------------------------------------------
+def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
+    """A. softmax(x + a 1) = softmax(x) for a symbolic row (kern = exp unless injected)."""
     import sympy as sp
     from sympy.simplify.simplify import factor_sum
-
-    rec = Derivation("D6", "Shift invariance and stabilization")
-    kern = softmax_kernel if softmax_kernel is not None else sp.exp
 
     n = sp.Symbol("n", integer=True, positive=True)
     i, j = sp.symbols("i j", integer=True, positive=True)
@@ -211,7 +178,6 @@ def derive(
             ),
         )
 
-    # -- A. softmax is shift invariant --------------------------------------------------------
     w_shift = kern(x[i] + a) / sp.Sum(kern(x[j] + a), (j, 1, n))
     w = kern(x[i]) / sp.Sum(kern(x[j]), (j, 1, n))
     rec.statement["softmax shift invariance"] = sp.Eq(w_shift, w)
@@ -231,9 +197,12 @@ def derive(
         "arithmetic; in floating point it only changes rounding (D10)."
     )
 
-    # -- B. kappa_N is not shift invariant ------------------------------------------------------
+
+def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
+    """B. kappa_N(x + a) is no constant multiple of kappa_N(x); two-key weights change."""
+    import sympy as sp
+
     N = sp.Symbol("N", integer=True, positive=True)
-    xs = sp.Symbol("x", real=True)
     anz = sp.Symbol("a", real=True, nonzero=True)
     # binomial theorem: the x^k coefficient of (x+a)^m/m! is C(m, k) a^(m-k) / m!
     lead = sp.binomial(N, N) / sp.factorial(N)
@@ -288,6 +257,14 @@ def derive(
         detail="symbolic N >= 1; a row with more keys reduces to the ratio of two weights",
     )
 
+
+def _claim_shift_instances(rec: Derivation) -> None:
+    """kappa_N(x+a) - kappa_N(x) on instances, and exact two-key counterexamples (table)."""
+    import sympy as sp
+
+    a = sp.Symbol("a", real=True)
+    xs = sp.Symbol("x", real=True)
+
     def poly_instances() -> bool:
         for order in INSTANCE_ORDERS:
             diff = sp.Poly(sp.expand(_kappa_poly(order, xs + a) - _kappa_poly(order, xs)), xs)
@@ -324,22 +301,31 @@ def derive(
         ["N", "scores", "shift a", "w_0 before", "w_0 after"],
         rows,
     )
-    if claim_shift_invariant_order is not None:
-        order = claim_shift_invariant_order
-        y1, y2 = sp.symbols("y1 y2", real=True)
 
-        def wrong() -> Any:
-            k1, k2 = _kappa_poly(order, y1), _kappa_poly(order, y2)
-            k1a, k2a = _kappa_poly(order, y1 + a), _kappa_poly(order, y2 + a)
-            return sp.simplify(k1a / (k1a + k2a) - k1 / (k1 + k2)) == 0
 
-        rec.check(
-            f"(injected) kappa_{order} weights are shift-invariant",
-            wrong,
-            detail="symbolic two-key row",
-        )
+def _claim_injected_shift_invariance(rec: Derivation, order: int) -> None:
+    """(Wrong statement, injected by the tests) kappa_N weights are shift-invariant."""
+    import sympy as sp
 
-    # -- C. masking: a finite sentinel is not a mask ----------------------------------------
+    a = sp.Symbol("a", real=True)
+    y1, y2 = sp.symbols("y1 y2", real=True)
+
+    def wrong() -> Any:
+        k1, k2 = _kappa_poly(order, y1), _kappa_poly(order, y2)
+        k1a, k2a = _kappa_poly(order, y1 + a), _kappa_poly(order, y2 + a)
+        return sp.simplify(k1a / (k1a + k2a) - k1 / (k1 + k2)) == 0
+
+    rec.check(
+        f"(injected) kappa_{order} weights are shift-invariant",
+        wrong,
+        detail="symbolic two-key row",
+    )
+
+
+def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
+    """C. An additive finite sentinel leaks weight under exp (-> 1 for low visible scores)."""
+    import sympy as sp
+
     M = sp.Symbol("M", positive=True)
     S = sp.Symbol("S", positive=True)  # sum of the visible kernel values (exp: > 0)
     b = sp.Symbol("b", positive=True)
@@ -376,6 +362,14 @@ def derive(
             lambda: sp.simplify(leak) == 0,
             detail="symbolic M, S",
         )
+
+
+def _claim_kappa_sentinel(rec: Derivation) -> None:
+    """|kappa_N(-M)| -> oo, so the masked key takes weight -> 1 as the sentinel -> -oo."""
+    import sympy as sp
+
+    N = sp.Symbol("N", integer=True, positive=True)
+    M = sp.Symbol("M", positive=True)
     lower = M ** (N - 1) * (M / sp.factorial(N) - sp.E)
     rec.step(
         "kappa_N at a sentinel -M, N >= 1, M >= 1: |kappa_N(-M)| >= M^N/N! - sum_{n<N} M^n/n! "
@@ -404,6 +398,13 @@ def derive(
         lambda: sp.limit(wk, Kv, sp.oo) == 1 and sp.limit(wk, Kv, -sp.oo) == 1,
         detail="symbolic K, S",
     )
+
+
+def _claim_sentinel_instances(rec: Derivation) -> None:
+    """Finite sentinels on instances (table), the odd-N roots, and float32's lowest value."""
+    import sympy as sp
+
+    xs = sp.Symbol("x", real=True)
     leak_rows: list[list[Any]] = []
 
     def sentinel_instances() -> bool:
@@ -451,6 +452,13 @@ def derive(
         "~ 5.8e76 overflows to inf and the weights become inf/inf = NaN."
     )
 
+
+def _claim_negative_infinity(rec: Derivation) -> None:
+    """An additive -inf masks exp exactly but sends kappa_N to +-inf (NaN weights)."""
+    import sympy as sp
+
+    xs = sp.Symbol("x", real=True)
+
     def neg_inf_limits() -> bool:
         return (
             all(
@@ -467,7 +475,12 @@ def derive(
         status=Status.VERIFIED,
         detail=f"N in {INSTANCE_ORDERS}",
     )
-    # correct masking: select, never add
+
+
+def _claim_select_mask(rec: Derivation) -> None:
+    """Correct masking selects (where(mask, kappa, 0)), never adds."""
+    import sympy as sp
+
     x1, x2, x3 = sp.symbols("x1 x2 x3", real=True)
     mask = (1, 1, 0)
 
@@ -489,6 +502,37 @@ def derive(
         status=Status.VERIFIED,
         detail="3 keys, mask (1, 1, 0), kernels exp, kappa_2, kappa_3",
     )
+
+
+def derive(
+    *,
+    claim_shift_invariant_order: int | None = None,
+    claim_sentinel_masks: bool = False,
+    softmax_kernel: Callable[[Any], Any] | None = None,
+) -> Derivation:
+    """Build the D6 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        claim_shift_invariant_order: also claim kappa_N (this N) is shift-invariant.
+        claim_sentinel_masks: also claim an additive finite sentinel gives zero weight (exp).
+        softmax_kernel: replace exp in the shift-invariance proof (e.g. ``lambda x: x**2``).
+    """
+    import sympy as sp
+
+    rec = Derivation("D6", "Shift invariance and stabilization")
+    # A. softmax is shift invariant
+    _claim_softmax_shift(rec, softmax_kernel if softmax_kernel is not None else sp.exp)
+    # B. kappa_N is not shift invariant
+    _claim_kappa_not_shift_invariant(rec)
+    _claim_shift_instances(rec)
+    if claim_shift_invariant_order is not None:
+        _claim_injected_shift_invariance(rec, claim_shift_invariant_order)
+    # C. masking: a finite sentinel is not a mask
+    _claim_exp_sentinel(rec, claim_sentinel_masks)
+    _claim_kappa_sentinel(rec)
+    _claim_sentinel_instances(rec)
+    _claim_negative_infinity(rec)
+    _claim_select_mask(rec)
     rec.exports = [
         "taylor_kernel_value",
         "kernel_weights",

@@ -33,6 +33,15 @@ from derivations._validate import check_exact_or_mpf, check_order
 _GUARD = 20
 
 
+# -- validation and number types ------------------------------------------------------------------
+def _positive_level(name: str, x: object) -> Fraction:
+    """A relative error level > 0 (finite real, or mpf) as an exact Fraction."""
+    xv, _ = check_exact_or_mpf(name, x)
+    if xv <= 0:
+        raise ValueError(f"{name}: expected a positive relative error level, got {x!r}")
+    return xv
+
+
 def _target_prec(kind: str) -> int:
     import mpmath
 
@@ -251,9 +260,7 @@ def informative_radius(order: int, target: float = 0.5) -> float:
         TypeError, ValueError: bad ``order``; ``target`` not a finite real > 0.
     """
     check_order("order", order)
-    tv, _ = check_exact_or_mpf("target", target)
-    if tv <= 0:
-        raise ValueError(f"target: expected a positive relative error level, got {target!r}")
+    tv = _positive_level("target", target)
 
     def below(r: float) -> bool:
         return _delta_mp(order, Fraction(r), 80) < _to_mpf(tv, 120)
@@ -284,9 +291,7 @@ def first_order_below(x, level: float = 1.0, *, max_order: int = 100_000) -> int
     import mpmath
 
     xv, _ = check_exact_or_mpf("x", x)
-    lv, _ = check_exact_or_mpf("level", level)
-    if lv <= 0:
-        raise ValueError(f"level: expected a positive relative error level, got {level!r}")
+    lv = _positive_level("level", level)
     check_order("max_order", max_order)
     # absolute error of g = 1 - K e^{-x} is ~ (4 + |x|) (1 + level) 2^-W near |g| = level
     work = 64 + _bits((1 + lv) / lv) + _bits(xv) + 2

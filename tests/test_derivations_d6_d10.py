@@ -2,7 +2,7 @@
 
 Every expected value here is computed independently of the code under test: mpmath at high
 precision, exact fractions, numpy/torch arithmetic, brute force, or Monte Carlo with a stated
-Chebyshev confidence. Tolerances name their source (THEORY.md D10 error model or a derivation).
+Chebyshev confidence. Tolerances name their source (the D10 error model or a derivation).
 """
 
 from __future__ import annotations
@@ -817,7 +817,7 @@ def test_softmax_attention_within_composed_bound(low):
             err = abs(float(mpmath.mpf(float(o_hat[t, j])) - row[j]))
             assert err <= bound, (t, j, err, bound)
             worst = max(worst, err / bound)
-    assert worst > 1e-6  # THEORY.md D10: a bound never approached within 1e-6 is loose
+    assert worst > 1e-6  # D10 error model: a bound never approached within 1e-6 is loose
 
 
 def test_taylor3_parallel_within_composed_bound():
