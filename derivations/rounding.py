@@ -191,9 +191,20 @@ def underflow_abs_error(dtype_name: str) -> float:
     Raises:
         TypeError, ValueError: unknown dtype name.
     """
+    return 2.0 ** underflow_abs_error_log2(dtype_name)
+
+
+def underflow_abs_error_log2(dtype_name: str) -> int:
+    """log2 of :func:`underflow_abs_error`: emin - p (fp64 -1075, fp32 -150, fp16 -25,
+    bf16 -134). For float64, 2^-1075 itself is below the smallest subnormal and rounds to 0 as a
+    Python float; a caller that scales it (e.g. by e^m) works with this exponent instead.
+
+    Raises:
+        TypeError, ValueError: unknown dtype name.
+    """
     total, exponent = FORMATS[_dtype("dtype_name", dtype_name)]
     emin = 2 - 2 ** (exponent - 1)
-    return 2.0 ** (emin - precision_bits(dtype_name))
+    return emin - precision_bits(dtype_name)
 
 
 def largest_finite(dtype_name: str) -> float:

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from verify.properties.base import RunContext, run_property
-
-#: seconds of shrinking after a failure (the faulty twins only need a counterexample)
-SHRINK_BUDGET = 2.0
+from verify.properties.base import SHRINK_DRAWS, RunContext, run_property
 
 
 def checks(examples: int) -> SimpleNamespace:
-    def ctx(dtype="float64", n=examples, shrink_budget=None):
-        return RunContext(dtype=dtype, max_examples=n, shrink_budget=shrink_budget)
+    def ctx(dtype="float64", n=examples, shrink_draws=SHRINK_DRAWS):
+        return RunContext(dtype=dtype, max_examples=n, shrink_draws=shrink_draws)
 
     def assert_pass(prop, variant, dtype="float64", n=examples):
         res = run_property(prop, variant, ctx(dtype, n))
@@ -27,7 +24,7 @@ def checks(examples: int) -> SimpleNamespace:
         return res
 
     def assert_fail(prop, variant, dtype="float64", n=examples):
-        res = run_property(prop, variant, ctx(dtype, n, SHRINK_BUDGET))
+        res = run_property(prop, variant, ctx(dtype, n))
         assert res.status == "fail", (prop.id, variant.name, res.status, res.reason)
         assert res.counterexample, "a failure must come with a counterexample"
         assert res.snippet

@@ -345,3 +345,37 @@ def test_bound_covers_subnormal_weights(r):
     assert bool((err <= bound).all()), (float(err.max()), float(bound.max()))
     if r >= 100:  # e^{-r} subnormal in float32: the error is far beyond any relative bound
         assert float(err.max()) > 1e3 * U[torch.float32] * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("denominator", ["none", "count"])
+def test_bound_covers_shifted_weights_underflowing_before_the_scale_back(denominator, monkeypatch):
+    """Unnormalized float64 softmax (``none``, ``count``) computes e^{x - m} and scales back by
+    e^m (D6). With scores 500 and -400 the second shifted weight e^{-900} underflows to 0, so the
+    output e^{-400} v_1 (about 5e-174) comes back as 0: a 100 % relative error that only the
+    underflow term scaled to the output's units (eta e^m, ``errors._terms``) covers. Without the
+    e^m factor the bound is violated."""
+    from verify.attention import softmax_attention
+
+    q = torch.tensor([[[[1.0]]]], dtype=torch.float64)
+    k = torch.tensor([[[[500.0], [-400.0]]]], dtype=torch.float64)
+    v = torch.tensor([[[[0.0], [1.0]]]], dtype=torch.float64)
+    out = softmax_attention(q, k, v, scale=1.0, denominator=denominator)
+    exact = softmax_reference(q, k, v, scale=1.0, denominator=denominator)
+    ref, bound = oracle_bound(
+        "exp", exact, q, k, v, dtype=torch.float64, scale=1.0, denominator=denominator
+    )
+    err = (out.double() - ref).abs()
+    assert float(err.max()) > 0.5 * float(np.abs(ref).max()) > 0  # the weight was lost
+    assert bool((err <= bound).all()), (float(err.max()), float(bound.max()))
+
+    terms = errors._terms
+
+    def unscaled(*args, **kwargs):
+        *rest, uf_scale = terms(*args, **kwargs)
+        return (*rest, np.ones_like(uf_scale))
+
+    monkeypatch.setattr(errors, "_terms", unscaled)
+    _, naive = oracle_bound(
+        "exp", exact, q, k, v, dtype=torch.float64, scale=1.0, denominator=denominator
+    )
+    assert not bool((err <= naive).all())

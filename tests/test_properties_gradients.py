@@ -156,7 +156,7 @@ def test_gradcheck_still_fails_a_wrong_gradient_beside_a_kink():
 
 
 def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
-    res = run(G.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=25, shrink_budget=2)
+    res = run(G.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=25)
     assert res.status == "fail" and res.counterexample
     assert "dk" in res.reason and "calibrated" in res.reason
     assert res.max_ratio > 1e6
@@ -194,13 +194,13 @@ def test_detached_key_sum_at_the_faults_trigger_scale():
 
 
 def test_detached_key_sum_fails_gradcheck():
-    res = run(G.GRADCHECK, fv.fault05_key_sum_detached, n=25, shrink_budget=2)
+    res = run(G.GRADCHECK, fv.fault05_key_sum_detached, n=25)
     assert res.status == "fail" and res.counterexample
     assert "analytic" in res.reason and "numeric" in res.reason
 
 
 def test_fused_backward_without_delta_fails_single_key_and_shrinks():
-    res = run(G.SINGLE_KEY_GRADIENTS, fv.fault12_single_key_dq, n=25, shrink_budget=3)
+    res = run(G.SINGLE_KEY_GRADIENTS, fv.fault12_single_key_dq, n=25)
     assert res.status == "fail"
     assert "one key, exact" in res.reason
     assert "S=1" in res.counterexample
@@ -208,12 +208,12 @@ def test_fused_backward_without_delta_fails_single_key_and_shrinks():
 
 
 def test_nan_rows_fail_empty_row_gradients(no_shrink):
-    res = run(G.EMPTY_ROW_GRADIENTS, fv.fault08_masked_rows_nan, n=25, shrink_budget=2)
+    res = run(G.EMPTY_ROW_GRADIENTS, fv.fault08_masked_rows_nan, n=25)
     assert res.status == "fail" and "NaN" in res.reason
 
 
 def test_sentinel_leak_fails_masked_key_gradients(no_shrink):
-    res = run(G.MASKED_KEY_GRADIENTS, fv.fault08_sentinel_leak, n=25, shrink_budget=2)
+    res = run(G.MASKED_KEY_GRADIENTS, fv.fault08_sentinel_leak, n=25)
     assert res.status == "fail" and "exactly 0" in res.reason
 
 
@@ -227,7 +227,7 @@ def _no_grad_forward(q, k, v, *, causal):
 def test_non_differentiable_forward_fails_with_the_reason(no_shrink):
     v = AttentionVariant(name="no-grad", forward=_no_grad_forward, kernel="softmax")
     for prop in (G.GRADCHECK, G.GRADIENTS_VS_REFERENCE):
-        res = run(prop, v, n=3, shrink_budget=1)
+        res = run(prop, v, n=3)
         assert res.status == "fail"
         assert "is the forward differentiable?" in res.reason
 

@@ -49,7 +49,7 @@ def test_dtype_agreement_passes(name, dtype):
 
 
 def test_fp16_normalizer_fails_dtype_agreement():
-    res = run(P.DTYPE_AGREEMENT, fv.fault11_fp16_normalizer, "float16", shrink_budget=0)
+    res = run(P.DTYPE_AGREEMENT, fv.fault11_fp16_normalizer, "float16")
     assert res.status == "fail", res.reason
     assert "bound" in res.reason and res.max_ratio > 1
     assert "long_inputs(" in res.snippet
@@ -193,7 +193,7 @@ def test_device_agreement_fails_on_a_cuda_precision_drop():
     v = AttentionVariant(
         name="cuda-bf16", forward=_cuda_drops_precision, kernel="softmax", devices=("cpu", "cuda")
     )
-    res = run(P.DEVICE_AGREEMENT, v, "float32", n=8, shrink_budget=0)
+    res = run(P.DEVICE_AGREEMENT, v, "float32", n=8)
     assert res.status == "fail" and "cuda-cpu" in res.reason
 
 

@@ -17,7 +17,7 @@ import os
 import re
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from verify.spec.target import TargetError, apply_claims, as_variant, load_spec  # noqa: F401
@@ -26,10 +26,6 @@ from verify.spec.variant import AttentionVariant
 SCHEMA = "attn-theory/check/v1"
 DEFAULT_DTYPES = ("float64", "float32")
 DEFAULT_TIMEOUT = 60.0  # seconds per property (watchdog)
-#: candidate examples hypothesis may draw after a property's first failure before shrinking
-#: stops (a count, not seconds: the same minimal input on every run, and a bounded cost when
-#: drawing or checking an example is slow)
-SHRINK_DRAWS = 25
 
 
 # -- results --------------------------------------------------------------------------------
@@ -168,14 +164,9 @@ def run_one(
             reason=f"the variant does not claim {dtype}",
         )
     else:
-        ctx = RunContext(
-            dtype=dtype, device=device, max_examples=max_examples, seed=seed, shrink_budget=None
-        )
-        capped, rec = _shrink_capped(prop, SHRINK_DRAWS)
+        ctx = RunContext(dtype=dtype, device=device, max_examples=max_examples, seed=seed)
         try:
-            res = run_property(capped, variant, ctx)
-        except _ShrinkStop:
-            res = _stopped_result(prop, rec, dtype, device)
+            res = run_property(prop, variant, ctx)
         except Exception as exc:  # the runner itself must never take the battery down
             res = PropertyResult(
                 property_id=prop.id,
@@ -190,70 +181,6 @@ def run_one(
     out = res.to_json()
     out["faults"] = list(prop.faults)
     return out
-
-
-class _ShrinkStop(BaseException):
-    """Raised from the example strategy once the shrink budget of draws is spent (a
-    BaseException, so hypothesis and run_property let it through)."""
-
-
-def _shrink_capped(prop, draws: int):
-    """``prop`` whose shrinking stops after ``draws`` candidates drawn after the first failure,
-    and the record of its latest failure (the shrinker only accepts simpler failing inputs)."""
-    from verify.properties.base import _fail_message
-    from verify.spec.results import VariantError
-
-    rec: dict[str, Any] = {"failed": False, "draws": 0, "ok": 0, "example": None, "obs": None}
-
-    def count(example):
-        if rec["failed"]:
-            rec["draws"] += 1
-            if rec["draws"] > draws:
-                raise _ShrinkStop
-        return example
-
-    def examples(variant, ctx):
-        return prop.examples(variant, ctx).map(count)
-
-    def check(variant, example, ctx):
-        try:
-            result = prop.check(variant, example, ctx)
-        except VariantError as exc:
-            rec.update(failed=True, example=example, obs=None, msg=str(exc))
-            raise
-        worst = max(result if isinstance(result, list) else [result], key=lambda o: o.ratio)
-        if worst.ratio > 1.0:
-            rec.update(failed=True, example=example, obs=worst, msg=_fail_message(worst))
-        elif not rec["failed"]:
-            rec["ok"] += 1
-        return result
-
-    return replace(prop, examples=examples, check=check), rec
-
-
-def _stopped_result(prop, rec: dict[str, Any], dtype: str, device: str):
-    """The failure recorded by :func:`_shrink_capped` as a PropertyResult."""
-    from verify.spec.results import PropertyResult
-
-    example, obs = rec["example"], rec["obs"]
-    res = PropertyResult(
-        property_id=prop.id,
-        derivation=prop.derivation,
-        statement=prop.statement,
-        status="fail",
-        dtype=dtype,
-        device=device,
-        examples=rec["ok"] + 1,
-        reason=f"{rec['msg']} [shrinking stopped after {SHRINK_DRAWS} candidates]",
-        counterexample=repr(example),
-        snippet=example.snippet() if hasattr(example, "snippet") else "",
-    )
-    if obs is not None:
-        res.max_ratio = obs.ratio
-        res.observed = float(obs.observed)
-        res.bound = float(obs.bound)
-        res.bound_kind = obs.kind
-    return res
 
 
 def _worker(conn, loader, claims, jobs, device, max_examples, seed, profile) -> None:

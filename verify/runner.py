@@ -15,6 +15,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from verify.properties.base import SHRINK_DRAWS
+
 FULL_DTYPES = ("float64", "float32")
 LOW_DTYPES = ("bfloat16", "float16")
 
@@ -28,7 +30,7 @@ class Job:
     profile: str
     max_examples: int | None
     seed: int
-    shrink_budget: float | None = 20.0
+    shrink_draws: int | None = SHRINK_DRAWS
 
 
 def plan(
@@ -85,7 +87,7 @@ def run_job(job: Job):
         device=job.device,
         max_examples=job.max_examples,
         seed=job.seed,
-        shrink_budget=job.shrink_budget,
+        shrink_draws=job.shrink_draws,
     )
     if job.dtype not in variant.dtypes:
         from verify.spec.results import PropertyResult
@@ -103,16 +105,16 @@ def run_job(job: Job):
     return job, run_property(get(job.property_id), variant, ctx)
 
 
-def run_all(jobs: list[Job], *, workers: int = 1, progress=None, shrink_budget="job") -> list:
+def run_all(jobs: list[Job], *, workers: int = 1, progress=None, shrink_draws="job") -> list:
     """Run ``jobs`` (in worker processes when ``workers`` > 1); results in the jobs' order.
 
-    ``shrink_budget``: override every job's shrink budget (None: hypothesis' own limits, which
-    keeps shrinking deterministic for the reports); ``"job"`` keeps each job's own.
+    ``shrink_draws``: override every job's shrink budget (None: hypothesis' own limits);
+    ``"job"`` keeps each job's own.
     """
-    if shrink_budget != "job":
+    if shrink_draws != "job":
         from dataclasses import replace
 
-        jobs = [replace(j, shrink_budget=shrink_budget) for j in jobs]
+        jobs = [replace(j, shrink_draws=shrink_draws) for j in jobs]
     results = []
     if workers <= 1:
         for i, job in enumerate(jobs):

@@ -186,9 +186,13 @@ def _terms(
     projection: np.ndarray | None,
     shifted: bool,
 ):
-    """Per key: signed kernel w (float64), majorant W >= |w| (inflated) and the per-row
-    relative coefficients num_rel, den_rel (relative to A = sum W|v|, B = sum W)."""
+    """Per key: signed kernel w (float64), majorant W >= |w| (inflated), the per-row relative
+    coefficients num_rel, den_rel (relative to A = sum W|v|, B = sum W), a description, and the
+    per-row natural log (..., T) of the factor by which an absolute underflow error of a
+    computed weight reaches the output: m for exp weights computed shifted by the row maximum m
+    and scaled back by e^m (unnormalized modes, D6), 0 otherwise."""
     d = q.shape[-1]
+    uf_log = np.zeros(vis.shape[:-1])
     n_keys = np.maximum(vis.sum(-1), 1)  # (..., T)
     abs_dot = c * np.einsum("...ti,...si->...ts", np.abs(q), np.abs(k))
     abs_dot = _inflate(abs_dot, d + 2)
@@ -211,6 +215,8 @@ def _terms(
             vis,
         )
         if not shifted:  # unnormalized modes: w = e^{x - m} e^{m}: one more exp and a product
+            # a shifted weight that underflows (absolute error <= eta) is scaled back by e^m
+            uf_log[...] = m[..., 0]
             extra = d10.exp_relative_bound(0.0, u, exp_ulps)
             e_row = np.where(vis.any(-1), (1 + e_row) * (1 + extra) * (1 + u) - 1, 0.0)
             with np.errstate(over="ignore", invalid="ignore"):  # e^m past float64: inf bound
@@ -222,7 +228,7 @@ def _terms(
         den_rel = _vec(
             lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
         )
-        return w, W, num_rel, den_rel, "exp weights (shifted by the row maximum)"
+        return w, W, num_rel, den_rel, "exp weights (shifted by the row maximum)", uf_log
 
     if family in ("taylor", "taylor-features"):
         N = int(order)
@@ -241,7 +247,7 @@ def _terms(
         )
         if family == "taylor-features" or form in ("recurrent",):
             W = np.where(vis, W_feat, 0.0)
-            return w, W, feat_num, feat_den, f"kappa_{N} through {m} features"
+            return w, W, feat_num, feat_den, f"kappa_{N} through {m} features", uf_log
         # parallel: kappa_N(x_hat) by a polynomial scheme (the worst of the three);
         # W_par = ``taylor_weight_majorant(N, |x|, e_x)`` = kappa_N(|x| + e_x)
         W_par = _inflate(_kappa(N, np.abs(x) + e_x), 2 * N + 2)
@@ -264,7 +270,7 @@ def _terms(
         )
         if form == "parallel":
             W = np.where(vis, W_par, 0.0)
-            return w, W, par_num, par_den, f"kappa_{N} evaluated on scores"
+            return w, W, par_num, par_den, f"kappa_{N} evaluated on scores", uf_log
         # chunked or unknown: each key is charged the larger of the two per-key errors
         W = np.where(vis, np.maximum(W_par, W_feat), 0.0)
         return (
@@ -273,6 +279,7 @@ def _terms(
             np.maximum(par_num, feat_num),
             np.maximum(par_den, feat_den),
             f"kappa_{N}: the larger of the score and {m}-feature evaluations per key",
+            uf_log,
         )
 
     # kernel linear attention with an elementwise map or FAVOR+
@@ -323,12 +330,12 @@ def _terms(
         )
         if not math.isfinite(e_phi):  # an exponent too large for a finite bound
             inf = np.full(vis.shape[:-1], math.inf)
-            return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite"
+            return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite", uf_log
     else:  # pragma: no cover - _parse_kernel rejects
         raise ValueError(f"kernel: unknown feature map {fmap!r}")
     num_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
     den_rel = _vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
-    return w, W, num_rel, den_rel, f"{fmap} features (m = {m})"
+    return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 
 
 #: headroom (in powers of two) kept above the smallest normal number for the products of a
@@ -467,7 +474,7 @@ def attention_error_bound(
     else:
         o_exact = None
     bound, cond, how = _core_bound(
-        u=d10.unit_roundoff(acc), eta=d10.underflow_abs_error(acc), o_abs=o_abs, **setup
+        u=d10.unit_roundoff(acc), eta_log2=d10.underflow_abs_error_log2(acc), o_abs=o_abs, **setup
     )
     desc = how
     n_vis = vis.sum(-1)
@@ -483,7 +490,7 @@ def attention_error_bound(
         if setup["family"] == "taylor-features":
             ref_setup["family"] = "taylor"
         ref, _, _ = _core_bound(
-            u=_U64, eta=d10.underflow_abs_error("float64"), o_abs=None, **ref_setup
+            u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None, **ref_setup
         )
         bound = bound + ref
         notes.append("includes the float64 reference's own bound (D10 recipe 6)")
@@ -648,7 +655,7 @@ def _output_majorant(
 ) -> np.ndarray:
     """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
     and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
-    w, W, _, _, _ = _terms(
+    w, W, _, _, _, _ = _terms(
         family,
         order,
         fmap,
@@ -682,7 +689,7 @@ def _output_majorant(
 def _core_bound(
     *,
     u,
-    eta,
+    eta_log2,
     o_abs,
     family,
     order,
@@ -707,9 +714,10 @@ def _core_bound(
     w_s v_sj may land in the subnormal range (e.g. the shifted exp weight e^{x - m} of a score
     far below the row maximum): an absolute error <= eta each (Higham eq. 2.8; additions of
     subnormals are exact), so N_tj and D_t carry n_t eta (|v|max + 1) and n_t eta more, and the
-    final division or normalization one more eta.
+    final division or normalization one more eta. Exp weights computed shifted by the row
+    maximum m and scaled back by e^m (the unnormalized modes, D6) carry their eta times e^m.
     """
-    w, W, num_rel, den_rel, how = _terms(
+    w, W, num_rel, den_rel, how, uf_log = _terms(
         family,
         order,
         fmap,
@@ -737,8 +745,13 @@ def _core_bound(
     cond = float(np.max(np.where(n_vis == 0, 1.0, cond_rows), initial=1.0))
     div_rel = d10.division_relative_bound(u, div_ulps)
     vmax = np.max(np.abs(v), axis=-2, keepdims=True)  # (..., 1, d_v)
-    uf_N = n_vis[..., None] * eta * (vmax + 1.0)  # subnormal results (see the docstring)
-    uf_D = n_vis * eta
+    # (..., T): eta in the output's units (see _terms); from log2(eta), which for float64
+    # (2^-1075) is below the smallest subnormal and would round to 0 before the scaling
+    eta = 2.0**eta_log2
+    with np.errstate(over="ignore", under="ignore"):
+        eta_rows = np.exp(uf_log + math.log(2.0) * eta_log2)
+    uf_N = (n_vis * eta_rows)[..., None] * (vmax + 1.0)  # subnormal results (see the docstring)
+    uf_D = n_vis * eta_rows
     if o_abs is None:
         o_abs = _output_majorant(
             family=family,

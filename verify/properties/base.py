@@ -9,8 +9,8 @@ hypothesis shrink the failure to a minimal counterexample and returns a :class:`
 
 from __future__ import annotations
 
-import time
 import traceback
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +52,15 @@ class Property:
     low_precision: bool = False
 
 
+#: the shrink policy of every run (``RunContext.shrink_draws``)
+SHRINK_DRAWS = 25
+
+
+class _ShrinkStop(BaseException):
+    """Raised once the shrink budget of candidates is spent (a BaseException, so hypothesis lets
+    it through)."""
+
+
 @dataclass
 class RunContext:
     """Where and how a property runs: dtype name, device, example budget, seed."""
@@ -60,9 +69,11 @@ class RunContext:
     device: str = "cpu"
     max_examples: int | None = None  # None: the loaded hypothesis profile decides
     seed: int = 0
-    #: seconds of shrinking after the first failure; then only already-failing examples are
-    #: re-run (the minimal one found so far is reported). None: hypothesis' own limits.
-    shrink_budget: float | None = 20.0
+    #: candidate examples hypothesis may run after a property's first failure before shrinking
+    #: stops and the latest (simplest so far) failure is reported: a count, not seconds, so the
+    #: same minimal input on every run and a bounded cost when one example is slow. None:
+    #: hypothesis' own limits.
+    shrink_draws: int | None = SHRINK_DRAWS
 
     @property
     def torch_dtype(self):
@@ -74,6 +85,7 @@ class RunContext:
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant."""
     from hypothesis import given, settings
+    from hypothesis import seed as hypothesis_seed
 
     base = dict(
         property_id=prop.id,
@@ -91,30 +103,23 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         return PropertyResult(status="skip", reason=reason, **base)
 
     observations: list[Observation] = []
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"draws": 0}
 
     def one(example: Any) -> None:
-        if ctx.shrink_budget is not None and "first_failure" in state:
-            key = hash(repr(example))
-            if time.monotonic() - state["first_failure"] > ctx.shrink_budget:
-                if key in state.get("rejected_keys", ()):  # replay as rejected (no Flaky)
-                    from hypothesis import assume
-
-                    assume(False)
-                if key not in state["failing_keys"]:
-                    return  # shrink budget spent: stop exploring new candidates
+        if "failure" in state:  # shrinking: count the candidates run after the first failure
+            state["draws"] += 1
+            if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
+                raise _ShrinkStop
         try:
             result = prop.check(variant, example, ctx)
         except NotApplicable:
             from hypothesis import assume
 
-            if ctx.shrink_budget is not None:
-                state.setdefault("rejected_keys", set()).add(hash(repr(example)))
             assume(False)
             return
         except VariantError as exc:
+            state.setdefault("examples", len(observations) + 1)  # those run up to the failure
             state["failure"] = (example, None, str(exc))
-            _mark_failing(state, example)
             raise
         except Exception as exc:  # a bug in the catalogue, not in the variant: reported as such
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
@@ -122,11 +127,11 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             raise
         obs_list = result if isinstance(result, list) else [result]
         worst = max(obs_list, key=lambda o: o.ratio)
-        if "first_failure" not in state:  # examples before the first failure (not shrinking)
+        if "failure" not in state:  # examples before the first failure (not shrinking)
             observations.append(worst)
         if worst.ratio > 1.0:
+            state.setdefault("examples", len(observations))
             state["failure"] = (example, worst, _fail_message(worst))
-            _mark_failing(state, example)
             raise AssertionError(_fail_message(worst))
 
     overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False}
@@ -136,11 +141,18 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     if limit:
         overrides["max_examples"] = limit
     wrapped = settings(settings(), **overrides)(given(prop.examples(variant, ctx))(one))
+    if settings().derandomize:
+        # hypothesis would seed a derandomized run from a digest of ``one``'s source text, so a
+        # change to this runner would change every draw: seed from the property and the run's
+        # seed instead (the draws then depend only on the strategy, the id and the seed)
+        wrapped = hypothesis_seed(derandomized_seed(prop.id, ctx.seed))(wrapped)
 
     failed = False
     err_text = ""
     try:
         wrapped()
+    except _ShrinkStop:
+        return _stopped(ctx, state, base)
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
@@ -186,9 +198,30 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     return res
 
 
-def _mark_failing(state: dict[str, Any], example: Any) -> None:
-    state.setdefault("first_failure", time.monotonic())
-    state.setdefault("failing_keys", set()).add(hash(repr(example)))
+def derandomized_seed(property_id: str, seed: int) -> int:
+    """The hypothesis seed of a derandomized run: CRC-32 of the property id plus the run's seed
+    (stable across processes and Python versions, unlike ``hash``)."""
+    return zlib.crc32(property_id.encode()) + int(seed)
+
+
+def _stopped(ctx: RunContext, state: dict, base: dict) -> PropertyResult:
+    """The latest failure when the shrink budget ran out (the shrinker only accepts simpler
+    failing inputs, so it is the simplest found)."""
+    example, obs, msg = state["failure"]
+    res = PropertyResult(
+        status="fail",
+        examples=state["examples"],
+        reason=f"{msg} [shrinking stopped after {ctx.shrink_draws} candidates]",
+        counterexample=repr(example),
+        snippet=example.snippet() if hasattr(example, "snippet") else "",
+        **base,
+    )
+    if obs is not None:
+        res.max_ratio = obs.ratio
+        res.observed = float(obs.observed)
+        res.bound = float(obs.bound)
+        res.bound_kind = obs.kind
+    return res
 
 
 def _fail_message(obs: Observation) -> str:

@@ -55,7 +55,7 @@ def build(
             progress(f"  verification {i}/{n}")
 
     results = runner.run_all(
-        job_list, workers=jobs or os.cpu_count() or 1, progress=tick, shrink_budget=None
+        job_list, workers=jobs or os.cpu_count() or 1, progress=tick, shrink_draws=None
     )
     cells = []
     ratios_by_dtype: dict[str, list[float]] = {}
