@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from verify.properties.base import SHRINK_DRAWS, RunContext, run_property
+from verify.properties.support.base import SHRINK_DRAWS, RunContext, run_property
 
 
 def checks(examples: int) -> SimpleNamespace:

@@ -14,7 +14,7 @@ import faulty_variants as fv
 import pytest
 
 from verify.properties import catalogue
-from verify.properties.base import RunContext, run_property
+from verify.properties.support.base import RunContext, run_property
 
 #: (FAULTS.md number, faulty variant, property id, dtype, examples of the twin's run, words
 #: the failure reason must hold)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from verify import builtins as variants
 from verify.attention import state as st
 from verify.properties import forms as P
-from verify.properties.base import RunContext, run_property
+from verify.properties.support.base import RunContext, run_property
 from verify.spec.variant import AttentionVariant, StateAPI
 
 BUILTINS = ("taylor-2", "taylor-3", "linear-elu1")
@@ -202,8 +202,8 @@ def test_state_bounds_are_stated_for_each_kernel():
     """The state comparison has a finite, non-trivial bound for every built-in kernel."""
     import numpy as np
 
-    from verify.properties._common import Example
-    from verify.properties.base import RunContext as Ctx
+    from verify.properties.support.base import RunContext as Ctx
+    from verify.properties.support.common import Example
     from verify.strategies import AttentionInputs, Shape
 
     g = torch.Generator().manual_seed(0)
@@ -242,7 +242,7 @@ def _worst(obs):
 
 def test_faults_1_trigger_twelve_tokens_chunk_three():
     """T = 12, chunk 3, float32: agree on the first chunk, diverge after."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     ex = Example(_inputs(12, dtype=torch.float32), {"denominator": "sum"})
     ctx = RunContext(dtype="float32")
@@ -255,7 +255,7 @@ def test_faults_1_trigger_twelve_tokens_chunk_three():
 
 def test_faults_2_trigger_taylor2_five_tokens_chunk_64():
     """Taylor-2, T = 5, chunk 64: prefill of 4 tokens + one step against the forward."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     ex = Example(_inputs(5), {})
     assert _worst(P.STATE_STEP.check(_state_twin(_padded_prefill), ex, RunContext())).ratio > 1
@@ -264,7 +264,7 @@ def test_faults_2_trigger_taylor2_five_tokens_chunk_64():
 
 def test_faults_3_trigger_split_at_one():
     """Any T >= 2 split at s = 1: the running key sum must be carried."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     ex = Example(_inputs(2), {})
     obs = P.STATE_SPLIT_RESUME.check(_state_twin(_forgetful_prefill), ex, RunContext())

@@ -21,7 +21,7 @@ from verify import builtins as variants
 from verify.exact import errors, oracle
 from verify.exact.reference import reference_attention
 from verify.properties import gradients as G
-from verify.properties.base import RunContext, run_property
+from verify.properties.support.base import RunContext, run_property
 from verify.spec.variant import AttentionVariant
 
 
@@ -102,7 +102,7 @@ def test_gradcheck_needs_no_kernel_claim():
 def _kink_example(d: int):
     """relu's kink at q_0 = 0: relu'(0) = 0 in torch, central differences give 1/2. d = 1: every
     other gradient entry is 0; d = 2: the entries of q_1, k and v are non-zero."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
     from verify.strategies import AttentionInputs, Shape
 
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
@@ -176,7 +176,7 @@ def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
 def test_detached_key_sum_at_the_faults_trigger_scale():
     """FAULTS.md 5's trigger (B = 2, T = 64, H = 2, d = 8, positive q, k): the check fails on
     dk only, far outside the calibrated bound; the twin is within it."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
     from verify.strategies import AttentionInputs, Shape
 
     g = torch.Generator().manual_seed(0)

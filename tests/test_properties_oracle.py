@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from verify import builtins as variants
-from verify.properties.base import RunContext, run_property
 from verify.properties.oracle_checks import EDGE_CASES, ORACLE_AGREEMENT
+from verify.properties.support.base import RunContext, run_property
 from verify.spec.variant import AttentionVariant
 
 

@@ -16,7 +16,7 @@ import torch
 
 from verify import builtins as variants
 from verify.properties import precision as P
-from verify.properties.base import RunContext, run_property
+from verify.properties.support.base import RunContext, run_property
 from verify.spec.variant import AttentionVariant
 
 HAS_CUDA = torch.cuda.is_available()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from verify import builtins as variants
 from verify.attention import softmax_attention
 from verify.properties import structural as S
-from verify.properties.base import RunContext, run_property
+from verify.properties.support.base import RunContext, run_property
 from verify.spec.variant import AttentionVariant
 
 BUILTINS = ("taylor-2", "taylor-3", "softmax", "linear-elu1")
@@ -392,7 +392,7 @@ def _worst(obs):
 def test_faults_4_trigger_heads_one_length_two():
     """H = 1, T = 2: the key sum over heads is silent to head independence; with features
     identically one the denominator at t (1-based) must be m t (here m = d = 3)."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
     x = _inputs(1, 1, 2, 2, 3, 2, causal=True, zeros=True)
@@ -412,7 +412,7 @@ def test_faults_9_trigger_length_two():
     """T = 2, causal: output 0 must not change when token 1 changes (huge finite values)."""
     import numpy as np
 
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     twin = softmax_twin("flag-dropped", _softmax_fwd, forms={"parallel/fast": _flag_dropped})
     x = _inputs(1, 1, 2, 2, 2, 1, causal=True)
@@ -426,7 +426,7 @@ def test_faults_9_trigger_length_two():
 
 def test_faults_6_trigger_two_keys_one_dim():
     """T = 2, d = 1, positive features: v = 1 must give 1, not the denominator."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     twin = elu1_twin("times-d", _times_denominator)
     x = _inputs(1, 1, 2, 2, 1, 1, causal=False, positive=True)
@@ -437,7 +437,7 @@ def test_faults_6_trigger_two_keys_one_dim():
 
 def test_faults_7_trigger_one_query_two_keys():
     """T = 1, S = 2: top-left sees key 0 only, bottom-right sees both."""
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     x = _inputs(1, 1, 1, 2, 2, 2, causal=False)
     ex = Example(x, {"path": "forward"})

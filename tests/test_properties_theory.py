@@ -101,8 +101,8 @@ def test_truncation_within_d4_catches(bad):
 
 
 def test_truncation_outside_the_informative_range_does_not_apply():
-    from verify.properties._common import Example
     from verify.properties.kernel import make_inputs
+    from verify.properties.support.common import Example
 
     # scores up to 3 for kappa_2: delta_2(3) > 1/2, so the property makes no statement
     q = torch.tensor([[[[3.0], [-3.0]]]], dtype=torch.float64)

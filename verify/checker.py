@@ -149,7 +149,7 @@ def run_one(
 ) -> dict[str, Any]:
     """Run one property in this process; returns its JSON result (never raises)."""
     from verify.properties import get
-    from verify.properties.base import RunContext, run_property
+    from verify.properties.support.base import RunContext, run_property
     from verify.spec.results import PropertyResult
 
     prop = get(property_id)

@@ -1,6 +1,6 @@
 """Black-box probes: what an attention callable computes, read from its forward alone (issue 5).
 
-``probe(variant)`` calls ``variant.forward`` (through ``verify.properties._calls.call``, so an
+``probe(variant)`` calls ``variant.forward`` (through ``verify.properties.support.calls.call``, so an
 exception, NaN/inf, a wrong shape or dtype is recorded as a reason, never raised) on inputs built
 to expose one property at a time, and returns a :class:`ProbeReport`:
 
@@ -316,7 +316,7 @@ class _Runner:
         return x.to(self.tdtype).double()
 
     def out(self, q, k, v, causal: bool, allow_nonfinite: bool = False) -> np.ndarray:
-        from verify.properties._calls import call
+        from verify.properties.support.calls import call
 
         flag = self.flag_map.get(causal, causal)
         o = call(
@@ -916,7 +916,7 @@ def _probe_determinism(run: _Runner, report: ProbeReport, T: int, causal: bool) 
 def _probe_dtypes(run: _Runner, report: ProbeReport, T: int, causal: bool) -> None:
     import torch
 
-    from verify.properties._calls import call
+    from verify.properties.support.calls import call
 
     q, k, v = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(3))
     for name in PROBE_DTYPES:

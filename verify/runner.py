@@ -15,7 +15,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from verify.properties.base import SHRINK_DRAWS
+from verify.properties.support.base import SHRINK_DRAWS
 
 FULL_DTYPES = ("float64", "float32")
 LOW_DTYPES = ("bfloat16", "float16")
@@ -77,7 +77,7 @@ def run_job(job: Job):
     from verify import builtins as variants
     from verify import profiles
     from verify.properties import get
-    from verify.properties.base import RunContext, run_property
+    from verify.properties.support.base import RunContext, run_property
 
     torch.set_num_threads(1)
     profiles.load(job.profile)

@@ -15,7 +15,7 @@ GROUPS = ("oracle_checks", "structural", "forms", "kernel", "gradients", "precis
 
 
 def catalogue() -> list:
-    """Every :class:`~verify.properties.base.Property`, in group order (ids are unique)."""
+    """Every :class:`~verify.properties.support.base.Property`, in group order (ids are unique)."""
     props = []
     for group in GROUPS:
         try:

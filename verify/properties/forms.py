@@ -23,9 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties._calls import call, from_layout, to_layout
-from verify.properties._common import MAX_LEN, Example, exact_and_bound
-from verify.properties.base import Property
 from verify.properties.structural import (
     FormView,
     array_observation,
@@ -42,6 +39,9 @@ from verify.properties.structural import (
     restrict,
     shape_st,
 )
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call, from_layout, to_layout
+from verify.properties.support.common import MAX_LEN, Example, exact_and_bound
 from verify.spec.kernel import taylor_order
 from verify.spec.results import Observation, VariantError
 

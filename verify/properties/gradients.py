@@ -58,8 +58,9 @@ from verify.exact.reference import (
     visible_count,
     weight_majorants,
 )
-from verify.properties._calls import call
-from verify.properties._common import (
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.common import (
     MIN_MAGNITUDE,
     Example,
     causal_choices,
@@ -68,7 +69,6 @@ from verify.properties._common import (
     radius_strategy,
     shape_strategy,
 )
-from verify.properties.base import Property
 from verify.spec.results import NotApplicable, Observation, VariantError
 from verify.spec.vocabulary import BASES
 

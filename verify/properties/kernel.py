@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties._calls import call
-from verify.properties._common import (
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.common import (
     MAX_DIM,
     MAX_VALUE_DIM,
     MIN_MAGNITUDE,
@@ -37,7 +38,6 @@ from verify.properties._common import (
     exact_and_bound,
     kernel_name,
 )
-from verify.properties.base import Property
 from verify.spec.results import NotApplicable, Observation, VariantError
 
 #: FAULTS.md 10 triggers (d = 2, q = k = (1, 1); d = 4, q = (1, 1, 1, 1), k = -q): an element-wise
@@ -346,7 +346,7 @@ def small_shapes(
     the structural group's), T == S when causal. Fewer choices make shrinking fast."""
     from hypothesis import strategies as st
 
-    from verify.properties._common import lengths
+    from verify.properties.support.common import lengths
     from verify.strategies import Shape
 
     def build(T, S, d, d_v):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify.properties._calls import call
-from verify.properties._common import Example, exact_and_bound, inputs_strategy, kernel_name
-from verify.properties.base import Property
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.common import Example, exact_and_bound, inputs_strategy, kernel_name
 from verify.spec.results import NotApplicable, Observation
 
 

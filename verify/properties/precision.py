@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify.exact.reference import reference_attention
-from verify.properties._calls import call
-from verify.properties._common import (
+from verify.properties.gradients import form_callable, modes
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.common import (
     causal_choices,
     exact_and_bound,
     inputs_strategy,
     kernel_name,
     radius_strategy,
 )
-from verify.properties.base import Property
-from verify.properties.gradients import form_callable, modes
 from verify.spec.results import NotApplicable, Observation, VariantError
 
 #: sequence lengths of the dtype-agreement property (FAULTS.md 11: a few thousand tokens)
@@ -339,7 +339,7 @@ def _device_examples(variant, ctx):
 
     from hypothesis import strategies as st
 
-    from verify.properties._common import Example
+    from verify.properties.support.common import Example
 
     cpu = replace(ctx, device="cpu")
     forms = ("forward", *sorted(variant.forms))

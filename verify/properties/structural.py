@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties._calls import call, to_layout
-from verify.properties._common import (
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call, to_layout
+from verify.properties.support.common import (
     MAX_BATCH,
     MAX_DIM,
     MAX_HEADS,
@@ -46,7 +47,6 @@ from verify.properties._common import (
     lengths,
     radius_strategy,
 )
-from verify.properties.base import Property
 from verify.spec.results import NotApplicable, Observation, VariantError
 from verify.spec.visibility import visible
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS

@@ -28,8 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties._common import MIN_RADIUS, Example, exact_and_bound
-from verify.properties.base import Property
 from verify.properties.kernel import (
     DPS,
     call_mode,
@@ -39,6 +37,8 @@ from verify.properties.kernel import (
     make_inputs,
     sum_mode,
 )
+from verify.properties.support.base import Property
+from verify.properties.support.common import MIN_RADIUS, Example, exact_and_bound
 from verify.spec.results import NotApplicable, Observation, VariantError
 
 U64 = 2.0**-53
@@ -372,7 +372,7 @@ def _norm_applies(variant, ctx) -> str | None:
 def _norm_examples(variant, ctx):
     from hypothesis import strategies as st
 
-    from verify.properties._common import radius_strategy
+    from verify.properties.support.common import radius_strategy
 
     modes = [m for m in NORM_MODES if m in variant.denominators]
     return st.builds(
