@@ -1,5 +1,6 @@
-"""Black-box probes (verify.probes, issue 5): the project's built-ins, faulty and restricted
-wrappers, and third-party references are identified from their forward alone.
+"""Black-box probes (verify.probes, issue 5; their wording: verify.render.probes): the
+project's built-ins, faulty and restricted wrappers, and third-party references are identified
+from their forward alone.
 
 Expected answers come from how each wrapper is built (its kernel, scale, mask, eps,
 restriction), never from the probe's own output. Each probe runs once per module (cached).
@@ -17,15 +18,8 @@ import torch
 
 import verify.builtins as V
 from verify.attention import linear_attention, softmax_attention, taylor_attention
-from verify.probes import (
-    CONVENTIONS,
-    describe,
-    kernel_values,
-    probe,
-    ratio_bound,
-    suggested_claims,
-    taylor_formula,
-)
+from verify.probes import CONVENTIONS, kernel_values, probe, ratio_bound, suggested_claims
+from verify.render.probes import describe, probe_json, taylor_formula
 from verify.spec.variant import AttentionVariant
 
 torch.set_num_threads(1)
@@ -71,11 +65,11 @@ def _nan(q, k, v, *, causal):
     return v * float("nan")
 
 
-def _ignores_causal(q, k, v, *, causal):  # FAULTS 9: the causal flag dropped on this path
+def _ignores_causal(q, k, v, *, causal):  # fault class 9: the causal flag dropped
     return softmax_attention(q, k, v, causal=False)
 
 
-def _elementwise_square(q, k, v, *, causal):  # FAULTS 10: phi = [1, x, x^2/sqrt 2] elementwise
+def _elementwise_square(q, k, v, *, causal):  # fault class 10: element-wise square
     c = q.shape[-1] ** -0.25
 
     def phi(x):
@@ -102,7 +96,7 @@ def _needs_dv_equal_d(q, k, v, *, causal):
     return softmax_attention(q, k, v, causal=causal)
 
 
-def _multiplied_normalizer(q, k, v, *, causal):  # FAULTS 6: N * D instead of N / D
+def _multiplied_normalizer(q, k, v, *, causal):  # fault class 6: N * D instead of N / D
     N = taylor_attention(q, k, v, order=2, causal=causal, denominator="none")
     D = taylor_attention(q, k, torch.ones_like(v), order=2, causal=causal, denominator="none")
     return N * D
@@ -197,7 +191,7 @@ def test_exp_family_identified(name, kernel):
     r = report_of(name)
     assert r.kernel["verdict"] == "consistent"
     assert r.kernel["kernel"] == kernel
-    assert r.kernel["scale"] == "1/sqrt(d)"  # DESIGN.md default, told apart at d = 2, 4, 8
+    assert r.kernel["scale"] == "1/sqrt(d)"  # the exp default, told apart at d = 2, 4, 8
     assert r.kernel["precision"] == "float64"
     assert r.kernel["matches"] == [f"{kernel} (scale 1/sqrt(d))"]  # no other member fits
     assert r.normalization["kind"] == "sum"
@@ -254,7 +248,7 @@ def test_odd_order_signed_and_even_order_positive():
 def test_elu1_elementwise_not_qk_only():
     r = report_of("linear-elu1")
     assert r.kernel["verdict"] == "consistent" and r.kernel["kernel"] == "linear:elu1"
-    assert r.kernel["scale"] == "1"  # DESIGN.md: element-wise maps default to scale 1
+    assert r.kernel["scale"] == "1"  # element-wise maps default to scale 1
     assert r.qk_only.result is False
     assert "elu(x)+1" in describe(r) and "do not depend on q·k only" in describe(r)
     # a feature map of dimension d = 2 gives rank <= 2 without a causal mask (D9)
@@ -327,7 +321,7 @@ def test_alignment_bottom_right_and_top_left():
     assert br.cross["alignment"] == "bottom-right"
     assert br.cross["causal"]["2,4"] == "bottom-right"
     assert suggested_claims(br)["causal_alignment"] == "bottom-right"
-    sd = report_of("sdpa")  # SDPA: top-left (FAULTS 7, T = 1, S = 2 sees key 0 only)
+    sd = report_of("sdpa")  # SDPA: top-left (fault class 7: T = 1, S = 2 sees key 0 only)
     assert sd.cross["causal"]["1,2"] == "top-left"
     assert sd.cross["alignment"] == "top-left"
     # the project's own API rejects causal T != S
@@ -355,7 +349,7 @@ def test_ignored_causal_flag_caught():
 
 
 def test_elementwise_square_taylor_not_identified():
-    """FAULTS 10: the element-wise-square map is kappa_2 only at d = 1; its weights change
+    """Fault class 10: the element-wise-square map is kappa_2 only at d = 1; its weights change
     under a rotation that keeps q.k, and no family member fits."""
     r = report_of("elementwise-square")
     assert r.qk_only.result is False
@@ -365,7 +359,7 @@ def test_elementwise_square_taylor_not_identified():
 
 
 def test_multiplied_normalizer_not_called_normalized():
-    """FAULTS 6: rows scaled by D instead of 1/D keep kappa_2's ratios but are no row
+    """Fault class 6: rows scaled by D instead of 1/D keep kappa_2's ratios but are no row
     normalization the probes know; the claims leave ``normalized`` unset."""
     r = report_of("multiplied-normalizer")
     assert r.normalization["kind"] == "other"
@@ -421,7 +415,7 @@ def test_low_precision_probe(name, kernel, dtype):
 # -- third-party references --------------------------------------------------------------------
 def test_fla_naive_parallel_based():
     """fla's naive_parallel_based: kappa_2 at scale 1/sqrt(d), causal only (no flag), and
-    1e-6 added to the denominator (DESIGN.md, third-party facts)."""
+    1e-6 added to the denominator (fla-core 0.6, fla/ops/based/naive.py)."""
     r = report_of("fla-based")
     assert r.kernel["kernel"] == "taylor:2" and r.kernel["scale"] == "1/sqrt(d)"
     assert r.normalization["kind"] == "sum+eps"
@@ -436,7 +430,7 @@ def test_fla_naive_parallel_based():
 
 def test_fla_naive_chunk_based_length_restriction():
     """fla's naive_chunk_based: the same kappa_2 + 1e-6 computation in chunks of 256 tokens:
-    T must be a multiple of 256 (DESIGN.md, third-party facts), found by the length scan."""
+    T must be a multiple of 256 (fla-core 0.6, fla/ops/based/naive.py), found by the length scan."""
     r = report_of("fla-chunk-based")
     assert r.lengths["multiple"] == 256 and r.lengths["smallest_failing"] == 1
     assert r.lengths["tested"]["512"] == "ok" and r.lengths["tested"]["257"] != "ok"
@@ -462,10 +456,12 @@ def test_sdpa_is_softmax():
 # -- pieces --------------------------------------------------------------------------------------
 def test_report_json_round_trip():
     r = report_of("taylor-2")
-    text = json.dumps(r.to_json(), allow_nan=False)
+    assert r.description == ""  # the probes measure; verify.render.probes words the sentence
+    text = json.dumps(probe_json(r), allow_nan=False)
     back = json.loads(text)
     assert back["kernel"]["kernel"] == "taylor:2"
-    assert back["description"] == describe(r)
+    assert list(back) == list(r.to_json())  # the same keys in the same order
+    assert back["description"] == describe(r) == describe(back)
 
 
 def test_bad_arguments():

@@ -1,0 +1,215 @@
+"""Black-box probes: what an attention callable computes, read from its forward alone (issue 5).
+
+``probe(variant)`` calls ``variant.forward`` (through ``verify.properties.support.calls.call``,
+so an exception, NaN/inf, a wrong shape or dtype is recorded as a reason, never raised) on inputs
+built to expose one property at a time, and returns a :class:`ProbeReport`:
+
+* input restrictions (:mod:`~verify.probes.restrictions`): which sequence lengths T in
+  ``SCAN_LENGTHS`` work (e.g. "T must be a multiple of 16"), whether T != S is accepted, the
+  causal alignment for T < S (fault class 7: T = 1, S = 2 is top-left when query 0 sees key 0
+  only, bottom-right when it sees both), dtypes;
+* causality (:mod:`~verify.probes.structure`): does ``causal=True`` change the output, does
+  ``causal=False`` see the future, does perturbing future tokens change past outputs, prefix
+  invariance f(x)[:t] == f(x[:t]) (fault class 9);
+* the attention matrix, read with V = identity (o_ts = w_ts for any kernel attention), checked to
+  be linear in V; normalization (v = 1 gives 1; key duplication tells a numerator-only variant,
+  whose row sums double, from one with an offset eps in its denominator, D/(D + eps));
+* whether the weights depend on q.k only: q' = q H / d and k' = k H with H a Sylvester Hadamard
+  matrix (H H^T = d I) have exactly the same q.k; the inputs lie on a dyadic grid, so q', k' are
+  exact in floating point and any difference is a property of the variant, not of rounding;
+* kernel identification (:mod:`~verify.probes.identify`): the measured weights are compared with
+  each member of a finite family (exp, kappa_N for N <= ``MAX_TAYLOR_ORDER`` (D1), kernel linear
+  attention with the identity, elu+1 and relu maps (D3)) at each scale convention (1/sqrt(d),
+  1/d, d^-1/4, 1), at d = 4 and again at d = 2 and 8 (the conventions differ with d). Scores
+  reach |c q.k| >= 4 for every convention, where kappa_8 and exp differ by far more than
+  rounding. Normalized weights are compared as ratios w_s/w_ref = kappa(x_s)/kappa(x_ref), which
+  no row normalization (sum, sum + eps, count) changes; numerator-only weights directly. The
+  tolerance is the D10 bound of the candidate (``verify.exact.errors.attention_error_bound``,
+  numerator only, the largest cited CPU exp error since the library is unknown) carried through
+  the ratio (:func:`ratio_bound`). Else (:mod:`~verify.probes.fits`), positive weights that are
+  not a function of q.k and lie closer to exp than to any element-wise map are reported
+  FAVOR-like (random features: a noisy exp, D9), and otherwise "none of the known kernels" with
+  a least-squares polynomial fit of kappa(x)/kappa(0);
+* positivity, rank (numpy's rule: singular values above sigma_max max(T, S) eps), injectivity
+  (D9: q and 2q give the same weights for a positively homogeneous map; shift invariance of exp
+  along K u = 1; distinct rows), batch and head independence, determinism, dtype behaviour.
+
+Structural comparisons (two evaluations with the same exact value) use the sum of the two D10
+bounds; as no bound exists for an unknown computation, each is the largest bound of the known
+positive kernels (``STRUCTURAL_KERNELS``, scale 1, normalized and numerator-only) on the same
+inputs -- a stated proxy, far below the effects probed (differences of order 1e-3 to 1).
+
+``suggested_claims(report)`` gives the ``AttentionVariant`` claims the checker can merge; the
+sentence saying what the variant computes is worded by ``verify.render.probes.describe``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from verify.probes.fits import constant_scale
+from verify.probes.identify import identify
+from verify.probes.kernels import CONVENTIONS, FAMILY, MAX_TAYLOR_ORDER, kernel_values
+from verify.probes.report import Check, ProbeReport
+from verify.probes.restrictions import (
+    SCAN_LENGTHS,
+    length_at_least,
+    probe_cross,
+    probe_dtypes,
+    probe_precision,
+    scan_lengths,
+)
+from verify.probes.runner import (
+    BLACK_BOX_EXP,
+    PROBE_DTYPES,
+    STRUCT_LEN,
+    STRUCTURAL_KERNELS,
+    Runner,
+    ratio_bound,
+)
+from verify.probes.structure import (
+    probe_causal,
+    probe_determinism,
+    probe_independence,
+    probe_injectivity,
+    probe_linear_in_v,
+    probe_normalization,
+    probe_qk_only,
+    probe_rank,
+)
+from verify.spec.kernel import parse as parse_kernel
+from verify.spec.results import VariantError
+
+__all__ = [
+    "CONVENTIONS",
+    "FAMILY",
+    "MAX_TAYLOR_ORDER",
+    "PROBE_DTYPES",
+    "SCAN_LENGTHS",
+    "STRUCTURAL_KERNELS",
+    "Check",
+    "ProbeReport",
+    "constant_scale",
+    "kernel_values",
+    "probe",
+    "ratio_bound",
+    "suggested_claims",
+]
+
+
+def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0) -> ProbeReport:
+    """Probe ``variant.forward`` as a black box (claims ignored) and report what it computes.
+
+    Args:
+        variant: a :class:`verify.spec.variant.AttentionVariant`; only ``forward`` and ``layout``
+            are used (tensors (B, H, T, d) are converted by
+            ``verify.properties.support.calls.call``).
+        dtype: probe dtype name (``float64`` default; ``float32``, ``bfloat16``, ``float16``).
+        device: ``cpu`` or ``cuda``.
+        seed: seed of the random inputs (the probe is deterministic given it).
+
+    Returns:
+        :class:`ProbeReport`; a variant that raises, returns NaN or wrong shapes gives a report
+        whose fields carry the reasons (never an exception). Its ``description`` is left
+        empty: the sentence is ``verify.render.probes.describe(report)``.
+
+    Raises:
+        TypeError: ``variant`` is not an AttentionVariant.
+        ValueError: unknown ``dtype`` or ``device``.
+    """
+    from verify.spec.variant import AttentionVariant
+
+    if not isinstance(variant, AttentionVariant):
+        raise TypeError(f"variant: expected an AttentionVariant, got {type(variant).__name__}")
+    if dtype not in PROBE_DTYPES:
+        raise ValueError(f"dtype: expected one of {PROBE_DTYPES}, got {dtype!r}")
+    if device not in BLACK_BOX_EXP:
+        raise ValueError(f"device: expected one of {tuple(BLACK_BOX_EXP)}, got {device!r}")
+    start = time.perf_counter()
+    report = ProbeReport(variant=variant.name, dtype=dtype, device=device, seed=seed)
+    run = Runner(variant, dtype, device, seed)
+    scan_lengths(run, report)
+    T8 = length_at_least(report, STRUCT_LEN)
+    if T8 is None:
+        report.notes.append(f"no usable length: {report.lengths['rule']}")
+        return _finish(report, start)
+    probe_precision(run, report, T8)
+    mode = probe_causal(run, report, T8)
+    if mode is None:
+        report.notes.append("neither causal=False nor causal=True gives usable attention")
+        return _finish(report, start)
+    causal = mode == "c"
+    steps = (
+        ("cross", lambda: probe_cross(run, report)),
+        ("determinism", lambda: probe_determinism(run, report, T8, causal)),
+        ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
+        ("normalization", lambda: probe_normalization(run, report, T8, causal)),
+        ("qk_only", lambda: probe_qk_only(run, report, T8, causal)),
+        ("kernel", lambda: identify(run, report, lambda n: length_at_least(report, n), causal)),
+        ("injectivity", lambda: probe_injectivity(run, report, T8, causal)),
+        ("rank", lambda: probe_rank(run, report, T8, _modes(report))),
+        ("independence", lambda: probe_independence(run, report, T8, causal)),
+        ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
+    )
+    for name, fn in steps:
+        try:
+            fn()
+        except VariantError as exc:  # a probe that hit a misbehaving call records the reason
+            report.notes.append(f"{name}: {exc}")
+    return _finish(report, start)
+
+
+def _modes(report: ProbeReport) -> tuple[bool, ...]:
+    return {"both": (False, True), "yes": (True,), "no": (False,)}.get(
+        report.causal_support or "", ()
+    )
+
+
+def _finish(report: ProbeReport, start: float) -> ProbeReport:
+    report.runtime_s = time.perf_counter() - start
+    return report
+
+
+def suggested_claims(report: ProbeReport) -> dict[str, Any]:
+    """Claims for ``AttentionVariant.with_claims`` from what the probes found.
+
+    Keys (only those the probes settled): ``kernel`` ("softmax", "taylor:N", "linear:MAP" or
+    "unknown"), ``causal`` (yes/no/both), ``causal_alignment``, ``normalized``, ``eps``,
+    ``scale`` ("default" when the identified convention is the default for the kernel type --
+    1/sqrt(d) for exp-type, 1 for element-wise maps -- or a constant fitted float),
+    ``length_multiple``, ``dtypes``.
+    """
+    claims: dict[str, Any] = {}
+    kern = report.kernel
+    verdict = kern.get("verdict")
+    known = verdict in ("consistent", "favor-like")
+    claims["kernel"] = kern.get("kernel", "unknown") if known else "unknown"
+    if report.causal_support:
+        claims["causal"] = report.causal_support
+    if report.cross.get("alignment"):
+        claims["causal_alignment"] = report.cross["alignment"]
+    norm = report.normalization.get("kind")
+    if norm in ("sum", "sum+eps"):
+        claims["normalized"] = True
+    elif norm == "none":
+        claims["normalized"] = False
+    if norm == "sum+eps" and isinstance(report.normalization.get("eps"), float):
+        claims["eps"] = report.normalization["eps"]
+    scale = kern.get("scale")
+    name = claims["kernel"]
+    exp_type = parse_kernel(name).exp_type
+    if known:
+        default = "1/sqrt(d)" if exp_type else "1"
+        if scale in ("any", default):
+            claims["scale"] = "default"
+        elif scale == "fitted" and constant_scale(kern) is not None:
+            claims["scale"] = constant_scale(kern)
+        elif scale == "1":
+            claims["scale"] = 1.0
+    if report.lengths.get("multiple"):
+        claims["length_multiple"] = int(report.lengths["multiple"])
+    ok = tuple(dt for dt in PROBE_DTYPES if report.dtypes.get(dt) == "ok")
+    if ok:
+        claims["dtypes"] = ok
+    return claims

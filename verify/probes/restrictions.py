@@ -1,0 +1,194 @@
+"""Input restrictions: which sequence lengths work, the precision the outputs are computed in,
+T != S and the causal alignment (fault class 7), and the dtypes a call accepts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from verify.probes.report import ProbeReport
+from verify.probes.runner import DIM, PROBE_DTYPES, Runner
+from verify.spec.results import VariantError
+
+#: lengths tried by the restriction scan (fla's chunked forms need multiples of 256)
+SCAN_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 64, 128, 256, 257)
+
+
+# -- lengths ---------------------------------------------------------------------------------
+def scan_lengths(run: Runner, report: ProbeReport) -> None:
+    lengths = list(SCAN_LENGTHS)
+    for mode in (False, True):
+        tested: dict[int, str] = {}
+        for T in lengths:  # positive q, k: no kernel of the family has a vanishing denominator
+            q, k = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(2))
+            v = run.rand(1, 1, T, DIM)
+            try:
+                run.out(q, k, v, mode)
+                tested[T] = "ok"
+            except VariantError as exc:
+                tested[T] = str(exc)
+        if any(r == "ok" for r in tested.values()):
+            break
+    passing = sorted(T for T, r in tested.items() if r == "ok")
+    failing = sorted(T for T, r in tested.items() if r != "ok")
+    multiple = None
+    if passing:
+        m = 0
+        for T in passing:
+            m = math.gcd(m, T)
+        if m >= 64 and 2 * passing[-1] not in tested:  # confirm a large multiple once more
+            T2 = 2 * passing[-1]
+            q, k = (run.rand(1, 1, T2, DIM, lo=0.125, hi=1.0) for _ in range(2))
+            v = run.rand(1, 1, T2, DIM)
+            try:
+                run.out(q, k, v, mode)
+                tested[T2] = "ok"
+                passing.append(T2)
+            except VariantError as exc:
+                tested[T2] = str(exc)
+                failing.append(T2)
+        if all((T % m == 0) == (T in passing) for T in tested):
+            multiple = m
+            rule = "any T" if m == 1 else f"T must be a multiple of {m}"
+        elif passing == sorted(tested)[: len(passing)]:
+            rule = f"T <= {passing[-1]} (fails from T = {failing[0]})"
+        else:
+            rule = f"irregular: works for T in {passing}"
+    else:
+        first = min(tested)
+        rule = f"no tested length works (T = {first}: {tested[first]})"
+    report.lengths = {
+        "tested": {str(T): tested[T] for T in sorted(tested)},
+        "mode": f"causal={mode}",
+        "multiple": multiple,
+        "smallest_failing": failing[0] if failing else None,
+        "rule": rule,
+        "passing": passing,
+    }
+
+
+def length_at_least(report: ProbeReport, n: int) -> int | None:
+    m = report.lengths.get("multiple")
+    if m:
+        return -(-n // m) * m
+    bigger = [T for T in report.lengths.get("passing", []) if T >= n]
+    return bigger[0] if bigger else None
+
+
+# -- precision -------------------------------------------------------------------------------
+#: coarsest first: the first whose values contain every output is the computing precision
+_COARSER = {
+    "float64": ("bfloat16", "float16", "float32"),
+    "float32": ("bfloat16", "float16"),
+    "bfloat16": (),
+    "float16": (),
+}
+
+
+def probe_precision(run: Runner, report: ProbeReport, T: int) -> None:
+    """The precision the outputs are computed in: full-precision random values (q, k on the
+    grid) mix into outputs that are generically representable only in the precision they
+    were computed in; when every output is a number of a coarser dtype (an event of
+    probability ~2^-29 per element for a genuine float64 result against float32), the
+    structural and kernel bounds use that dtype (e.g. a variant computing in float32 and
+    returning float64)."""
+    import torch
+
+    q, k = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(2))
+    v = run.exact(torch.randn(1, 1, T, DIM, generator=run.gen, dtype=torch.float64))
+    o = None
+    for flag in (False, True):
+        try:
+            o = run.out(q, k, v, flag)
+            break
+        except VariantError:
+            continue
+    report.output_precision = run.dtype
+    if o is None:
+        return
+    for name in _COARSER[run.dtype]:
+        coarse = torch.from_numpy(o).to(getattr(torch, name)).double().numpy()
+        if np.array_equal(coarse, o):
+            report.output_precision = name
+            run.bound_dtype = name
+            report.notes.append(f"every output is a {name} number: bounds use {name}")
+            return
+
+
+# -- cross lengths and alignment -------------------------------------------------------------
+def probe_cross(run: Runner, report: ProbeReport) -> None:
+    m = report.lengths.get("multiple") or 1
+    cross: dict[str, Any] = {"noncausal": {}, "causal": {}, "alignment": None, "detail": ""}
+    if report.causal_support in ("both", "no"):
+        for T, S in ((m, 2 * m), (2 * m, m)):
+            q, k, v = run.rand(1, 1, T, DIM), run.rand(1, 1, S, DIM), run.rand(1, 1, S, DIM)
+            try:
+                run.out(q, k, v, False)
+                cross["noncausal"][f"{T},{S}"] = "ok"
+            except VariantError as exc:
+                cross["noncausal"][f"{T},{S}"] = str(exc)
+    if report.causal_support in ("both", "yes"):
+        patterns = []
+        for T, S in ((m, 2 * m), (2 * m, 4 * m)):
+            q = run.rand(1, 1, T, DIM, lo=0.125, hi=1.0)
+            k = run.rand(1, 1, S, DIM, lo=0.125, hi=1.0)
+            try:
+                A = run.weights(q, k, True, S)[0, 0]
+            except VariantError as exc:
+                cross["causal"][f"{T},{S}"] = str(exc)
+                patterns.append(None)
+                continue
+            # a masked weight is exactly zero (the project's API contract); visible ones here are
+            # positive for every positive kernel (positive inputs)
+            vis = A != 0
+            t_idx, s_idx = np.indices((T, S))
+            names = [
+                name
+                for name, pat in (
+                    ("top-left", s_idx <= t_idx),
+                    ("bottom-right", s_idx <= t_idx + S - T),
+                    ("no mask", np.ones((T, S), dtype=bool)),
+                )
+                if np.array_equal(vis, pat)
+            ]
+            pat = " = ".join(names) if names else "other pattern"
+            cross["causal"][f"{T},{S}"] = pat
+            patterns.append(names)
+        ok = [p for p in patterns if p is not None]
+        if len(ok) == len(patterns) and ok:
+            common = set(ok[0]).intersection(*map(set, ok[1:])) if ok else set()
+            common.discard("no mask")
+            if len(common) == 1:
+                cross["alignment"] = common.pop()
+        raised = [p for p, r in cross["causal"].items() if r.startswith("forward")]
+        if len(raised) == len(patterns):
+            cross["detail"] = "causal with T != S is rejected (raises)"
+        elif cross["alignment"] is None:
+            cross["detail"] = (
+                "causal with T != S: no consistent top-left/bottom-right alignment"
+                + (f" (raises for T,S = {', '.join(raised)})" if raised else "")
+            )
+    report.cross = cross
+
+
+def probe_dtypes(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
+    import torch
+
+    from verify.properties.support.calls import call
+
+    q, k, v = (run.rand(1, 1, T, DIM, lo=0.125, hi=1.0) for _ in range(3))
+    for name in PROBE_DTYPES:
+        dt = getattr(torch, name)
+        try:
+            call(
+                run.variant,
+                q.to(run.device, dt),
+                k.to(run.device, dt),
+                v.to(run.device, dt),
+                causal=run.flag_map.get(causal, causal),
+            )
+            report.dtypes[name] = "ok"
+        except VariantError as exc:
+            report.dtypes[name] = str(exc)
