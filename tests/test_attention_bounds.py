@@ -3,7 +3,7 @@
 A thin adapter: :func:`output_bound` turns a test's kernel name and torch dtype into a call of
 ``verify.errors.float64_reference`` (the float64 direct evaluation) and
 ``verify.errors.attention_error_bound(..., exact=None)``, whose bound covers the
-implementation's error in ``dtype`` *plus* the reference's own float64 error (THEORY.md D10,
+implementation's error in ``dtype`` *plus* the reference's own float64 error (D10,
 recipe 6 of ``derivations/rounding.py``). :func:`oracle_bound` states the bound against the
 mpmath oracle's exact output instead (``exact=`` given: no reference error), and
 :func:`callable_map_bound` does that for a test's own feature map. ``U`` and ``gamma`` are
@@ -212,7 +212,7 @@ def assert_within(out, ref, bound, what=""):
 
 
 # ---------------------------------------------------------------- tests of verify.errors
-#: THEORY.md D10: a bound never approached within this factor is flagged loose
+#: D10: a bound never approached within this factor is flagged loose
 LOOSE = 1e-6
 
 

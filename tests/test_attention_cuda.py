@@ -1,6 +1,6 @@
 """The same code on CUDA: outputs stay on the device, in the dtype, within the D10 bound.
 
-Tolerances: ``verify.errors`` (THEORY.md D10) through ``test_attention_bounds.output_bound`` with
+Tolerances: ``verify.errors`` (D10) through ``test_attention_bounds.output_bound`` with
 ``device="cuda"`` (the cited CUDA exp ulps); bf16/fp16: the two-level model.
 """
 

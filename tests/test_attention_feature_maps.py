@@ -1,4 +1,4 @@
-"""Public feature maps (THEORY.md D1, D3, D9; FAULTS.md 10).
+"""Public feature maps (D1, D3, D9; fault class 10).
 
 Kernel identities are checked against exact rational arithmetic (``fractions``) with the D10
 bound gamma_K * kappa_N(c |q|.|k|) (``gamma`` and ``U`` of ``derivations.rounding``, re-exported by
@@ -94,7 +94,7 @@ def test_symmetric_monomial_order_is_multi_indices(n, d):
 
 
 def test_order_two_symmetric_weights():
-    """1/sqrt(2) on squares, 1 on cross terms (THEORY.md D1)."""
+    """1/sqrt(2) on squares, 1 on cross terms (D1)."""
     x = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
     f = symmetric_monomial_features(x, 2, scale=1.0)
     u = U[torch.float64]

@@ -1,6 +1,6 @@
-"""Kernel linear attention: every feature map and form (THEORY.md D3, D9; FAULTS.md 4, 6, 8, 9).
+"""Kernel linear attention: every feature map and form (D3, D9; fault classes 4, 6, 8, 9).
 
-Tolerances: ``verify.errors`` (THEORY.md D10) through ``test_attention_bounds``; the test's own
+Tolerances: ``verify.errors`` (D10) through ``test_attention_bounds``; the test's own
 feature map ``_square_one``: ``callable_map_bound`` (derived there from ``derivations.rounding``).
 """
 
@@ -163,7 +163,7 @@ def test_exp_type_scale_is_the_score_scale():
                 assert_within(out, ref, bound, f"{fmap} {c} {form}")
 
 
-# ------------------------------------------------------------------ FAULTS 4 and 6
+# ------------------------------------------------------------------ fault classes 4 and 6
 @pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize("form,kw", FORMS[:4])
 def test_faults4_denominator_is_m_times_t_for_unit_features(m, form, kw):

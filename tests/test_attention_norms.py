@@ -1,4 +1,4 @@
-"""Denominator replacements of THEORY.md D7 (``verify.attention.norms``)."""
+"""Denominator replacements of D7 (``verify.attention.norms``)."""
 
 from __future__ import annotations
 

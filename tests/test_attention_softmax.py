@@ -1,6 +1,6 @@
-"""Softmax attention, the reference form (THEORY.md D2, D6, D7; FAULTS.md 8, 9, 12).
+"""Softmax attention, the reference form (D2, D6, D7; fault classes 8, 9, 12).
 
-Tolerances: ``verify.errors`` (THEORY.md D10) through ``test_attention_bounds``: ``oracle_bound``
+Tolerances: ``verify.errors`` (D10) through ``test_attention_bounds``: ``oracle_bound``
 against the mpmath oracle, ``output_bound`` against the float64 reference.
 """
 
@@ -99,7 +99,7 @@ def test_low_precision(dtype):
     assert_within(out, ref, bound, str(dtype))
 
 
-# ------------------------------------------------------------------ masks (FAULTS 8)
+# ------------------------------------------------------------------ masks (fault class 8)
 def test_boolean_mask_broadcasts_and_matches_reference():
     q, k, v = qkv(T=5, S=7, seed=7)
     g = torch.Generator().manual_seed(1)
@@ -206,7 +206,7 @@ def test_gradients_match_sdpa():
 
 
 def test_single_key_output_is_v_and_dq_vanishes():
-    """FAULTS 12: one key => o = v and dq = 0 (SDPA gives ~4e-16 in float64)."""
+    """fault class 12: one key => o = v and dq = 0 (SDPA gives ~4e-16 in float64)."""
     g = torch.Generator().manual_seed(13)
     q = torch.randn(2, 2, 3, 4, generator=g, dtype=torch.float64).requires_grad_()
     k = torch.randn(2, 2, 1, 4, generator=g, dtype=torch.float64)

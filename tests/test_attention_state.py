@@ -1,6 +1,6 @@
-"""Streaming state API: init_state, step, prefill (THEORY.md D2, D3; FAULTS.md 2, 3, 7).
+"""Streaming state API: init_state, step, prefill (D2, D3; fault classes 2, 3, 7).
 
-Tolerances: ``verify.errors`` (THEORY.md D10) through ``test_attention_bounds``.
+Tolerances: ``verify.errors`` (D10) through ``test_attention_bounds``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def assert_states_close(a: AttentionState, b: AttentionState, kernel, k, v, extr
 @pytest.mark.parametrize("kernel,extra", KERNELS, ids=IDS)
 @pytest.mark.parametrize("form", ["recurrent", "chunked"])
 def test_prefill_then_step_equals_full(kernel, extra, form):
-    """prefill(T-1) + step == full causal pass at T (FAULTS 2 shape, FAULTS 7 decode row)."""
+    """prefill(T-1) + step == full causal pass at T (fault classes 2 and 7)."""
     T = 5
     q, k, v = qkv(T=T, seed=1)
     ref, bound = model(kernel, q, k, v)
@@ -92,7 +92,7 @@ def test_prefill_then_step_equals_full(kernel, extra, form):
     assert st.tokens == T and (st.count == T).all()
     _, whole = prefill(q, k, v, kernel=kernel, form="recurrent", **extra)
     assert_states_close(st, whole, kernel, k, v, extra, f"{kernel} {form}")
-    # FAULTS 7: the last row of a causal pass equals one decode step over the same keys
+    # fault class 7: the last row of a causal pass equals one decode step over the same keys
     last = full(kernel, q, k, v, extra)[:, :, -1]
     assert_within(o_t, ref[:, :, -1], bound[:, :, -1], "decode row")
     assert_within(last, ref[:, :, -1], bound[:, :, -1], "full last row")
@@ -100,7 +100,7 @@ def test_prefill_then_step_equals_full(kernel, extra, form):
 
 @pytest.mark.parametrize("kernel,extra", KERNELS, ids=IDS)
 def test_split_and_resume_at_every_position(kernel, extra):
-    """concat(f(x[:s]), f(x[s:], state)) == f(x) for every s; states equal (FAULTS 3)."""
+    """concat(f(x[:s]), f(x[s:], state)) == f(x) for every s; states equal (fault class 3)."""
     T = 7
     q, k, v = qkv(T=T, seed=2)
     ref, bound = model(kernel, q, k, v)

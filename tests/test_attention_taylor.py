@@ -1,6 +1,6 @@
-"""Taylor-N attention: every form, basis and denominator (THEORY.md D1, D2, D4, D7; FAULTS.md).
+"""Taylor-N attention: every form, basis and denominator (D1, D2, D4, D7; fault classes).
 
-Tolerances: ``test_attention_bounds.output_bound`` (the D10 error model of ``verify.errors``).
+Tolerances: ``test_attention_bounds.output_bound`` (the D10 error model of ``verify.exact.errors``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_eps_and_scale_match_mpmath(denom):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
 def test_all_forms_agree(order, causal, dtype):
-    """parallel == recurrent == chunked (C = 1, 2, 3, 5, T, > T), both bases (FAULTS 1, 2)."""
+    """parallel == recurrent == chunked (C = 1, 2, 3, 5, T, > T), both bases (faults 1, 2)."""
     T = 7
     q, k, v = qkv(T=T, dtype=dtype, seed=10 + order)
     ref, bound = output_bound(f"taylor:{order}", q, k, v, dtype=dtype, causal=causal)
@@ -121,7 +121,7 @@ def test_chunk_groups_carry_the_state(monkeypatch, group_elements):
 
 
 def test_faults1_chunked_reads_the_state_before_the_chunk():
-    """FAULTS 1 trigger: T = 12, chunk 3, float32."""
+    """fault class 1 trigger: T = 12, chunk 3, float32."""
     q, k, v = qkv(B=1, H=1, T=12, d=4, dv=4, dtype=torch.float32, seed=5)
     ref, bound = output_bound("taylor:2", q, k, v, dtype=torch.float32, causal=True)
     out = taylor_attention(q, k, v, order=2, causal=True, form="chunked", chunk_size=3)
@@ -149,7 +149,7 @@ def test_low_precision_tracks_float64_on_rounded_inputs(dtype, form):
 
 
 def test_faults11_float16_long_sequence_stays_finite():
-    """FAULTS 11: fp16, a few thousand tokens, positive scores: the denominator exceeds the
+    """fault class 11: fp16, a few thousand tokens, positive scores: the denominator exceeds the
     float16 range (65504), so it must accumulate in float32; output within the D10 bound."""
     T = 3000
     g = torch.Generator().manual_seed(8)
@@ -165,7 +165,7 @@ def test_faults11_float16_long_sequence_stays_finite():
     assert_within(out, ref, bound32 + U[torch.float16] * (ref.abs() + bound32), "fp16 T=3000")
 
 
-# ------------------------------------------------------------------ masks (D6, FAULTS 8)
+# ------------------------------------------------------------------ masks (D6, fault class 8)
 def _key_padding(B=2, S=7):
     m = torch.ones(B, 1, 1, S, dtype=torch.bool)
     m[0, ..., 2] = m[0, ..., 5] = False
@@ -187,7 +187,7 @@ def test_key_padding_mask_every_form(form, causal):
 
 @pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
 def test_large_finite_masked_values_have_no_influence(form):
-    """Masked keys/values hold 1e10: the output is bitwise that of zeros there (FAULTS 8)."""
+    """Masked keys/values hold 1e10: the output is bitwise that of zeros there (fault class 8)."""
     q, k, v = qkv(seed=11, dtype=torch.float32)
     mask = _key_padding()
     k2, v2 = k.clone(), v.clone()
@@ -242,7 +242,7 @@ def test_state_forms_reject_query_dependent_masks():
                          attn_mask=torch.ones(7, 7, dtype=torch.bool).tril())  # fmt: skip
 
 
-# ------------------------------------------------------------------ causality (FAULTS 9)
+# ------------------------------------------------------------------ causality (fault class 9)
 @pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
 def test_future_tokens_do_not_change_past_outputs(form):
     q, k, v = qkv(T=8, seed=14)
@@ -280,9 +280,9 @@ def test_gradcheck_tiny(kw, causal):
 
 
 def test_faults5_gradients_of_every_form_match_the_parallel_reference():
-    """FAULTS 5 trigger shape; float64 autograd through the parallel form is the reference.
+    """fault class 5 trigger shape; float64 autograd through the parallel form is the reference.
 
-    Calibrated bound (DESIGN.md: labelled as such): gamma_K of the forward model times the
+    Calibrated bound (labelled as such): gamma_K of the forward model times the
     gradient magnitude, K = S + m + 2N(d+2) + 13 (feature count m of the tensor basis).
     """
     B, T, H, d = 2, 64, 2, 8
@@ -306,7 +306,7 @@ def test_faults5_gradients_of_every_form_match_the_parallel_reference():
 
 
 def test_single_key_output_is_v_and_dq_vanishes():
-    """FAULTS 12: one key => o = v exactly (weights kappa/kappa) and dq = 0 within rounding."""
+    """fault class 12: one key => o = v exactly (weights kappa/kappa) and dq = 0 within rounding."""
     q = rand(2, 2, 3, 4, seed=17).requires_grad_()
     k, v = rand(2, 2, 1, 4, seed=18), rand(2, 2, 1, 3, seed=19)
     for order in (0, 1, 2, 4):
@@ -335,7 +335,7 @@ def test_odd_order_vanishing_denominator_gives_ieee_result_unless_eps():
 
 
 def test_theory_d4_negative_weights_example():
-    """THEORY.md D4: N = 1, scores (-3, 0.5, 1) give weights (-4/3, 1, 4/3)."""
+    """D4: N = 1, scores (-3, 0.5, 1) give weights (-4/3, 1, 4/3)."""
     q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
     k = torch.tensor([-3.0, 0.5, 1.0], dtype=torch.float64).reshape(1, 1, 3, 1)
     v = torch.eye(3, dtype=torch.float64).reshape(1, 1, 3, 3)
@@ -389,7 +389,7 @@ def test_convergence_to_softmax_within_d4_bound():
     r = (q @ k.transpose(-1, -2) / 2).abs().max().item()
     sm = softmax_attention(q, k, v)
     for N in (4, 6, 8):
-        # delta_N(r) = max(|g(-r)|, |g(r)|), g(x) = 1 - kappa_N(x) e^{-x} (THEORY.md D4)
+        # delta_N(r) = max(|g(-r)|, |g(r)|), g(x) = 1 - kappa_N(x) e^{-x} (D4)
         kap = lambda x, N=N: sum(x**n / math.factorial(n) for n in range(N + 1))  # noqa: E731
         delta = max(abs(1 - kap(-r) * math.exp(r)), abs(1 - kap(r) * math.exp(-r)))
         assert delta < 0.5

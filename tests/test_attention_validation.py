@@ -1,4 +1,4 @@
-"""Every bad input is rejected with ValueError/TypeError naming the argument (DESIGN.md)."""
+"""Every bad input is rejected with ValueError/TypeError naming the argument (API contract)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from derivations import state_size as d5
-from verify import bench
 from verify.attention import taylor_attention
+from verify.bench import analyse, config, measure
 from verify.bench import collect as bench_collect
 from verify.cli import main
 from verify.render import benchmarks as bench_report
@@ -78,7 +78,7 @@ def _positive_finite(x) -> bool:
 
 def test_json_structure(doc):
     assert set(doc) == TOP_KEYS
-    assert doc["schema"] == bench.SCHEMA and doc["quick"] is True
+    assert doc["schema"] == config.SCHEMA and doc["quick"] is True
     cfg = doc["config"]
     assert (cfg["batch"], cfg["heads"], cfg["d"], cfg["d_v"], cfg["dtype"]) == (
         1, 4, 16, 16, "float32",
@@ -88,7 +88,7 @@ def test_json_structure(doc):
     for T in lengths:
         for m in ("chunked", "recurrent", "sdpa"):
             assert (T, m) in measured
-    assert {r["method"] for r in doc["ratios"]} <= set(bench.METHODS) - {"chunked"}
+    assert {r["method"] for r in doc["ratios"]} <= set(config.METHODS) - {"chunked"}
     assert len(doc["goals"]) == 4
     for g in doc["goals"]:
         assert g["met"] in (True, False, None)
@@ -161,9 +161,9 @@ def test_chunked_matmul_flops_match_the_flop_counter(T, chunk, order, basis):
     """The analytic matmul count equals FlopCounterMode's on the same call (partial chunks too)."""
     g = torch.Generator().manual_seed(T)
     q, k, v = (torch.randn(1, 3, T, 4, generator=g) for _ in range(3))
-    analytic = bench.chunked_flops(T, order=order, d=4, d_v=4, chunk_size=chunk, basis=basis)
+    analytic = measure.chunked_flops(T, order=order, d=4, d_v=4, chunk_size=chunk, basis=basis)
     with torch.inference_mode():
-        counted = bench.counted_matmul_flops(
+        counted = measure.counted_matmul_flops(
             lambda: taylor_attention(
                 q, k, v, order=order, causal=True, form="chunked", chunk_size=chunk, basis=basis
             )
@@ -174,23 +174,23 @@ def test_chunked_matmul_flops_match_the_flop_counter(T, chunk, order, basis):
 
 def test_chunked_flops_rejects_bad_sizes():
     with pytest.raises(ValueError, match="T"):
-        bench.chunked_flops(0, order=2, d=4, d_v=4, chunk_size=8)
+        measure.chunked_flops(0, order=2, d=4, d_v=4, chunk_size=8)
     with pytest.raises(ValueError, match="chunk_size"):
-        bench.chunked_flops(8, order=2, d=4, d_v=4, chunk_size=0)
+        measure.chunked_flops(8, order=2, d=4, d_v=4, chunk_size=0)
 
 
 def test_loglog_slope_and_crossover():
     xs = [256, 1024, 4096]
-    assert bench.loglog_slope(xs, [3 * x**1.5 for x in xs]) == pytest.approx(1.5, rel=1e-12)
+    assert analyse.loglog_slope(xs, [3 * x**1.5 for x in xs]) == pytest.approx(1.5, rel=1e-12)
     # ratio T / 2000 crosses 1 at T = 2000 exactly under log-log interpolation
-    got = bench.crossover([1000, 4000], [0.5, 2.0])
+    got = analyse.crossover([1000, 4000], [0.5, 2.0])
     assert got["T"] == 2000
-    assert bench.crossover([1000, 4000], [1.5, 2.0])["T"] is None
-    assert bench.crossover([1000, 4000], [0.5, 0.9])["T"] is None
+    assert analyse.crossover([1000, 4000], [1.5, 2.0])["T"] is None
+    assert analyse.crossover([1000, 4000], [0.5, 0.9])["T"] is None
 
 
 def test_summary_quartiles():
-    s = bench.summary([4.0, 1.0, 3.0, 2.0, 5.0])
+    s = analyse.summary([4.0, 1.0, 3.0, 2.0, 5.0])
     assert (s["q1"], s["median"], s["q3"]) == (2.0, 3.0, 4.0)
 
 

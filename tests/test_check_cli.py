@@ -1,4 +1,4 @@
-"""`attn-theory check` end to end (issue 5): exit codes, JSON output, the watchdog, every FAULTS.md
+"""`attn-theory check` end to end (issue 5): exit codes, JSON output, the watchdog, every fault
 class through the CLI against its correct twin, and the pytest plugin.
 
 Each test runs the real command in a subprocess from the repository root (so
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import faulty_variants as fv  # noqa: E402
 
-#: FAULTS.md class -> (faulty variant, the property that must catch it, dtype)
+#: fault class -> (faulty variant, the property that must catch it, dtype)
 FAULT_CASES = [
     (1, "fault01_chunk_wrong_state", "forms-agree", "float32"),
     (2, "fault02_padding_enters_state", "state-step", "float64"),
@@ -59,7 +59,7 @@ def _json(proc) -> dict:
     ("fault", "name", "prop", "dtype"), FAULT_CASES, ids=[f"fault{c[0]:02d}" for c in FAULT_CASES]
 )
 def test_cli_reports_each_fault_and_passes_its_twin(fault, name, prop, dtype):
-    """FAULTS.md class `fault`: exit code 1 and the named property failing for the faulty
+    """fault class `fault`: exit code 1 and the named property failing for the faulty
     variant; exit code 0 and the same property passing for its correct twin."""
     common = ["--select", prop, "--dtype", dtype, "--json", "-", "--max-examples", "25"]
     bad = run_cli(f"tests.faulty_variants:{name}", *common)
@@ -323,10 +323,11 @@ def test_pytest_plugin_runs_the_battery_once_per_variant(monkeypatch):
     key per item reran the whole battery for each of the ~45 properties)."""
     import pytest
 
-    from verify import checker, pytest_plugin
+    from verify.cli import pytest_plugin
+    from verify.engine import check as engine
 
     calls = []
-    monkeypatch.setattr(checker, "check", lambda spec, **kw: calls.append(spec) or {"ok": spec})
+    monkeypatch.setattr(engine, "check", lambda spec, **kw: calls.append(spec) or {"ok": spec})
 
     class Config:
         stash = pytest.Stash()

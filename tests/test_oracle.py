@@ -4,7 +4,7 @@ Tolerances on exact (mpf) values come from the working precision: every quantity
 handful of correctly rounded mpmath operations, so its relative error is a small multiple of
 10^(1-dps); ``_close`` allows 10^(5-dps) relative (a 10^4 margin over the unit roundoff, far below
 any float64 effect). Float64 comparisons against torch use the rounding bound derived in
-``_float64_bound`` (THEORY.md D10).
+``_float64_bound`` (D10).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_two_keys_softmax_is_sigmoid():
 
 
 def test_taylor1_counterexample_weights():
-    """THEORY.md D4: N = 1, scores (-3, 0.5, 1) give normalized weights (-4/3, 1, 4/3)."""
+    """D4: N = 1, scores (-3, 0.5, 1) give normalized weights (-4/3, 1, 4/3)."""
     q = _t([[[[1.0]]]])
     k = _t([[[[-3.0], [0.5], [1.0]]]])
     v = _t([[[[1.0], [2.0], [4.0]]]])
@@ -620,7 +620,7 @@ def _positive_feature_bound(res, rho: float, S: int, m: int) -> np.ndarray:
     S m terms in either the parallel (kernel, then S keys) or the state form (S keys, then m
     features), so |N_hat_j - N_j| <= alpha A_j and |D_hat - D| <= alpha D with
     alpha = (1 + rho)(1 + gamma_{S+m+1}) - 1 (all terms positive). Since |o_j| <= A_j / D:
-      |o_hat_j - o_j| <= (2 alpha (1 + u) / (1 - alpha) + u) A_j / D      (THEORY.md D10).
+      |o_hat_j - o_j| <= (2 alpha (1 + u) / (1 - alpha) + u) A_j / D      (D10).
     """
     alpha = (1 + rho) * (1 + _gamma(S + m + 1)) - 1
     factor = 2 * alpha * (1 + U) / (1 - alpha) + U

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from verify.cli.report import owns
 from verify.render.compare import RATIO_FACTOR, compare_dirs, diff_json
 from verify.render.staging import staged_write
-from verify.report import owns
 from verify.spec.variant import sanitize_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,7 +201,7 @@ def test_report_dir_stays_inside(tmp_path):
     outer = tmp_path / "outer"
     (outer / "inner").mkdir(parents=True)
     target = outer / "inner" / ".." / "reports"
-    from verify.render.derivations_cmd import owned_paths
+    from verify.cli.derive import owned_paths
 
     staged_write(
         target,

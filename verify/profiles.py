@@ -1,7 +1,7 @@
 """Hypothesis profiles ``ci``, ``dev`` and ``thorough``, chosen by ``ATTN_THEORY_PROFILE``.
 
 ``ci`` is derandomized with no example database and bounded example counts, so a run is
-reproducible and fits the budget of DESIGN.md; ``dev`` explores with a local database;
+reproducible and fits the CI time budget (README); ``dev`` explores with a local database;
 ``thorough`` runs many more examples. Tests load the profile in ``tests/conftest.py``; the CLI
 loads the one given by ``--profile``.
 """

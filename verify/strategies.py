@@ -1,10 +1,10 @@
-"""Hypothesis strategies for attention inputs (exported for users; DESIGN.md, THEORY.md D4, D10).
+"""Hypothesis strategies for attention inputs (exported for users; D4, D10).
 
 Every tensor is built *through hypothesis*: elements are drawn as bounded finite floats into a
 float64 numpy array (``hypothesis.extra.numpy.arrays``), then ``torch.from_numpy(...).to(dtype,
 device)``, so failing examples shrink to minimal counterexamples (small shapes, zeros, ones).
 
-Low precision (THEORY.md D10): elements are drawn at the dtype's width (float16 values are exact
+Low precision (D10): elements are drawn at the dtype's width (float16 values are exact
 float16 numbers; float32 and bfloat16 draws are float32 numbers) and then rounded to the dtype by
 the cast (round to nearest even). The tensor holds the *rounded* inputs; ``x.to(torch.float64)``
 casts them up exactly, so a float64 reference evaluated on the same rounded inputs does not charge
@@ -53,7 +53,7 @@ __all__ = [
     "shapes",
 ]
 
-#: float dtypes the API contract covers (DESIGN.md "Float types")
+#: float dtypes the API contract covers (the API contract, README)
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 #: edge cases of ``attention_inputs(cases=...)`` (see its docstring)
 EDGE_CASES = (
@@ -68,7 +68,7 @@ EDGE_CASES = (
 ALL_CASES = ("random", *EDGE_CASES)
 
 _WIDTH = {torch.float64: 64, torch.float32: 32, torch.bfloat16: 32, torch.float16: 16}
-#: unit roundoff u per dtype (THEORY.md D10)
+#: unit roundoff u per dtype (D10)
 _UNIT_ROUNDOFF = {
     torch.float64: 2.0**-53,
     torch.float32: 2.0**-24,
@@ -624,7 +624,7 @@ def masks(
 
     Each position is hidden with a drawn flag (shrinks to "all visible"); in addition, with
     ``empty_rows`` some query rows are hidden entirely (a row with no visible key must give
-    zeros, FAULTS.md 8) and with ``dead_keys`` some keys are hidden from every query (the keys
+    zeros, fault class 8) and with ``dead_keys`` some keys are hidden from every query (the keys
     :func:`masked_inputs` poisons). ``broadcast`` lets the batch and head axes have size 1.
     """
     if not isinstance(shape, Shape):
@@ -663,7 +663,7 @@ def masked_inputs(
     Draws ``attention_inputs(**kwargs)`` and ``masks(...)``; for each (b, h), a key s that no
     query sees (mask AND causal) gets k_s = +p and v_s = -p with p = min(poison, finfo.max/4) in
     the dtype (1e10 by default; 16376 in float16), so a masked position that leaks into the output
-    shows (FAULTS.md 8). The radius bound holds on every visible pair (rescaling happens before
+    shows (fault class 8). The radius bound holds on every visible pair (rescaling happens before
     the poisoning). ``case`` is ``"masked"``.
     """
     if isinstance(poison, bool) or not isinstance(poison, (int, float)) or not poison > 0:

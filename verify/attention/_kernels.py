@@ -3,7 +3,7 @@
 A ``FeatureKernel`` is built once per call (or once per streaming state) from a feature-map name
 (``identity``, ``elu1``, ``relu``, ``taylor:N``, ``favor``) or a callable, and knows
 - which scale convention applies (exp-type: sqrt(c) on q and k; element-wise and callables:
-  c on q only, before the map; DESIGN.md API contract),
+  c on q only, before the map; the API contract, README),
 - the feature block sizes (one block per Taylor order, one block otherwise),
 - how to build features from accumulation-dtype tensors, and the T x S weight matrix of the
   parallel form (Taylor: kappa_N on the scores).
@@ -28,7 +28,7 @@ ELEMENTWISE = {"identity": lambda x: x, "elu1": lambda x: F.elu(x) + 1.0, "relu"
 
 
 def taylor_kernel(x: torch.Tensor, order: int) -> torch.Tensor:
-    """kappa_N(x) = sum_{n<=N} x^n / n! by Horner's rule (THEORY.md D1, D4).
+    """kappa_N(x) = sum_{n<=N} x^n / n! by Horner's rule (D1, D4).
 
     Coefficients 1/n! from ``derivations.feature_maps.taylor_coefficients`` (rounded once to
     float64). Forward error of Horner: |fl(p) - p| <= gamma_{2N} kappa_N(|x|) (Higham 2002,

@@ -2,7 +2,7 @@
 
 A masked weight is made exactly zero with ``torch.where`` (never an additive finite sentinel,
 D6). Queries that see no key and keys that no query sees are replaced by zeros before any
-arithmetic, so large finite values there (e.g. 1e10, FAULTS.md 8) cannot overflow into inf and
+arithmetic, so large finite values there (e.g. 1e10, fault class 8) cannot overflow into inf and
 reach the gradients as 0 * inf.
 """
 

@@ -1,4 +1,4 @@
-"""Recurrent and chunked evaluation of kernel attention in feature form (THEORY.md D2, D3).
+"""Recurrent and chunked evaluation of kernel attention in feature form (D2, D3).
 
 Internal engine shared by ``taylor_attention``, ``linear_attention`` and the state API. Inputs are
 already validated and in the accumulation dtype. Values are augmented with a column of ones, so
@@ -17,7 +17,7 @@ before the chunk), out = tril(A_c) va_c + phi(q_c) Sa_(c) with A_c the within-ch
 Sa_(c) = Sa_0 + sum_{c' < c} phi(k_c')^T va_c' by a cumulative sum over chunks. Whole chunks are
 processed in batched passes over cache-sized groups of chunks (``GROUP_ELEMENTS``), the state
 carried from group to group, and a final partial chunk in a pass of its own, so no padding ever
-enters the state (FAULTS.md 1, 2). Non-causal: every query reads the state after all keys.
+enters the state (fault classes 1, 2). Non-causal: every query reads the state after all keys.
 """
 
 from __future__ import annotations

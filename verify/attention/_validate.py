@@ -1,4 +1,4 @@
-"""Input checks shared by the attention forms (DESIGN.md, API contract).
+"""Input checks shared by the attention forms (the API contract, README).
 
 Every check raises ``TypeError`` (wrong kind of object or dtype) or ``ValueError`` (wrong value,
 shape or device) whose message starts with the argument's name and states what was expected and
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: dtypes the attention forms accept; the last two accumulate in float32 (THEORY.md D10)
+#: dtypes the attention forms accept; the last two accumulate in float32 (D10)
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -124,7 +124,7 @@ def check_real(name: str, value: object, *, minimum: float | None = None) -> flo
 
 
 def resolve_scale(scale: object, d: int, *, exp_type: bool) -> float:
-    """The scale c (THEORY.md notation).
+    """The scale c (the notation of reports/derivations.md).
 
     exp-type kernels (softmax, Taylor-N, FAVOR+): c in kappa(c q.k), default 1/sqrt(d); c >= 0
     because feature forms absorb sqrt(c) on q and k. Element-wise maps: a factor on q before the

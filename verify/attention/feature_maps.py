@@ -1,4 +1,4 @@
-"""Public feature maps phi: (..., d) -> (..., m) for kernel linear attention (THEORY.md D1, D3, D9).
+"""Public feature maps phi: (..., d) -> (..., m) for kernel linear attention (D1, D3, D9).
 
 Scale convention. Exp-type maps (Taylor, FAVOR+) take the score scale c of kappa(c q.k), default
 1/sqrt(d), and absorb it symmetrically as sqrt(c) on their argument, so that
@@ -231,7 +231,7 @@ def _check_order(order: object) -> int:
 
 
 def symmetric_monomial_features(x: torch.Tensor, n: int, *, scale: float | None = None):
-    """Order-n symmetric monomial block c^{n/2} x^alpha / sqrt(alpha!) (THEORY.md D1).
+    """Order-n symmetric monomial block c^{n/2} x^alpha / sqrt(alpha!) (D1).
 
     Args:
         x: (..., d) float tensor.
@@ -254,7 +254,7 @@ def symmetric_monomial_features(x: torch.Tensor, n: int, *, scale: float | None 
 
 
 def tensor_power_features(x: torch.Tensor, n: int, *, scale: float | None = None):
-    """Order-n tensor-power block (sqrt(c) x)^{(x)n} / sqrt(n!) (THEORY.md D1).
+    """Order-n tensor-power block (sqrt(c) x)^{(x)n} / sqrt(n!) (D1).
 
     Args:
         x: (..., d) float tensor.
@@ -283,7 +283,7 @@ def taylor_features(
     scale: float | None = None,
     feature_budget: int = FEATURE_BUDGET,
 ) -> torch.Tensor:
-    """Taylor-N feature map: the blocks of orders 0..N concatenated (THEORY.md D1, D3).
+    """Taylor-N feature map: the blocks of orders 0..N concatenated (D1, D3).
 
     phi(q).phi(k) = kappa_N(c q.k) = sum_{n<=N} (c q.k)^n / n! exactly (up to rounding).
 

@@ -1,4 +1,4 @@
-"""Kernel linear attention o_t = phi(q_t)^T S_t / phi(q_t)^T z_t (THEORY.md D3, D9).
+"""Kernel linear attention o_t = phi(q_t)^T S_t / phi(q_t)^T z_t (D3, D9).
 
 S_t = sum_s phi(k_s) v_s^T and z_t = sum_s phi(k_s) over the visible keys (s <= t when causal).
 Feature maps: ``identity``, ``elu1``, ``relu``, ``taylor:N`` (symmetric basis, D1), ``favor``
@@ -49,7 +49,7 @@ def linear_attention(
     generator: torch.Generator | None = None,
     feature_budget: int = FEATURE_BUDGET,
 ) -> torch.Tensor:
-    """Kernel linear attention with a named or callable feature map (THEORY.md D3).
+    """Kernel linear attention with a named or callable feature map (D3).
 
     Scale (applied exactly once): for ``taylor:N`` and ``favor`` the score scale c of
     kappa(c q.k), default 1/sqrt(d), absorbed as sqrt(c) on q and k; for ``identity``, ``elu1``,

@@ -1,4 +1,4 @@
-"""Denominator replacements of THEORY.md D7 (Mongaras & Larson, arXiv 2507.23632).
+"""Denominator replacements of D7 (Mongaras & Larson, arXiv 2507.23632).
 
 Kernel attention forms a numerator N_t = sum_s kappa(x_ts) v_s (shape (..., d_v)) and a
 denominator D_t = sum_s kappa(x_ts) (shape (...)) per query. ``apply_denominator`` turns them into
@@ -30,7 +30,7 @@ import torch
 from verify.attention._validate import check_choice, check_real
 from verify.spec.vocabulary import DENOMINATORS
 
-#: the denominator modes of THEORY.md D7
+#: the denominator modes of D7
 
 
 def l2_normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
@@ -57,8 +57,7 @@ def check_denominator(denominator: object, d_v: int) -> str:
     check_choice("denominator", denominator, DENOMINATORS)
     if denominator == "layernorm" and d_v < 2:
         raise ValueError(
-            "denominator: 'layernorm' needs value dimension d_v >= 2 (THEORY.md D7), "
-            f"got d_v = {d_v}"
+            f"denominator: 'layernorm' needs value dimension d_v >= 2 (D7), got d_v = {d_v}"
         )
     return denominator
 
@@ -76,7 +75,7 @@ def apply_denominator(
     eps: float = 0.0,
     log_shift: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The attention output from numerator, denominator and visible-key count (THEORY.md D7).
+    """The attention output from numerator, denominator and visible-key count (D7).
 
     Args:
         numerator: N, shape (..., d_v), float.

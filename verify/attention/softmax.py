@@ -1,4 +1,4 @@
-"""Softmax attention, the reference form (THEORY.md notation, D2, D6, D7)."""
+"""Softmax attention, the reference form (D2, D6, D7)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def softmax_attention(
     which is exact for every denominator mode (D6: the true N, D are e^m times the shifted ones;
     ``norms.apply_denominator`` undoes the shift where it matters). Masked weights are exactly zero
     (``torch.where``); a row with no visible key returns zeros with finite gradients (the
-    convention of recent SDPA versions; FAULTS.md 8).
+    convention of recent SDPA versions; fault class 8).
 
     Args:
         q: (B, H, T, d); k: (B, H, S, d); v: (B, H, S, d_v). One float dtype, one device.

@@ -3,7 +3,7 @@
 The state after t tokens holds, for a feature map phi with blocks per Taylor order n,
 numerator S = sum_{s<=t} phi(k_s) v_s^T and denominator z = sum_{s<=t} phi(k_s) (block n of S
 is sum_s phi_n(k_s) v_s^T with phi_n the order-n block of ``feature_maps.taylor_features``, i.e.
-THEORY.md's S_t^(n) with the weights c^{n/2}/sqrt(alpha!) folded in), the number of visible keys
+D2's S_t^(n) with the weights c^{n/2}/sqrt(alpha!) folded in), the number of visible keys
 absorbed, the number of positions consumed, and the configuration that must stay fixed along a
 stream: kernel, basis, scale, denominator mode, eps and FAVOR+'s random directions.
 
@@ -13,7 +13,7 @@ stored values; ``prefill`` with a given state rejects keywords that disagree wit
 
 Equivalences (checked by the tests): prefill(x[:T-1]) then step(x[T-1]) equals the causal
 full-sequence output at T-1; prefill(x[:s]) then prefill(x[s:], state=...) equals prefill(x)
-for every split s, outputs and states (FAULTS.md 2, 3).
+for every split s, outputs and states (fault classes 2, 3).
 
 dtypes: float64/float32 inputs keep a state of their dtype; bf16/fp16 inputs keep a float32
 state and return outputs in the input dtype. Updates are functional (a new state is returned), so

@@ -1,4 +1,4 @@
-"""Taylor-N attention: softmax's exp replaced by kappa_N(x) = sum_{n<=N} x^n/n! (THEORY.md D1-D4).
+"""Taylor-N attention: softmax's exp replaced by kappa_N(x) = sum_{n<=N} x^n/n! (D1-D4).
 
 Three forms that agree to rounding (D2):
 - ``parallel``: the masked T x S matrix kappa_N(c q.k) (Horner on the scores; no features);

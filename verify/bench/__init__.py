@@ -2,7 +2,7 @@
 
 Writes ``benchmarks.md`` and ``benchmarks.json`` into the report directory (and nothing else:
 ``verify.render.staging.staged_write`` keeps every other report file). These two files carry
-timings, so unlike the rest of ``reports/`` they are not byte-identical on rerun (DESIGN.md).
+timings, so unlike the rest of ``reports/`` they are not byte-identical on rerun.
 
 Method (one process, fp32, B = 1, H = 4, d = d_v = 16, causal):
 - a correctness gate first: the chunked, parallel and recurrent forms and flash-linear-attention's
@@ -25,56 +25,11 @@ Layout (imports point down; this package measures and never writes a file):
 - ``measure``: FLOP counts, interleaved timing (``measure``), peak RSS, profiles;
 - ``analyse``: quartiles, paired ratios, growth fits, crossover, goals and limits (``analyse``);
 - ``collect``: the gate, the cells, the run; ``collect(cfg)`` returns the JSON document;
-- ``command``: ``add_arguments`` / ``run`` (measure, then ``verify.render.benchmarks.write``).
+- the command (``verify.cli.bench``) measures, then writes with ``verify.render.benchmarks``.
 
-The Markdown and the file writing are in ``verify.render.benchmarks``. ``verify.bench.measure``,
-``.analyse`` and ``.collect`` are the submodules; their functions of the same name are reached
-through them (``verify.bench.collect.collect``), not re-exported here.
+The Markdown and the file writing are in ``verify.render.benchmarks``.
 
 Importing this package is cheap: torch loads when a command runs.
 """
 
 from __future__ import annotations
-
-from verify.bench.analyse import crossover, loglog_slope, summary
-from verify.bench.collect import sanity
-from verify.bench.command import add_arguments, run
-from verify.bench.config import (
-    FULL,
-    GROWTH_FIT_MIN_T,
-    LINEAR_EXPONENT_MAX,
-    METHOD_TEXT,
-    METHODS,
-    QUICK,
-    SCHEMA,
-    Config,
-)
-from verify.bench.measure import (
-    Cell,
-    chunked_flops,
-    counted_matmul_flops,
-    cprofile_top,
-    profile_top,
-)
-
-__all__ = [
-    "FULL",
-    "GROWTH_FIT_MIN_T",
-    "LINEAR_EXPONENT_MAX",
-    "METHODS",
-    "METHOD_TEXT",
-    "QUICK",
-    "SCHEMA",
-    "Cell",
-    "Config",
-    "add_arguments",
-    "chunked_flops",
-    "counted_matmul_flops",
-    "cprofile_top",
-    "crossover",
-    "loglog_slope",
-    "profile_top",
-    "run",
-    "sanity",
-    "summary",
-]

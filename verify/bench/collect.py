@@ -142,7 +142,7 @@ def collect(cfg: Config, log: Callable[[str], None] = print) -> dict:
 
     from derivations import state_size as d5
     from verify.attention import state as st
-    from verify.render.metadata import environment
+    from verify.environment import environment
 
     t_start = time.perf_counter()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None

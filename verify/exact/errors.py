@@ -1,4 +1,4 @@
-"""The error model: a stated, derived bound for every numeric comparison (THEORY.md D10).
+"""The error model: a stated, derived bound for every numeric comparison (D10).
 
 Every bound here is composed from the functions that ``derivations.rounding`` (D10),
 ``derivations.norms`` (D7) and ``derivations.feature_maps`` (D1) export; nothing is retyped.
@@ -433,7 +433,7 @@ def attention_error_bound(
             reference's own float64 bound, the parallel form's (D10 recipe 6), and uses
             |o| <= sum_s W_s |v_s| / |D| instead of the exact |o|.
         causal, attn_mask, scale, denominator, eps, projection: as the implementation
-            (THEORY.md conventions; scale None = 1/sqrt(d) for exp-type kernels, 1 otherwise).
+            (the API conventions; scale None = 1/sqrt(d) for exp-type kernels, 1 otherwise).
         form: ``parallel``, ``recurrent``, ``chunked`` or ``any`` (the worst of them per key).
         basis: ``symmetric`` / ``tensor`` for Taylor feature forms; None = the larger.
         device: selects the cited library ulps (``cpu`` or ``cuda``).
@@ -590,7 +590,7 @@ def float64_reference(
     defines it (sum: N/(D + eps); none: N; count: N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms:
     N/sqrt(mean N^2 + eps); layernorm: (N - mean)/sqrt(mean (N - mean)^2 + eps)). Rows with no
     visible key are 0. Its own error is the float64 bound of the parallel form, which
-    ``attention_error_bound(..., exact=None)`` adds (THEORY.md D10, recipe 6).
+    ``attention_error_bound(..., exact=None)`` adds (D10, recipe 6).
 
     Args:
         kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection: as

@@ -1,4 +1,4 @@
-"""High-precision mpmath references for kernel attention (THEORY.md D1-D4, D7, D10).
+"""High-precision mpmath references for kernel attention (D1-D4, D7, D10).
 
 The oracle evaluates softmax attention, Taylor-N attention (kernel kappa_N, D1/D2) and kernel
 linear attention (D3) in ``mpmath`` at ``dps`` decimal digits (default 50, D10: ">= 50 digits")
@@ -10,7 +10,7 @@ float64 (exact for bf16/fp16/fp32), numpy float16/32/64 arrays likewise; each fl
 ``mpf`` without rounding. Precision is set with ``mpmath.workdps`` inside each call; the global
 mpmath context is never changed.
 
-Conventions (the DESIGN.md API contract, mirrored exactly):
+Conventions (the API contract in the README, mirrored exactly):
 
 - Shapes: q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v); output (B, H, T, d_v).
 - Scores x_ts = c (q_t . k_s). exp-type kernels (``exp``, ``taylor:N``, ``favor``): c = ``scale``,
@@ -57,7 +57,7 @@ __all__ = [
     "to_mpf_array",
 ]
 
-#: default working precision in decimal digits (THEORY.md D10: >= 50 digits)
+#: default working precision in decimal digits (D10: >= 50 digits)
 DEFAULT_DPS = 50
 #: smallest accepted precision: well above the 17 digits that pin a float64 down
 MIN_DPS = 20
@@ -65,7 +65,7 @@ MIN_DPS = 20
 
 @dataclass(frozen=True, eq=False)
 class OracleResult:
-    """Exact attention output and the conditioning quantities of THEORY.md D10.
+    """Exact attention output and the conditioning quantities of D10.
 
     Arrays of dtype ``object`` hold ``mpmath.mpf`` values accurate to about ``dps`` digits.
     Shapes use B batch, H heads, T queries, S keys, d_v value dimension.
@@ -399,8 +399,7 @@ def _core(
         S, d_v = V.shape[2], V.shape[3]
         if denominator == "layernorm" and d_v < 2:
             raise ValueError(
-                f"denominator: 'layernorm' needs value dimension d_v >= 2 (THEORY.md D7), "
-                f"got d_v = {d_v}"
+                f"denominator: 'layernorm' needs value dimension d_v >= 2 (D7), got d_v = {d_v}"
             )
         visible = _visibility(attn_mask, causal, B, H, T, S)
 
@@ -479,7 +478,7 @@ def _core(
                     row_scores = [c * mpmath.fdot(qs[t], ks[s]) for s in range(S)]
                     scores[b, h, t, :] = row_scores
                     if not vis:
-                        continue  # empty row: zeros everywhere (DESIGN.md API contract)
+                        continue  # empty row: zeros everywhere (the API contract, README)
                     if score_fn is not None:
                         kap = {s: score_fn(row_scores[s]) for s in vis}
                     else:
@@ -600,7 +599,7 @@ def softmax_reference(
 ) -> OracleResult:
     """Softmax attention (kernel exp) in mpmath: o_t = sum_s e^{x_ts} v_s / sum_s e^{x_ts}.
 
-    Source: THEORY.md Notation, D2 (kernel exp), D7 (denominator modes).
+    Source: the notation of reports/derivations.md, D2 (kernel exp), D7 (denominator modes).
     """
     return _core(
         q, k, v, kernel="exp", feature_map=None, projection=None, causal=causal, scale=scale,
@@ -634,7 +633,7 @@ def taylor_reference(
     Evaluated on the scores (equal to the feature form phi(q).phi(k) of either basis, D1), so
     the result does not depend on ``basis`` or ``form``. ``order`` is N >= 0 (N = 0: kappa = 1).
 
-    Source: THEORY.md D1 (kappa_N), D2 (Taylor-N attention), D4, D7.
+    Source: D1 (kappa_N), D2 (Taylor-N attention), D4, D7.
     """
     order = _check_order(order)
     return _core(
@@ -657,7 +656,7 @@ def linear_reference(
     projection: object = None,
     dps: int = DEFAULT_DPS,
 ) -> OracleResult:
-    """Kernel linear attention in mpmath: kappa_ts = phi(q_t) . phi(k_s) (THEORY.md D3).
+    """Kernel linear attention in mpmath: kappa_ts = phi(q_t) . phi(k_s) (D3).
 
     ``feature_map``:
       - ``"identity"``: phi(x) = x; ``"relu"``: max(x, 0); ``"elu1"``: elu(x) + 1 (x + 1 for
@@ -677,7 +676,7 @@ def linear_reference(
             another map, ``projection`` not of shape (m, d), a callable returning varying lengths.
         TypeError: ``feature_map`` neither a str nor a callable; a callable returning non-numbers.
 
-    Source: THEORY.md D3 (kernel linear attention), D1 (Taylor maps), D9 (FAVOR+), D7.
+    Source: D3 (kernel linear attention), D1 (Taylor maps), D9 (FAVOR+), D7.
     """
     if isinstance(feature_map, str):
         try:
@@ -741,7 +740,7 @@ for _fn in (softmax_reference, taylor_reference, linear_reference):
 
 
 def abs_error(actual: object, result: OracleResult) -> np.ndarray:
-    """|a_hat - a_exact| per output element, measured in float64 space (THEORY.md D10).
+    """|a_hat - a_exact| per output element, measured in float64 space (D10).
 
     Each element of ``actual`` is cast up exactly to mpf, subtracted from the exact reference at
     ``result.dps`` digits and the absolute difference is rounded once to float64. Non-finite

@@ -155,7 +155,7 @@ def reference_attention(
     Args:
         q: (B, H, T, d), k: (B, H, S, d), v: (B, H, S, d_v), one float dtype and device.
         kernel: ``softmax``, ``taylor:N`` or ``linear:MAP`` (identity, elu1, relu, favor,
-            taylor:N); THEORY.md conventions for the scale c (``scale`` None: 1/sqrt(d) for
+            taylor:N); the API conventions for the scale c (``scale`` None: 1/sqrt(d) for
             exp-type kernels, 1 for element-wise maps).
         causal: s <= t (T == S); attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
         denominator: sum | none | count | l2 | rms | layernorm (D7); eps as

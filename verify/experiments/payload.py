@@ -32,7 +32,7 @@ def payload(
 
     import torch
 
-    from verify.render.metadata import versions
+    from verify.environment import versions
 
     summaries = summarize(forms, results)
     names, line = ordering(summaries)

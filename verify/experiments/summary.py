@@ -142,7 +142,7 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
 
     # 1. the denominator acts as a norm: exp with L2 / RMS in its place ~ softmax
     claim = "softmax ≈ exp with the denominator replaced by a norm (L2, RMS)"
-    src = "Mongaras & Larson 2025 (THEORY.md D7)"
+    src = "Mongaras & Larson 2025 (D7)"
     reps = [by[n] for n in ("exp-l2", "exp-rms") if n in by]
     if soft is None or soft.mean is None or not reps:
         out.append(entry(claim, src, "not measured", "softmax or the norm forms missing"))
@@ -162,7 +162,7 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
 
     # 2. Taylor-N improves with N (the truncated series approaches exp)
     claim = "Taylor-N attention improves with the order N"
-    src = "Mongaras & Larson 2025 (THEORY.md D2, D4)"
+    src = "Mongaras & Larson 2025 (D2, D4)"
     tay = sorted((s for s in summaries if s.family == "taylor"), key=lambda s: s.order)
     got = [s for s in tay if s.mean is not None]
     if len(got) < 2:
@@ -188,7 +188,7 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
 
     # 3. linear attention (elu+1, relu, identity + L2) lags softmax
     claim = "linear attention (elu+1, relu, linear map with L2 norm) lags softmax"
-    src = "Deng, Song & Zhou 2023; Mongaras & Larson 2025 (THEORY.md D3, D8)"
+    src = "Deng, Song & Zhou 2023; Mongaras & Larson 2025 (D3, D8)"
     lin = [s for s in summaries if s.family == "linear"]
     if soft is None or soft.mean is None or not lin:
         out.append(entry(claim, src, "not measured", "softmax or the linear forms missing"))
@@ -207,7 +207,7 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
 
     # 4. exp without any normalization is unstable
     claim = "exp without a normalization (no denominator, no norm) is unstable"
-    src = "Mongaras & Larson 2025 (THEORY.md D7)"
+    src = "Mongaras & Larson 2025 (D7)"
     raw = by.get("exp-none")
     if raw is None:
         out.append(entry(claim, src, "not measured", "exp-none was not run"))

@@ -1,9 +1,10 @@
 """``claims.md`` / ``.json``: the seed papers' claims, traced from statement to derivation to
 numeric check to experiment (issue 7).
 
-Each claim names the derivations (THEORY.md ids) that establish it, the catalogue properties
-that check it numerically, and the experiment claims (``reports/experiments.json``) that probe
-it in training. The verdict follows stated rules from that evidence:
+Each claim names the derivations (D-ids of reports/derivations.md) that establish it, the
+catalogue properties that check it numerically, and the experiment claims
+(``reports/experiments.json``) that probe it in training. The verdict follows stated
+rules from that evidence:
 
 - **refuted** -- a linked derivation failed, a linked property failed on the built-in
   implementations, or a linked experiment result disagrees (then "in this experiment");
@@ -42,7 +43,7 @@ CLAIMS = (
         "ML-1",
         "Softmax attention equals the infinite sum of the order-n linear RNNs "
         "(Taylor series of exp; recurrent state S_t^(n), z_t^(n))",
-        f"{ML}; THEORY.md D1, D2",
+        f"{ML}; D1, D2",
         ("D1", "D2"),
         (
             "kernel-identity",
@@ -57,14 +58,14 @@ CLAIMS = (
         "ML-2",
         "Linear attention is the n = 1 term; normalized first-order Taylor attention "
         "is kernel linear attention with phi = [1, x]",
-        f"{ML}; THEORY.md D3",
+        f"{ML}; D3",
         ("D3",),
         ("oracle-agreement", "kernel-identity"),
     ),
     Claim(
         "ML-3",
         "Higher orders approach softmax",
-        f"{ML}; THEORY.md D4",
+        f"{ML}; D4",
         ("D4",),
         ("truncation-within-d4", "convergence-in-n"),
         ("Taylor-N attention improves",),
@@ -77,7 +78,7 @@ CLAIMS = (
         "ML-4",
         "The softmax denominator acts as a norm: L2 / RMS (/ LayerNorm) replacements "
         "discard exactly the per-query scalar 1/D_t",
-        f"{ML}; THEORY.md D7",
+        f"{ML}; D7",
         ("D7",),
         ("norm-identities",),
         ("softmax ≈ exp with the denominator replaced",),
@@ -87,7 +88,7 @@ CLAIMS = (
     Claim(
         "ML-5",
         "Both the exponential and a norm are needed",
-        f"{ML}; THEORY.md D7, D8",
+        f"{ML}; D7, D8",
         ("D7", "D8"),
         (),
         ("linear attention (elu+1", "exp without a normalization"),
@@ -96,7 +97,7 @@ CLAIMS = (
         "DSZ-A",
         "Softmax amplifies one large score: a gap Delta gives peak weight >= "
         "1/(1 + (n-1)e^-Delta) (>= 3/4 for Delta >= log 3(n-1))",
-        f"{DSZ}; THEORY.md D8 A",
+        f"{DSZ}; D8 A",
         ("D8",),
         ("softmax-peak-bounds",),
     ),
@@ -104,7 +105,7 @@ CLAIMS = (
         "DSZ-B",
         "With all scores in [0, a] the softmax peak is <= e^a/(e^a + n - 1) = O(1/n), "
         "so threshold 1/2 on the peak separates D_0 from D_1 for n >= 4",
-        f"{DSZ}; THEORY.md D8 B",
+        f"{DSZ}; D8 B",
         ("D8",),
         ("softmax-peak-bounds",),
     ),
@@ -112,7 +113,7 @@ CLAIMS = (
         "DSZ-C",
         "Normalized linear attention cannot amplify with a fixed readout: its peak "
         "is <= (M+Delta)/((n-1)m + M + Delta) -> 0",
-        f"{DSZ}; THEORY.md D8 C",
+        f"{DSZ}; D8 C",
         ("D8",),
         ("linear-peak-bound",),
         ("linear attention (elu+1",),
@@ -123,14 +124,14 @@ CLAIMS = (
         "DSZ-D",
         "Scale invariance blinds linear attention: lin(cz) = lin(z), while the "
         "softmax peak strictly increases with c",
-        f"{DSZ}; THEORY.md D8 D",
+        f"{DSZ}; D8 D",
         ("D8",),
         ("softmax-peak-monotone", "homogeneous-map-collision"),
     ),
     Claim(
         "DSZ-P",
         "Power attention z^beta/sum z^beta interpolates: peak r^beta/(r^beta + n - 1)",
-        f"{DSZ}; THEORY.md D8",
+        f"{DSZ}; D8",
         ("D8",),
         ("power-attention-peak",),
     ),
@@ -138,7 +139,7 @@ CLAIMS = (
         "REL-I",
         "Softmax weights are injective in q when rank[K, 1] = d + 1; normalized "
         "linear attention with a homogeneous map is not",
-        "Han et al. 2024; THEORY.md D9",
+        "Han et al. 2024; D9",
         ("D9",),
         ("softmax-injectivity", "homogeneous-map-collision"),
     ),
@@ -146,7 +147,7 @@ CLAIMS = (
         "REL-R",
         "Linear attention has rank <= feature dimension (non-causal); exp(q_i k_j) is "
         "strictly totally positive (full rank)",
-        "THEORY.md D9",
+        "D9",
         ("D9",),
         ("linear-attention-rank", "exp-kernel-full-rank"),
     ),
@@ -154,7 +155,7 @@ CLAIMS = (
         "REL-F",
         "FAVOR+ positive random features give an unbiased kernel estimate with "
         "variance (1/m) e^{2x.y}(e^{|x+y|^2} - 1); orthogonal features do not exceed it",
-        "Choromanski et al. 2021; THEORY.md D9",
+        "Choromanski et al. 2021; D9",
         ("D9",),
         ("favor-kernel-unbiased", "favor-orthogonal-variance"),
         conditions="the normalized attention output is a ratio of estimates and is biased; "

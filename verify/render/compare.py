@@ -1,6 +1,6 @@
 """``attn-theory report --check``: compare a fresh run with the committed reports.
 
-Rules (DESIGN.md, "Reports"):
+Rules (README, "Reports"):
 
 - every owned file must exist on both sides (a missing or an extra owned file is stale);
 - JSON twins are compared field by field after dropping the environment blocks (versions,

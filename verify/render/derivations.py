@@ -1,11 +1,14 @@
-"""Render derivation records (THEORY.md D1-D10) as ``derivations.md`` and ``derivations.json``."""
+"""Render derivation records (D1-D10) as ``derivations.md`` and ``derivations.json``."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from verify.environment import versions
 from verify.render import markdown as md
-from verify.render.metadata import markdown_block, versions
+from verify.render.figures import DERIVATION_FIGURES, FIG_DIR
+from verify.render.metadata import markdown_block
 
 SCHEMA = "attn-theory/derivations/v1"
 
@@ -99,3 +102,26 @@ def write(stage: Path, records, figures: list[tuple[str, str]]) -> None:
     """Write ``derivations.md`` and ``derivations.json`` under ``stage``."""
     md.write_text(stage / "derivations.md", render_markdown(records, figures))
     md.write_json(stage / "derivations.json", records_json(records))
+
+
+def owned_paths() -> set[str]:
+    """Paths (relative to the report directory) that ``derive`` regenerates."""
+    return {"derivations.md", "derivations.json"} | {f"{FIG_DIR}/{n}" for n in DERIVATION_FIGURES}
+
+
+def build(stage: Path, *, quiet: bool = True):
+    """Run every derivation and write its report files under ``stage``; returns the records."""
+    import derivations
+    from verify.render.figures import write_derivation_figures
+
+    records = []
+    for did in derivations.MODULES:
+        t0 = time.perf_counter()
+        rec = derivations.module(did).derive()
+        records.append(rec)
+        if not quiet:
+            took = time.perf_counter() - t0
+            print(f"  {rec.id:4s} {rec.status.value:9s} {rec.title}  ({took:.1f} s)")
+    figures = write_derivation_figures(stage)
+    write(stage, records, figures)
+    return records

@@ -3,7 +3,7 @@
 the committed ``reports/experiments.json``).
 
 These files carry training noise and run times, so they are written only by
-``attn-theory experiment`` and are not part of ``attn-theory report --check`` (DESIGN.md, Reports).
+``attn-theory experiment`` and are not part of ``attn-theory report --check`` (README, Reports).
 ``markdown`` is a pure function of the document and the figure's caption (the constant text
 ``figure`` returns).
 """
@@ -179,7 +179,7 @@ def markdown(doc: dict, caption: str) -> str:
         ),
         "",
         'The "linear map with an L2 norm" uses the identity feature map (plain linear attention '
-        "q·k, THEORY.md D3) with the denominator replaced by the L2 norm of the numerator (D7). "
+        "q·k, D3) with the denominator replaced by the L2 norm of the numerator (D7). "
         "No form gets an eps: vanishing denominators (relu, odd Taylor orders, D4) give the IEEE "
         "result and are reported as they fall.",
         "",

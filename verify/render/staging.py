@@ -1,6 +1,6 @@
 """Stage a report directory in a temporary sibling and swap it in as a whole.
 
-An interrupted or failing run leaves the previous reports intact (DESIGN.md, "Reports"): the new
+An interrupted or failing run leaves the previous reports intact (README, "Reports"): the new
 set is built next to the old one, files that the running command does not own are copied over
 unchanged, and only a complete set replaces the old directory.
 """

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from verify.environment import environment
 from verify.render import markdown as md
-from verify.render.metadata import environment, markdown_block
+from verify.render.metadata import markdown_block
 
 SCHEMA = "attn-theory/verification/v1"
 #: max observed/bound is reported with this many significant digits (machine-dependent digits
@@ -35,38 +36,37 @@ def build(
     progress=None,
 ) -> dict:
     """Run the catalogue and write verification.md/.json and the ratio figure; returns JSON."""
-    import os
 
-    from verify import runner
+    from verify.engine import catalogue
 
-    dtypes = runner.FULL_DTYPES + runner.LOW_DTYPES
-    job_list = runner.plan(
-        list(variants) if variants else None, dtypes, "cpu", None, "ci", max_examples, 0
-    )
-    if device.startswith("cuda"):
-        job_list += runner.plan(
-            list(variants) if variants else None, dtypes, device, None, "ci", max_examples, 0
-        )
-    done = [0]
+    job_list = catalogue.plan(list(variants) if variants else None)
+    devices = ["cpu"] + ([device] if device.startswith("cuda") else [])
 
-    def tick(i, n, res):
-        done[0] = i
+    def tick(i, n, job, res):
         if progress and (i % 50 == 0 or i == n):
             progress(f"  verification {i}/{n}")
 
-    results = runner.run_all(
-        job_list, workers=jobs or os.cpu_count() or 1, progress=tick, shrink_draws=None
-    )
+    results = []
+    for dev in devices:
+        results += catalogue.run(
+            job_list,
+            device=dev,
+            max_examples=max_examples,
+            profile="ci",
+            workers=jobs,
+            progress=tick,
+            shrink_draws=None,
+        )
     cells = []
     ratios_by_dtype: dict[str, list[float]] = {}
     for job, r in results:
         cells.append(
             {
-                "variant": job.variant,
+                "variant": job.label,
                 "property": r.property_id,
                 "derivation": r.derivation,
                 "dtype": job.dtype,
-                "device": job.device,
+                "device": r.device,
                 "status": r.status,
                 "examples": r.examples,
                 "max_ratio": _round(r.max_ratio),
@@ -141,7 +141,7 @@ def render(data: dict, figure: str | None) -> str:
         f"{data['max_examples']} examples per cell) on every registered built-in variant "
         "(`verify/builtins.py`), per dtype and device. A cell shows ✓ and the largest "
         "observed/bound over its examples (the bound is stated before the output is computed, "
-        "from the error model of THEORY.md D10 or the derivation named); ᶜ marks a *calibrated* "
+        "from the error model of D10 or the derivation named); ᶜ marks a *calibrated* "
         "bound (gradients: stated rule), ˢ a statistical one (explicit confidence, Bonferroni), "
         "⁼ an exact identity; – means the property does not apply (the reason is in the JSON). "
         "A bound never approached within 1e-6 is flagged *loose*.",
@@ -163,7 +163,7 @@ def render(data: dict, figure: str | None) -> str:
         "## Properties",
         "",
         md.table(
-            ["id", "derivation", "statement", "FAULTS.md"],
+            ["id", "derivation", "statement", "fault classes"],
             [
                 [p["id"], p["derivation"], p["statement"], ", ".join(map(str, p["faults"]))]
                 for p in data["properties"]

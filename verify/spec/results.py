@@ -74,6 +74,7 @@ class PropertyResult:
     snippet: str = ""
     detail: str = ""  # the worst observation's detail (evidence, also for passes)
     ratios: list[float] = field(default_factory=list)
+    faults: list[int] = field(default_factory=list)  # the fault classes the property catches
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)

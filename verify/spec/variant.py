@@ -213,3 +213,50 @@ def sanitize_name(name: str) -> str:
     """A file-name-safe version of a variant name (letters, digits, ``-``, ``_``, ``.``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
     return safe[:80] or "variant"
+
+
+#: the claim fields a spawned worker re-applies to the variant it rebuilds from its import spec
+CLAIM_FIELDS = (
+    "name",
+    "layout",
+    "kernel",
+    "causal",
+    "causal_alignment",
+    "normalized",
+    "eps",
+    "scale",
+    "dtypes",
+    "devices",
+    "length_multiple",
+    "exp_library",
+)
+
+
+def claim_fields(v: AttentionVariant) -> dict[str, Any]:
+    """The picklable claim fields of ``v`` (:data:`CLAIM_FIELDS`)."""
+    return {name: getattr(v, name) for name in CLAIM_FIELDS}
+
+
+def claims_json(v: AttentionVariant) -> dict[str, Any]:
+    """The declared claims as plain JSON values."""
+    return {
+        "kernel": v.kernel,
+        "layout": v.layout,
+        "causal": v.causal,
+        "causal_alignment": v.causal_alignment,
+        "normalized": v.normalized,
+        "eps": v.eps,
+        "scale": v.scale,
+        "dtypes": list(v.dtypes),
+        "devices": list(v.devices),
+        "feature_map": v.feature_map is not None,
+        "state_api": v.state_api is not None,
+        "forms": sorted(v.forms),
+        "supports_mask": v.supports_mask,
+        "denominators": list(v.denominators),
+        "length_multiple": v.length_multiple,
+        "exp_library": v.exp_library,
+        "tolerances": {
+            k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
+        },
+    }

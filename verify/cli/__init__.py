@@ -16,27 +16,27 @@ import sys
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "derive": (
-        "verify.render.derivations_cmd",
+        "verify.cli.derive",
         "run the sympy derivations D1-D10 and write reports/derivations.md (+ JSON, figures)",
     ),
     "verify": (
-        "verify.runner",
+        "verify.cli.verify",
         "run the property catalogue on the built-in implementations and print a table",
     ),
     "check": (
-        "verify.check_cli",
+        "verify.cli.check",
         "check an attention variant (pkg.module:object) against the theory",
     ),
     "report": (
-        "verify.report",
+        "verify.cli.report",
         "the main job: regenerate every report in reports/ (or --check them)",
     ),
     "bench": (
-        "verify.bench",
+        "verify.cli.bench",
         "time the attention forms side by side; writes reports/benchmarks.md (+ JSON)",
     ),
     "experiment": (
-        "verify.experiments",
+        "verify.cli.experiment",
         "train tiny models on synthetic tasks; writes reports/experiments.md (+ JSON)",
     ),
 }
@@ -72,7 +72,3 @@ def main(argv: list[str] | None = None) -> int:
     mod.add_arguments(parser)
     args = parser.parse_args(rest)
     return int(mod.run(args) or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -1,9 +1,5 @@
-"""``attn-theory bench``'s arguments and ``run``: measure (``verify.bench.collect``), then write
-the two report files (``verify.render.benchmarks``) with ``verify.render.staging.staged_write``.
-
-Command-line layer parked inside the package until the CLI is rebuilt; ``verify.bench`` re-exports
-``add_arguments`` and ``run`` for ``verify.cli``.
-"""
+"""``attn-theory bench``: measure (``verify.bench.collect``), then write the two report files
+(``verify.render.benchmarks``) with ``verify.render.staging.staged_write``."""
 
 from __future__ import annotations
 
@@ -14,16 +10,7 @@ from pathlib import Path
 
 from verify.bench.collect import collect
 from verify.bench.config import FULL, QUICK
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+from verify.cli.options import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,11 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--repeats",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"timed repeats (default {FULL.repeats})",
     )
-    p.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default 1)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default 1)")
     p.add_argument("--report-dir", default="reports", help="output directory (default: reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 

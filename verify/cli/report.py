@@ -80,7 +80,7 @@ def build(
     source_dir = Path(source_dir or stage)
     profiles.load("ci")
 
-    from verify.render.derivations_cmd import build as build_derivations
+    from verify.render.derivations import build as build_derivations
 
     progress("derivations D1-D10")
     records = build_derivations(stage, quiet=True)
@@ -97,23 +97,14 @@ def build(
         progress=progress,
     )
 
-    cards = []
-    try:
-        from verify.adapters import cards as adapter_cards
-    except ImportError:
-        adapter_cards = None
-    if adapter_cards is not None:
-        progress("third-party variants")
-        cards = adapter_cards.build_cards(stage / "variants", quick=quick)
+    from verify.adapters import cards as adapter_cards
+    from verify.render import claims as claims_mod
 
-    claims = None
-    try:
-        from verify.render import claims as claims_mod
-    except ImportError:
-        claims_mod = None
-    if claims_mod is not None:
-        progress("seed-paper claims")
-        claims = claims_mod.build(stage, records=records, verification=ver, source_dir=source_dir)
+    progress("third-party variants")
+    cards = adapter_cards.build_cards(stage / "variants", quick=quick)
+
+    progress("seed-paper claims")
+    claims = claims_mod.build(stage, records=records, verification=ver, source_dir=source_dir)
 
     progress("figures and index")
     from verify.render import index

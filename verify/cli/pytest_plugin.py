@@ -1,5 +1,5 @@
 """pytest plugin: ``pytest --attn-variant pkg.module:object`` runs the property battery on a
-variant, one pytest test per property (DESIGN.md, "Variant checking").
+variant, one pytest test per property.
 
 Registered through the ``pytest11`` entry point. Importing it costs nothing: it only adds the
 ``--attn-*`` options; torch, hypothesis and the catalogue load when ``--attn-variant`` is given.
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 
 def pytest_addoption(parser) -> None:
+    from verify.cli.options import add_claim_options
+    from verify.spec.vocabulary import DEVICES, DTYPES
+
     group = parser.getgroup("attn-theory", "attention variant checks (attn-theory)")
     group.addoption(
         "--attn-variant",
@@ -17,28 +20,9 @@ def pytest_addoption(parser) -> None:
         metavar="PKG.MODULE:OBJECT",
         help="check this attention variant (repeatable)",
     )
-    group.addoption(
-        "--attn-kernel", default=None, help="claimed kernel: softmax|taylor:N|linear:MAP|unknown"
-    )
-    group.addoption("--attn-layout", default=None, choices=("BHTD", "BTHD"), help="tensor layout")
-    group.addoption(
-        "--attn-causal", default=None, choices=("yes", "no", "both"), help="causal support"
-    )
-    group.addoption(
-        "--attn-alignment",
-        default=None,
-        choices=("top-left", "bottom-right"),
-        help="causal alignment for T != S",
-    )
-    group.addoption(
-        "--attn-normalized", default=None, choices=("yes", "no"), help="divides by the kernel sum"
-    )
-    group.addoption("--attn-scale", default=None, help="'default' (1/sqrt(d)) or a number")
-    group.addoption("--attn-eps", default=None, type=float, help="declared denominator eps")
-    group.addoption(
-        "--attn-dtype", default=None, help="dtype to run (float64, float32, bfloat16, float16)"
-    )
-    group.addoption("--attn-device", default=None, help="device to run (cpu, cuda)")
+    add_claim_options(group.addoption, prefix="attn-")
+    group.addoption("--attn-dtype", default=None, choices=DTYPES, help="dtype to run")
+    group.addoption("--attn-device", default=None, choices=DEVICES, help="device to run")
     group.addoption(
         "--attn-select",
         action="append",
@@ -48,23 +32,6 @@ def pytest_addoption(parser) -> None:
     )
     group.addoption("--attn-max-examples", default=None, type=int, help="examples per property")
     group.addoption("--attn-seed", default=0, type=int, help="seed")
-
-
-def _claims(config) -> dict:
-    opt = config.getoption
-    scale = opt("--attn-scale")
-    if scale not in (None, "default"):
-        scale = float(scale)
-    normalized = opt("--attn-normalized")
-    return {
-        "kernel": opt("--attn-kernel"),
-        "layout": opt("--attn-layout"),
-        "causal": opt("--attn-causal"),
-        "causal_alignment": opt("--attn-alignment"),
-        "normalized": None if normalized is None else normalized == "yes",
-        "scale": scale,
-        "eps": opt("--attn-eps"),
-    }
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -87,18 +54,19 @@ def _battery(config, spec: str) -> dict:
     """Run the whole battery once per variant (isolated worker + watchdog); cached."""
     cache = config.stash.setdefault(_cache_key(), {})
     if spec not in cache:
-        from verify import checker
+        from verify.cli.options import claims_from
+        from verify.engine import check as engine
 
         opt = config.getoption
         dtype = opt("--attn-dtype")
-        cache[spec] = checker.check(
+        cache[spec] = engine.check(
             spec,
             dtypes=(dtype,) if dtype else None,
             device=opt("--attn-device") or "cpu",
             select=opt("--attn-select") or None,
             max_examples=opt("--attn-max-examples"),
             seed=opt("--attn-seed"),
-            **_claims(config),
+            **claims_from(opt, prefix="attn-"),
         )
     return cache[spec]
 
@@ -116,23 +84,20 @@ def _make_classes():
 
         def runtest(self) -> None:
             result = _battery(self.config, self.spec)
-            rows = [r for r in result.results if r["property_id"] == self.property_id]
-            bad = [r for r in rows if r["status"] in ("fail", "error")]
+            rows = [r for r in result.results if r.property_id == self.property_id]
+            bad = [r for r in rows if r.status in ("fail", "error")]
             if bad:
                 raise PropertyFailed(bad)
-            if rows and all(r["status"] == "skip" for r in rows):
-                pytest.skip(rows[0]["reason"] or "not applicable")
+            if rows and all(r.status == "skip" for r in rows):
+                pytest.skip(rows[0].reason or "not applicable")
 
         def repr_failure(self, excinfo):
             if isinstance(excinfo.value, PropertyFailed):
-                parts = []
-                for r in excinfo.value.rows:
-                    parts.append(f"[{r['dtype']}] {r['statement']}\n{r['reason'].strip()}")
-                    if r.get("counterexample"):
-                        parts.append("counterexample:\n" + r["counterexample"])
-                    if r.get("snippet"):
-                        parts.append("reproduce:\n" + r["snippet"])
-                return "\n".join(parts)
+                from verify.render.check import failure_text
+
+                return "\n".join(
+                    f"[{r.dtype}] {r.statement}\n{failure_text(r)}" for r in excinfo.value.rows
+                )
             return super().repr_failure(excinfo)
 
         def reportinfo(self):

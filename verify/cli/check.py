@@ -1,0 +1,85 @@
+"""``attn-theory check pkg.module:object``: the property battery on any attention variant.
+
+Exit codes: 0 at least one property ran and none failed; 1 a property failed; 2 usage or
+import error (the message names the problem); 3 no property applicable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from verify.cli.options import add_claim_options, claims_from, positive_int, seed
+from verify.spec.vocabulary import DTYPES
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target",
+        help="pkg.module:object (an AttentionVariant, f(q, k, v, *, causal), "
+        "or a zero-argument factory returning either)",
+    )
+    add_claim_options(p.add_argument_group("claims").add_argument)
+    r = p.add_argument_group("run")
+    r.add_argument("--device", default="cpu")
+    r.add_argument(
+        "--dtype",
+        action="append",
+        choices=DTYPES,
+        help="dtypes to run (repeatable; default float64 and float32)",
+    )
+    r.add_argument("--profile", choices=("ci", "dev", "thorough"), default=None)
+    r.add_argument("--seed", type=seed, default=0)
+    r.add_argument("--max-examples", type=positive_int, default=None)
+    r.add_argument("--select", nargs="+", action="extend", metavar="PROPERTY", default=None)
+    r.add_argument("--timeout", type=float, default=None, help="seconds per property (watchdog)")
+    r.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout only)")
+    r.add_argument("--report-dir", metavar="DIR", help="write the report card here")
+
+
+def _usage(msg: str) -> int:
+    print(f"attn-theory check: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from verify.engine import check as engine
+    from verify.render import card
+    from verify.render import check as text
+    from verify.render.markdown import dumps
+    from verify.spec.target import TargetError
+
+    out = sys.stderr if args.json == "-" else sys.stdout
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return _usage("--device cuda: torch.cuda.is_available() is False")
+    try:
+        print(f"checking {args.target} ...", file=sys.stderr)
+        result = engine.check(
+            args.target,
+            dtypes=tuple(args.dtype) if args.dtype else None,
+            device=args.device,
+            select=args.select,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            profile=args.profile,
+            timeout=args.timeout or engine.DEFAULT_TIMEOUT,
+            progress=lambda r: print(text.progress_line(r), file=sys.stderr),
+            **claims_from(lambda dest: getattr(args, dest)),
+        )
+    except (TargetError, ValueError, TypeError) as exc:
+        return _usage(str(exc))
+    print("\n" + text.summary_text(result), file=out)
+    if args.report_dir:
+        md_path, _ = card.write(result, args.report_dir)
+        print(f"report card: {md_path}", file=out)
+    if args.json:
+        doc = dumps(text.to_json(result))
+        if args.json == "-":
+            print(doc)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(doc + "\n")
+    return result.exit_code

@@ -1,0 +1,110 @@
+"""Command-line options shared by the commands and the pytest plugin: argument types, and the
+claim options (``--kernel``, ``--causal`` ...) mapped to ``AttentionVariant`` claims once.
+
+``attn-theory check`` spells a claim ``--kernel``; the pytest plugin spells it
+``--attn-kernel``; both read it through :data:`CLAIM_OPTIONS` and :func:`claims_from`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verify.spec.vocabulary import ALIGNMENTS, CAUSAL_SUPPORT, LAYOUTS
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type: an integer seed >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
+    return value
+
+
+def scale(text: str) -> float | str:
+    """argparse type: ``default`` or a number."""
+    if text == "default":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'default' or a number, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class ClaimOption:
+    """One claim on the command line: the ``AttentionVariant`` field, the option name (without
+    dashes; the plugin prefixes ``attn-``), its type or choices, and its help."""
+
+    field: str
+    name: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    #: a boolean claim: ``--NAME`` sets True, ``--OFF`` sets False
+    off: str | None = None
+
+
+CLAIM_OPTIONS = (
+    ClaimOption("kernel", "kernel", "claimed kernel: softmax | taylor:N | linear:MAP | unknown"),
+    ClaimOption("layout", "layout", "tensor layout", choices=LAYOUTS),
+    ClaimOption(
+        "causal",
+        "causal",
+        "which causal values the variant supports (default both)",
+        choices=CAUSAL_SUPPORT,
+    ),
+    ClaimOption(
+        "causal_alignment", "alignment", "causal alignment when T != S", choices=ALIGNMENTS
+    ),
+    ClaimOption("normalized", "normalized", "divides by the kernel sum", off="unnormalized"),
+    ClaimOption(
+        "scale", "scale", "'default' (1/sqrt(d) for whatever d a check uses) or a number", scale
+    ),
+    ClaimOption("eps", "eps", "constant the variant adds to its denominator", float),
+)
+
+
+def add_claim_options(add: Callable[..., Any], prefix: str = "") -> None:
+    """Declare every claim option with ``add`` (``ArgumentParser.add_argument`` or pytest's
+    ``group.addoption``), named ``--{prefix}{name}``, default None (not claimed)."""
+    for opt in CLAIM_OPTIONS:
+        dest = _dest(prefix, opt)
+        if opt.off:
+            add(
+                f"--{prefix}{opt.name}", action="store_true", default=None, dest=dest, help=opt.help
+            )
+            add(f"--{prefix}{opt.off}", action="store_false", dest=dest, help=f"not: {opt.help}")
+            continue
+        kw: dict[str, Any] = {"default": None, "help": opt.help, "dest": dest}
+        if opt.choices:
+            kw["choices"] = opt.choices
+        if opt.type:
+            kw["type"] = opt.type
+        add(f"--{prefix}{opt.name}", **kw)
+
+
+def claims_from(get: Callable[[str], Any], prefix: str = "") -> dict[str, Any]:
+    """The claims given (None when absent) from ``get(dest)``: an ``argparse.Namespace``'s
+    ``getattr`` or pytest's ``config.getoption``."""
+    return {opt.field: get(_dest(prefix, opt)) for opt in CLAIM_OPTIONS}
+
+
+def _dest(prefix: str, opt: ClaimOption) -> str:
+    return prefix.replace("-", "_") + opt.field

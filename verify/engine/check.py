@@ -1,0 +1,217 @@
+"""Check any attention variant against the theory: the probes, then the battery.
+
+The target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
+``f(q, k, v, *, causal) -> o``, a zero-argument factory returning either, or an import spec
+``"pkg.module:object"`` (``verify.spec.target``). Claims given here override the variant's own;
+a variant that claims no kernel is first probed (``verify.probes``) in a worker under the
+watchdog, and the identified claims are used (and said so).
+
+Every applicable property of the catalogue runs in worker processes under the watchdog
+(``verify.engine.pool``): a variant that raises, hangs, crashes, returns the wrong shape/dtype or
+NaN fails the property being run with the reason, and the run continues.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from verify.engine.jobs import PROBE, Job, ObjectLoader, SpecLoader, battery
+from verify.engine.pool import DEFAULT_TIMEOUT, run_jobs
+from verify.spec.results import PropertyResult
+from verify.spec.target import apply_claims, as_variant
+from verify.spec.variant import AttentionVariant, claim_fields, claims_json
+
+DEFAULT_DTYPES = ("float64", "float32")
+#: exit codes of ``attn-theory check`` (and :attr:`CheckResult.exit_code`)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 3
+
+
+@dataclass
+class CheckResult:
+    """Outcome of a check: the claims checked, the probe report (when the probes ran), notes,
+    and one :class:`PropertyResult` per (property, dtype)."""
+
+    variant: AttentionVariant
+    results: list[PropertyResult] = field(default_factory=list)
+    probe: Any = None
+    notes: list[str] = field(default_factory=list)
+    target: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def claims(self) -> dict[str, Any]:
+        return claims_json(self.variant)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "skip": 0, "error": 0}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        """0: at least one property ran and none failed; 1: a failure; 3: nothing applied."""
+        c = self.counts
+        if c["fail"] or c["error"]:
+            return EXIT_FAIL
+        if c["pass"] == 0:
+            return EXIT_NONE
+        return EXIT_OK
+
+    @property
+    def failed(self) -> list[PropertyResult]:
+        return [r for r in self.results if r.status in ("fail", "error")]
+
+
+def check(
+    target: Any,
+    *,
+    dtypes: tuple[str, ...] | None = None,
+    device: str = "cpu",
+    select: list[str] | None = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+    profile: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = True,
+    workers: int | None = None,
+    probe: bool | None = None,
+    progress=None,
+    **claims: Any,
+) -> CheckResult:
+    """Run the probes (when asked or when no kernel is claimed) and the property battery.
+
+    Args:
+        target: AttentionVariant, function ``f(q, k, v, *, causal)``, zero-argument factory, or
+            ``"pkg.module:object"``.
+        dtypes: dtypes to run (default float64 and float32; bf16/fp16 run the properties with a
+            low-precision model).
+        device: ``cpu`` or ``cuda``.
+        select: property ids to run (default all).
+        max_examples, seed, profile: hypothesis settings (profile: ci | dev | thorough).
+        timeout: seconds per property before the watchdog kills the worker.
+        isolate: run in worker processes (spawned from the import spec when ``target`` is a
+            string, forked otherwise); False runs in this process (no watchdog).
+        workers: worker processes (default: the CPU count).
+        probe: run the black-box probes (default: when the kernel claim is ``unknown``).
+        progress: called with each :class:`PropertyResult` as it finishes.
+        **claims: AttentionVariant fields overriding the variant's (kernel, layout, causal,
+            causal_alignment, normalized, eps, scale, ...).
+
+    Raises:
+        TargetError: the target cannot be imported or built.
+        ValueError, TypeError: invalid claims or options.
+        ValueError: an unknown property id in ``select``.
+    """
+    from verify import profiles
+
+    spec = target if isinstance(target, str) else None
+    variant = apply_claims(as_variant(target), claims)
+    profile = profiles.selected(profile)
+    profiles.load(profile)
+    dtypes = tuple(dtypes or DEFAULT_DTYPES)
+    battery(None, select=select)  # validates ``select`` before any work
+
+    def run(jobs: list[Job], tick=None) -> list[Any]:
+        if not isolate:
+            from verify.engine.run import run_job
+
+            out = []
+            for job in jobs:
+                out.append(
+                    run_job(
+                        variant,
+                        job,
+                        device=device,
+                        max_examples=max_examples,
+                        seed=seed,
+                        shrink_draws=_shrink(),
+                    )
+                )
+                if tick:
+                    tick(len(out), len(jobs), job, out[-1])
+            return out
+        loader = (
+            SpecLoader(spec, tuple(sorted(claim_fields(variant).items())))
+            if spec
+            else ObjectLoader(variant)
+        )
+        return run_jobs(
+            [Job(loader, j.property_id, j.dtype, j.label) for j in jobs],
+            device=device,
+            max_examples=max_examples,
+            seed=seed,
+            profile=profile,
+            shrink_draws=_shrink(),
+            timeout=timeout,
+            workers=workers,
+            start_method="spawn" if spec else "fork",
+            progress=tick,
+        )
+
+    notes: list[str] = []
+    report = None
+    if probe or (probe is None and variant.kernel == "unknown"):
+        report = run([Job(None, PROBE, "float64")])[0]
+        if isinstance(report, str):  # the probe itself hung or crashed
+            notes.append(f"probes: {report}")
+            report = None
+        else:
+            from verify import probes
+
+            # claims not given (absent or None) are taken from the probes, so a callable
+            # without claims is checked against what it was found to compute
+            suggested = {
+                k: v
+                for k, v in probes.suggested_claims(report).items()
+                if claims.get(k) is None and v != getattr(variant, k, None)
+            }
+            if suggested:
+                variant = apply_claims(variant, suggested)
+                notes.append(
+                    "claims identified by the black-box probes (state your own to override): "
+                    + ", ".join(f"{k}={v!r}" for k, v in sorted(suggested.items()))
+                )
+    tick = (lambda i, n, job, res: progress(res)) if progress else None
+    results = run(battery(None, dtypes=dtypes, select=select), tick)
+    if spec:
+        for r in results:
+            if r.snippet:
+                r.snippet = reproducer(spec, variant, r.snippet)
+    return CheckResult(
+        variant=variant, results=results, probe=report, notes=notes, target=spec or variant.name
+    )
+
+
+def _shrink() -> int:
+    from verify.properties.support.base import SHRINK_DRAWS
+
+    return SHRINK_DRAWS
+
+
+def reproducer(spec: str, variant: AttentionVariant, inputs_snippet: str) -> str:
+    """The example's tensors plus the lines that call the variant on them."""
+    lines = [
+        inputs_snippet.rstrip(),
+        "",
+        "from verify.spec.target import as_variant",
+        "",
+        f"variant = as_variant({spec!r})  # {spec}",
+    ]
+    if variant.layout == "BTHD":
+        lines.append("q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # the variant's layout")
+    kwargs = "causal=causal"
+    if "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet:
+        kwargs += ", attn_mask=attn_mask"
+    m = re.search(r"^# denominator = '(\w+)'", inputs_snippet, flags=re.M)
+    if m and variant.denominators:
+        kwargs += f", denominator={m.group(1)!r}"
+    lines.append(f"o = variant.forward(q, k, v, {kwargs})")
+    lines.append("print(o)")
+    return "\n".join(lines) + "\n"
