@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from verify.render import markdown as md
+from verify.render.probes import describe as describe_probe
+from verify.render.probes import probe_json
 
 SCHEMA = "attn-theory/check/v1"
 
@@ -31,8 +33,6 @@ def describe_claims(v) -> str:
 def describe(result) -> str:
     """What the variant computes: the probes' description when they ran, else the claims'."""
     if result.probe is not None:
-        from verify.render.probes import describe as describe_probe
-
         return describe_probe(result.probe)
     return describe_claims(result.variant)
 
@@ -45,7 +45,7 @@ def to_json(result) -> dict[str, Any]:
         "target": result.target,
         "description": describe(result),
         "claims": result.claims,
-        "probe": None if result.probe is None else result.probe.to_json(),
+        "probe": None if result.probe is None else probe_json(result.probe),
         "counts": result.counts,
         "exit_code": result.exit_code,
         "notes": result.notes,
