@@ -1,9 +1,11 @@
 """Symbolic derivations D1-D10 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
-imports (coefficients, bounds, sizes). Importing this package does no sympy work. The claims of
-the two largest records live in sibling modules (``truncation_claims``, ``truncation_checks``,
-``rounding_claims``); the argument validators shared by the numeric functions in ``_validate``.
+imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
+records are split: numeric exports in ``truncation`` / ``rounding``, claims in
+``truncation_claims``, ``truncation_checks`` / ``rounding_claims``, and ``derive()`` in
+``truncation_record`` / ``rounding_record``. The argument validators shared by the numeric
+functions live in ``_validate``.
 
 Run one derivation with ``python -m derivations.<module>``; all of them with
 ``attn-theory derive``.
@@ -18,13 +20,13 @@ MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",
     "D3": "linear",
-    "D4": "truncation",
+    "D4": "truncation_record",
     "D5": "state_size",
     "D6": "shift",
     "D7": "norms",
     "D8": "separation",
     "D9": "related",
-    "D10": "rounding",
+    "D10": "rounding_record",
 }
 
 

@@ -50,10 +50,8 @@ Library constants that cannot be derived (ulp errors of exp and division) are ci
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from derivations._record import Derivation, main_for
 from derivations._validate import check_choice, check_int, check_real
 from derivations.norms import NORM_KINDS
 
@@ -685,7 +683,7 @@ def normalization_rounding_bound(
     return math.sqrt(n) * (2.0 * eta + rho(n + 2))
 
 
-# -- the derivation record (claims in ``derivations.rounding_claims``) ------------------------
+# -- what the D10 record (``derivations.rounding_record``) checks ---------------------------
 EXPORTS = (
     "FORMATS",
     "LIBRARY_EXP_ULPS",
@@ -720,39 +718,3 @@ EXPORTS = (
     "low_precision_output_bound",
     "normalization_rounding_bound",
 )
-
-
-def derive(
-    *,
-    gamma_fn: Callable[[Any, Any], Any] | None = None,
-    unit_roundoffs: Mapping[str, Any] | None = None,
-) -> Derivation:
-    """Build the D10 record.
-
-    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
-        gamma_fn: (n, u) -> claimed gamma_n (e.g. ``lambda n, u: n*u``, no denominator).
-        unit_roundoffs: claimed u per dtype name (e.g. ``{"bfloat16": 2**-11}``).
-    """
-    from derivations import rounding_claims as claims
-
-    gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
-    rec = Derivation("D10", "Floating-point error model (stated precision)")
-    claims.claim_unit_roundoff(rec, unit_roundoffs)
-    claims.claim_gamma_lemma(rec, gam)
-    # elementary operations
-    claims.claim_exp_bound(rec)
-    claims.claim_library_ulps(rec)
-    claims.claim_ratio(rec)
-    # kernel attention output
-    claims.claim_output_identity(rec)
-    claims.claim_weighted_sum(rec)
-    claims.claim_taylor_weights(rec)
-    claims.claim_two_level(rec)
-    # instance check on a toy format
-    claims.claim_toy_format(rec)
-    rec.exports = list(EXPORTS)
-    return rec
-
-
-if __name__ == "__main__":
-    main_for(derive)

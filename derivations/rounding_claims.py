@@ -1,4 +1,4 @@
-"""The claims of the D10 record (``derivations.rounding.derive`` calls them in order).
+"""The claims of the D10 record (``derivations.rounding_record.derive`` calls them in order).
 
 Each ``claim_*`` function appends the steps, citations and checked claims of one group of the
 floating-point error model to the record. Imported only by ``derive`` (no sympy at import).

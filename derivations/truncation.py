@@ -25,8 +25,6 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from derivations import feature_maps as fm
-from derivations._record import Derivation
 from derivations._validate import check_exact_or_mpf, check_order
 
 #: guard bits above the target precision for intermediate mpmath values
@@ -331,7 +329,7 @@ def real_root_count(order: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The derivation record: claims in ``truncation_claims``, export checks in ``truncation_checks``
+# What the D4 record (``derivations.truncation_record``) checks against sympy
 # ---------------------------------------------------------------------------------------------
 EXPORTS = (
     "kappa",
@@ -349,62 +347,3 @@ EXPORTS = (
 #: delta_N(r) per (N, r), and the first N with |g_N(x)| < 1 per x
 STATED_DELTAS = {(2, 1): "0.36", (4, 2): "1.46", (6, 2): "0.15", (6, 3): "6.3"}
 STATED_FIRST_BELOW_ONE = {-4: 12, -8: 26, -16: 54}
-
-
-def derive(**wrong) -> Derivation:
-    """Build the D4 record (see the module docstring for the statements).
-
-    Keyword overrides (wrong-statement tests): ``taylor_coefficient`` (builds the kappa_N
-    polynomial the instance checks use) and any name in ``EXPORTS`` (e.g. a
-    ``remainder_bound`` without its e^{max(x,0)} factor).
-
-    Raises:
-        TypeError: an unknown override name.
-    """
-    from derivations import truncation_checks as checks
-    from derivations import truncation_claims as claims
-
-    f = fm.resolve_overrides(
-        wrong,
-        {"taylor_coefficient": fm.taylor_coefficient, **{n: globals()[n] for n in EXPORTS}},
-    )
-    rec = Derivation("D4", "Truncation error and positivity of the Taylor kernel")
-    claims.statement(rec)
-    # general lemmas (symbolic N)
-    claims.claim_kappa_series(rec, f)
-    claims.claim_derivative(rec)
-    claims.claim_last_term(rec)
-    claims.claim_relative_error_derivative(rec, f)
-    claims.claim_monotone(rec)
-    claims.claim_remainder(rec)
-    claims.claim_dominant_term(rec)
-    # the stated numbers, computed with sympy
-    claims.claim_stated_deltas(rec)
-    claims.claim_stated_first_below(rec)
-    # output perturbation bound
-    claims.claim_split_bound(rec)
-    claims.claim_supremum(rec)
-    claims.claim_thresholds(rec)
-    # positivity
-    claims.claim_positivity(rec)
-    claims.claim_root_counts(rec, f)
-    claims.claim_signed_weights(rec, f)
-    # the exports against the sympy expressions
-    checks.check_kappa(rec, f)
-    checks.check_remainder_bound(rec, f)
-    checks.check_relative_error(rec, f)
-    checks.check_delta(rec, f)
-    checks.check_output_error_bound(rec, f)
-    checks.check_informative_radius(rec, f)
-    checks.check_first_order_below(rec, f)
-    checks.check_dominant_order(rec, f)
-    checks.check_real_root_count(rec, f)
-    rec.exports = list(EXPORTS)
-    checks.tables(rec)
-    return rec
-
-
-if __name__ == "__main__":
-    from derivations._record import main_for
-
-    main_for(derive)

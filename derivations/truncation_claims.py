@@ -1,4 +1,4 @@
-"""The claims of the D4 record (``derivations.truncation.derive`` calls them in order).
+"""The claims of the D4 record (``derivations.truncation_record.derive`` calls them in order).
 
 Each ``claim_*`` function appends the steps and checked claims of one group to the
 record; ``f`` maps export names to the (possibly overridden) callables under test. The sympy

@@ -1,0 +1,48 @@
+"""The D10 record: the floating-point error model (stated precision).
+
+The numeric bounds live in ``derivations.rounding``, the claims in ``rounding_claims``;
+``derive()`` calls them in order. Run with ``python -m derivations.rounding_record``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from derivations import rounding as d10
+from derivations import rounding_claims as claims
+from derivations._record import Derivation, main_for
+
+
+def derive(
+    *,
+    gamma_fn: Callable[[Any, Any], Any] | None = None,
+    unit_roundoffs: Mapping[str, Any] | None = None,
+) -> Derivation:
+    """Build the D10 record.
+
+    Keyword overrides inject a *wrong* statement so tests can show the record then fails:
+        gamma_fn: (n, u) -> claimed gamma_n (e.g. ``lambda n, u: n*u``, no denominator).
+        unit_roundoffs: claimed u per dtype name (e.g. ``{"bfloat16": 2**-11}``).
+    """
+    gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
+    rec = Derivation("D10", "Floating-point error model (stated precision)")
+    claims.claim_unit_roundoff(rec, unit_roundoffs)
+    claims.claim_gamma_lemma(rec, gam)
+    # elementary operations
+    claims.claim_exp_bound(rec)
+    claims.claim_library_ulps(rec)
+    claims.claim_ratio(rec)
+    # kernel attention output
+    claims.claim_output_identity(rec)
+    claims.claim_weighted_sum(rec)
+    claims.claim_taylor_weights(rec)
+    claims.claim_two_level(rec)
+    # instance check on a toy format
+    claims.claim_toy_format(rec)
+    rec.exports = list(d10.EXPORTS)
+    return rec
+
+
+if __name__ == "__main__":
+    main_for(derive)
