@@ -1,13 +1,14 @@
-"""Deliberately faulty attention variants, one per FAULTS.md class, and their correct twins.
+"""Deliberately faulty attention variants, one per fault class of ``verify/spec/faults.py``,
+and their correct twins.
 
 Each ``faultNN_*`` object is an :class:`~verify.spec.variant.AttentionVariant` whose implementation
-carries the defect of FAULTS.md entry NN the way it shows up in real code (an index off by one
+carries the defect of fault class NN the way it shows up in real code (an index off by one
 chunk, zero padding entering a state, an axis written for another layout, a helper under
 ``torch.no_grad``, ...). Its ``twinNN_*`` runs the same code with the defect switched off (or
 is a built-in variant), so a property that fails on the first and passes on the second
 discriminates exactly that defect. The objects are module-level, so the checker can load them
 as ``tests.faulty_variants:<name>`` (``attn-theory check``); ``FAULTY`` and ``TWINS`` map the
-FAULTS.md number to the names.
+fault class number to the names.
 
 All tensors are (B, H, T, d) (layout ``BHTD``); the Taylor-2 variants use the scale
 c = 1/sqrt(d) absorbed as sqrt(c) on q and k, the elu+1 variants phi(q) . phi(k) (c = 1).
@@ -33,7 +34,7 @@ def taylor2_symmetric(x: torch.Tensor) -> torch.Tensor:
 
 
 def taylor2_elementwise(x: torch.Tensor) -> torch.Tensor:
-    """FAULTS.md 10: [1, x~, x~^2/sqrt(2)] element-wise (x~ = sqrt(c) x); right only for d = 1."""
+    """Fault class 10: [1, x~, x~^2/sqrt(2)] element-wise (x~ = sqrt(c) x); right only for d = 1."""
     xs = x * (1.0 / math.sqrt(x.shape[-1])) ** 0.5
     return torch.cat([torch.ones_like(xs[..., :1]), xs, xs * xs / math.sqrt(2.0)], -1)
 
@@ -50,13 +51,13 @@ def _feature_parallel(phi, q, k, v, causal: bool) -> torch.Tensor:
     return (A @ v) / A.sum(-1, keepdim=True)
 
 
-# ----------------------------------------------------------------------------- FAULTS 1
+# ------------------------------------------------------------------------------- fault class 1
 
 
 def _chunked_taylor2(q, k, v, *, causal, chunk_size, read_current_state):
     """Chunked Taylor-2 attention: exact within-chunk weights plus the state before the chunk.
 
-    ``read_current_state`` (FAULTS.md 1): the cross-chunk term of chunk i reads the state
+    ``read_current_state`` (fault class 1): the cross-chunk term of chunk i reads the state
     *after* chunk i (``states[i]``) instead of the one before it (``states[i - 1]``): chunk 0
     is right, every later chunk counts its own keys twice and sees its future keys.
     """
@@ -116,9 +117,9 @@ def _chunked_variant(name: str, *, defect: bool) -> AttentionVariant:
         kernel="taylor:2",
         forms=forms,
         feature_map=taylor2_symmetric,
-        description="FAULTS 1: chunked Taylor-2 reading the current chunk's state"
+        description="fault class 1: chunked Taylor-2 reading the current chunk's state"
         if defect
-        else "chunked Taylor-2, state before each chunk (twin of FAULTS 1)",
+        else "chunked Taylor-2, state before each chunk (twin of fault class 1)",
     )
 
 
@@ -126,17 +127,17 @@ fault01_chunk_wrong_state = _chunked_variant("fault01-chunk-wrong-state", defect
 twin01_chunk_state = _chunked_variant("twin01-chunk-state", defect=False)
 
 
-# ----------------------------------------------------------------------------- FAULTS 2, 3
+# --------------------------------------------------------------------------- fault classes 2, 3
 
 
 def _taylor2_prefill(q, k, v, state=None, *, chunk_size=64, pad=False, resume_denominator=True):
     """Chunked causal prefill of Taylor-2 attention with state (S, z) = (sum phi(k) v^T,
     sum phi(k)); returns (o, state).
 
-    ``pad`` (FAULTS.md 2): the sequence is zero-padded to a multiple of the chunk size and the
+    ``pad`` (fault class 2): the sequence is zero-padded to a multiple of the chunk size and the
     padded keys are summed into z (phi(0) = e_0 != 0), so the final state is wrong whenever T
     is not a multiple of the chunk size, although the outputs of the prefill are right.
-    ``resume_denominator=False`` (FAULTS.md 3): a given state's z is dropped (only the numerator
+    ``resume_denominator=False`` (fault class 3): a given state's z is dropped (only the numerator
     is carried across segments).
     """
     B, H, T, d = q.shape
@@ -191,30 +192,30 @@ def _state_variant(name: str, description: str, **prefill_kw) -> AttentionVarian
 
 fault02_padding_enters_state = _state_variant(
     "fault02-padding-enters-state",
-    "FAULTS 2: zero padding of the last chunk is summed into the Taylor-2 state",
+    "fault class 2: zero padding of the last chunk is summed into the Taylor-2 state",
     pad=True,
 )
 twin02_no_padding = _state_variant(
-    "twin02-no-padding", "Taylor-2 prefill, partial last chunk (twin of FAULTS 2)"
+    "twin02-no-padding", "Taylor-2 prefill, partial last chunk (twin of fault class 2)"
 )
 fault03_resume_forgets_denominator = _state_variant(
     "fault03-resume-forgets-denominator",
-    "FAULTS 3: resuming a split sequence carries the numerator state only",
+    "fault class 3: resuming a split sequence carries the numerator state only",
     resume_denominator=False,
 )
 twin03_resume = _state_variant(
-    "twin03-resume", "Taylor-2 prefill resuming numerator and denominator (twin of FAULTS 3)"
+    "twin03-resume", "Taylor-2 prefill resuming numerator and denominator (twin of fault class 3)"
 )
 
 
-# ----------------------------------------------------------------------------- FAULTS 4-6, 11
+# ------------------------------------------------------------------------- fault classes 4-6, 11
 
 
 def _key_sum(fk, defect):
     """Running key sum z_t = sum_{s<=t} phi(k_s) over the time axis of (B, H, T, m)."""
-    if defect == "heads_axis":  # FAULTS 4: written for (B, T, H, m), where dim 1 is time
+    if defect == "heads_axis":  # fault class 4: written for (B, T, H, m), where dim 1 is time
         return fk.cumsum(dim=1)
-    if defect == "detached":  # FAULTS 5: computed outside autograd
+    if defect == "detached":  # fault class 5: computed outside autograd
         with torch.no_grad():
             return fk.cumsum(dim=2)
     return fk.cumsum(dim=2)
@@ -223,7 +224,7 @@ def _key_sum(fk, defect):
 def _linear_elu1(q, k, v, *, causal, defect=None):
     """Normalized elu+1 linear attention, numerator and normalizer in float32 for bf16/fp16.
 
-    Defects: ``heads_axis`` (FAULTS 4), ``detached`` (5), ``multiplied`` (6: N * D),
+    Defects: ``heads_axis`` (fault class 4), ``detached`` (5), ``multiplied`` (6: N * D),
     ``query_left_out`` (6: D = 1^T z instead of phi(q)^T z), ``fp16_normalizer`` (11: the
     normalizer phi(q)^T z accumulated and stored in the input precision).
     """
@@ -267,47 +268,47 @@ def _elu1_variant(name: str, defect, description: str, **claims) -> AttentionVar
 fault04_normalizer_over_heads = _elu1_variant(
     "fault04-normalizer-over-heads",
     "heads_axis",
-    "FAULTS 4: causal key sum taken over the head axis (cumsum(dim=1) in BHTD)",
+    "fault class 4: causal key sum taken over the head axis (cumsum(dim=1) in BHTD)",
     causal="yes",
 )
 twin04_normalizer_over_time = _elu1_variant(
-    "twin04-normalizer-over-time", None, "causal elu+1, key sum over time (twin of FAULTS 4)",
+    "twin04-normalizer-over-time", None, "causal elu+1, key sum over time (twin of fault class 4)",
     causal="yes",
 )  # fmt: skip
 fault05_key_sum_detached = _elu1_variant(
     "fault05-key-sum-detached",
     "detached",
-    "FAULTS 5: running key sum computed under torch.no_grad (dk misses the normalizer)",
+    "fault class 5: running key sum computed under torch.no_grad (dk misses the normalizer)",
     causal="yes",
 )
 twin05_key_sum_tracked = _elu1_variant(
-    "twin05-key-sum-tracked", None, "causal elu+1, key sum in autograd (twin of FAULTS 5)",
+    "twin05-key-sum-tracked", None, "causal elu+1, key sum in autograd (twin of fault class 5)",
     causal="yes",
 )  # fmt: skip
 fault06_normalizer_multiplied = _elu1_variant(
-    "fault06-normalizer-multiplied", "multiplied", "FAULTS 6: N * D instead of N / D"
+    "fault06-normalizer-multiplied", "multiplied", "fault class 6: N * D instead of N / D"
 )
 fault06_query_left_out = _elu1_variant(
     "fault06-query-left-out",
     "query_left_out",
-    "FAULTS 6: the normalizer sums the key features without the query (1^T z)",
+    "fault class 6: the normalizer sums the key features without the query (1^T z)",
 )
 twin06_normalizer = _elu1_variant("twin06-normalizer", None, "elu+1, N / (phi(q)^T z)")
 fault11_fp16_normalizer = _elu1_variant(
     "fault11-fp16-normalizer",
     "fp16_normalizer",
-    "FAULTS 11: the normalizer phi(q)^T z accumulated in the input precision",
+    "fault class 11: the normalizer phi(q)^T z accumulated in the input precision",
     dtypes=("float64", "float32", "bfloat16", "float16"),
 )
 twin11_fp32_normalizer = _elu1_variant(
     "twin11-fp32-normalizer",
     None,
-    "elu+1 with numerator and normalizer in float32 for bf16/fp16 (twin of FAULTS 11)",
+    "elu+1 with numerator and normalizer in float32 for bf16/fp16 (twin of fault class 11)",
     dtypes=("float64", "float32", "bfloat16", "float16"),
 )
 
 
-# ----------------------------------------------------------------------------- FAULTS 7-9
+# ---------------------------------------------------------------------------- fault classes 7-9
 
 
 def _softmax_masked(x, vis, v):
@@ -335,22 +336,22 @@ fault07_alignment_mislabelled = AttentionVariant(
     forward=_softmax_bottom_right,
     kernel="softmax",
     causal_alignment="top-left",
-    description="FAULTS 7: bottom-right causal alignment declared as top-left (SDPA's)",
+    description="fault class 7: bottom-right causal alignment declared as top-left (SDPA's)",
 )
 twin07_alignment_declared = AttentionVariant(
     name="twin07-alignment-declared",
     forward=_softmax_bottom_right,
     kernel="softmax",
     causal_alignment="bottom-right",
-    description="bottom-right causal alignment, declared as such (twin of FAULTS 7)",
+    description="bottom-right causal alignment, declared as such (twin of fault class 7)",
 )
 
 
 def _softmax_additive_mask(q, k, v, *, causal, attn_mask=None, sentinel=float("-inf")):
     """Softmax with the mask added to the scores as ``sentinel`` (-inf or a finite -1e4).
 
-    -inf (FAULTS 8, first half): a row that sees no key is softmax(all -inf) = NaN.
-    -1e4 (FAULTS 8, second half): a masked key whose score is huge (k = 1e10) still dominates,
+    -inf (fault class 8, first half): a row that sees no key is softmax(all -inf) = NaN.
+    -1e4 (fault class 8, second half): a masked key whose score is huge (k = 1e10) still dominates,
     and a row with no visible key averages the masked values: 1e10 leaks into the output.
     """
     T, S = q.shape[-2], k.shape[-2]
@@ -372,7 +373,7 @@ fault08_masked_rows_nan = AttentionVariant(
     forward=_softmax_additive_mask,
     kernel="softmax",
     supports_mask=True,
-    description="FAULTS 8: -inf additive mask; a fully masked row returns NaN",
+    description="fault class 8: -inf additive mask; a fully masked row returns NaN",
 )
 fault08_sentinel_leak = AttentionVariant(
     name="fault08-sentinel-leak",
@@ -381,7 +382,7 @@ fault08_sentinel_leak = AttentionVariant(
     ),
     kernel="softmax",
     supports_mask=True,
-    description="FAULTS 8: finite -1e4 sentinel added to masked scores; 1e10 values leak",
+    description="fault class 8: finite -1e4 sentinel added to masked scores; 1e10 values leak",
 )
 
 
@@ -395,7 +396,7 @@ SHORT_PATH = 8
 
 
 def _softmax_two_paths(q, k, v, *, causal):
-    """Softmax with a "fused" path for short sequences that forgets the causal mask (FAULTS 9);
+    """Softmax with a "fused" path for short sequences that forgets the causal mask (fault class 9);
     longer sequences take the masked path."""
     x = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     if q.shape[-2] <= SHORT_PATH:
@@ -410,7 +411,7 @@ fault09_causal_ignored_short_path = AttentionVariant(
     name="fault09-causal-ignored-short-path",
     forward=_softmax_two_paths,
     kernel="softmax",
-    description="FAULTS 9: the short-sequence path ignores causal=True",
+    description="fault class 9: the short-sequence path ignores causal=True",
 )
 
 
@@ -419,7 +420,7 @@ def twin09_causal_softmax() -> AttentionVariant:
     return variants.get("softmax")
 
 
-# ----------------------------------------------------------------------------- FAULTS 10
+# ------------------------------------------------------------------------------ fault class 10
 
 
 def _taylor2_map_variant(name: str, phi, description: str) -> AttentionVariant:
@@ -439,23 +440,23 @@ def _taylor2_map_variant(name: str, phi, description: str) -> AttentionVariant:
 fault10_elementwise_square_map = _taylor2_map_variant(
     "fault10-elementwise-square-map",
     taylor2_elementwise,
-    "FAULTS 10: Taylor-2 features [1, x, x^2/sqrt(2)] element-wise",
+    "fault class 10: Taylor-2 features [1, x, x^2/sqrt(2)] element-wise",
 )
 twin10_symmetric_map = _taylor2_map_variant(
     "twin10-symmetric-map",
     taylor2_symmetric,
-    "Taylor-2 through the symmetric monomial map (twin of FAULTS 10)",
+    "Taylor-2 through the symmetric monomial map (twin of fault class 10)",
 )
 
 
-# ----------------------------------------------------------------------------- FAULTS 12
+# ------------------------------------------------------------------------------ fault class 12
 
 
 class _FusedSoftmaxAttention(torch.autograd.Function):
     """Softmax attention with a hand-written FlashAttention-style backward.
 
     dV = P^T dO; dP = dO V^T; dS = P * (dP - delta) with delta_t = sum_j dO_tj O_tj;
-    dQ = c dS K; dK = c dS^T Q. With ``keep_delta=False`` (FAULTS 12) delta is dropped: with a
+    dQ = c dS K; dK = c dS^T Q. With ``keep_delta=False`` (fault class 12) delta is dropped: with a
     single key the output is v whatever q is, yet dQ = c (dO . v) k != 0.
     """
 
@@ -491,7 +492,7 @@ def _fused_variant(name: str, keep_delta: bool, description: str) -> AttentionVa
 fault12_single_key_dq = _fused_variant(
     "fault12-single-key-dq",
     False,
-    "FAULTS 12: fused backward without the rowsum(dO * O) term (dq != 0 for one key)",
+    "fault class 12: fused backward without the rowsum(dO * O) term (dq != 0 for one key)",
 )
 twin12_fused_backward = _fused_variant(
     "twin12-fused-backward", True, "fused softmax backward with the delta term (twin of 12)"
@@ -500,7 +501,7 @@ twin12_fused_backward = _fused_variant(
 
 # ----------------------------------------------------------------------------- index
 
-#: FAULTS.md number -> names of its faulty variants in this module
+#: fault class number -> names of its faulty variants in this module
 FAULTY = {
     1: ("fault01_chunk_wrong_state",),
     2: ("fault02_padding_enters_state",),
@@ -515,7 +516,7 @@ FAULTY = {
     11: ("fault11_fp16_normalizer",),
     12: ("fault12_single_key_dq",),
 }
-#: FAULTS.md number -> the correct twin's name
+#: fault class number -> the correct twin's name
 TWINS = {
     1: "twin01_chunk_state",
     2: "twin02_no_padding",

@@ -1,6 +1,6 @@
-"""Every FAULTS.md class is caught: a deliberately faulty variant fails the matching property of
-the catalogue, found from the property's own strategy (the FAULTS.md trigger is never handed
-to it), and the correct twin passes the same property.
+"""Every fault class (``verify/spec/faults.py``) is caught: a deliberately faulty variant fails
+the matching property of the catalogue, found from the property's own strategy (the fault
+class's trigger is never handed to it), and the correct twin passes the same property.
 
 The faulty variants and twins live in ``tests/faulty_variants.py`` (importable as
 ``tests.faulty_variants:<name>`` for ``attn-theory check``). Shrinking is switched off here
@@ -16,7 +16,7 @@ import pytest
 from verify.properties import catalogue
 from verify.properties.support.base import RunContext, run_property
 
-#: (FAULTS.md number, faulty variant, property id, dtype, examples of the twin's run, words
+#: (fault class number, faulty variant, property id, dtype, examples of the twin's run, words
 #: the failure reason must hold)
 CASES = [
     (1, "fault01_chunk_wrong_state", "forms-agree", "float32", 10, ("chunked",)),

@@ -1,5 +1,5 @@
 """Form agreement and state API properties (verify.properties.forms): pass on the built-in
-variants, fail on faulty twins (FAULTS.md 1, 2, 3) with a counterexample, skip where they do not
+variants, fail on faulty twins (fault classes 1, 2, 3) with a counterexample, skip where they do not
 apply."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _elu1(x):
 
 def _chunked_elu1(q, k, v, *, causal, chunk_size, reads_current=False):
     """elu1 linear attention, chunked: tril(A_c) v_c + phi(q_c) S_(c), S_(c) the state before
-    chunk c; ``reads_current`` is FAULTS 1 (the state after chunk c is read instead)."""
+    chunk c; ``reads_current`` is fault class 1 (the state after chunk c is read instead)."""
     fq, fk = _elu1(q), _elu1(k)
     va = torch.cat([v, torch.ones_like(v[..., :1])], -1)
     if not causal:
@@ -82,7 +82,7 @@ def _state_twin(prefill, step=st.step, name="taylor-2"):
 
 
 def _padded_prefill(q, k, v, state=None):
-    """FAULTS 2: the segment is zero-padded to the chunk size and the padding enters the state
+    """Fault class 2: the segment is zero-padded to the chunk size and the padding enters the state
     (phi(0) = [1, 0, ...] for Taylor features)."""
     T = q.shape[2]
     extra = (-T) % 64
@@ -97,7 +97,7 @@ def _padded_prefill(q, k, v, state=None):
 
 
 def _forgetful_prefill(q, k, v, state=None):
-    """FAULTS 3: resuming restarts the denominator (only the numerator is carried)."""
+    """Fault class 3: resuming restarts the denominator (only the numerator is carried)."""
     if state is not None:
         state = dataclasses.replace(state, denominator=torch.zeros_like(state.denominator))
     return st.prefill(q, k, v, kernel="taylor:2", state=state)
@@ -172,20 +172,20 @@ def test_opaque_third_party_state_is_compared_by_outputs():
 
 
 def test_forms_agree_catches_a_chunk_reading_its_own_state(no_shrink):
-    """FAULTS 1: agree on the first chunk, diverge after; C = 1 and C > T stay correct."""
+    """Fault class 1: agree on the first chunk, diverge after; C = 1 and C > T stay correct."""
     assert run(P.FORMS_AGREE, chunked_twin(None)).status == "pass"
     assert_fails(run(P.FORMS_AGREE, chunked_twin(3), "float32"), "chunked/C=3")
 
 
 def test_state_step_catches_padding_in_the_state(no_shrink):
-    """FAULTS 2: Taylor-2, chunk 64: prefill of T - 1 tokens + one step vs the forward."""
+    """Fault class 2: Taylor-2, chunk 64: prefill of T - 1 tokens + one step vs the forward."""
     twin = _state_twin(_padded_prefill)
     assert_fails(run(P.STATE_STEP, twin), "prefill(")
     assert_fails(run(P.STATE_SPLIT_RESUME, twin))
 
 
 def test_split_resume_catches_a_restarted_denominator(no_shrink):
-    """FAULTS 3: any T >= 2 split at s = 1; the one-segment paths stay correct."""
+    """Fault class 3: any T >= 2 split at s = 1; the one-segment paths stay correct."""
     twin = _state_twin(_forgetful_prefill)
     assert_fails(run(P.STATE_SPLIT_RESUME, twin), "split at s = ")
     assert run(P.STATE_STEP, twin).status == "pass"
@@ -221,7 +221,7 @@ def test_state_bounds_are_stated_for_each_kernel():
         assert all(o.ratio <= 1.0 for o in obs), name
 
 
-# ----------------------------------------------------------------------------- FAULTS triggers
+# ----------------------------------------------------------------------------- fault-class triggers
 
 
 def _inputs(T, *, d=2, d_v=2, dtype=torch.float64, seed=0):

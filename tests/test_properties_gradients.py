@@ -1,4 +1,5 @@
-"""The gradient group of the property catalogue (verify/properties/gradients.py).
+"""The gradient groups of the property catalogue (verify/properties/gradients.py and
+gradient_masks.py).
 
 Each property passes on the built-in variants it applies to (float64, float32, and bf16/fp16
 where the two-level model applies), fails on a deliberately faulty twin with the expected
@@ -20,8 +21,9 @@ import torch
 from verify import builtins as variants
 from verify.exact import errors, oracle
 from verify.exact.reference import reference_attention
-from verify.properties import gradients as G
+from verify.properties import gradient_masks, gradients
 from verify.properties.support.base import RunContext, run_property
+from verify.properties.support.grads import GradExample, reference_gradients, upstream_gradient
 from verify.spec.variant import AttentionVariant
 
 
@@ -38,7 +40,7 @@ def run(prop, variant, dtype="float64", n=8, **kw):
     "name", ["softmax", "taylor-2", "taylor-3", "linear-elu1", "linear-relu", "linear-favor"]
 )
 def test_gradcheck_passes(name):
-    res = run(G.GRADCHECK, name, n=6)
+    res = run(gradients.GRADCHECK, name, n=6)
     assert res.status == "pass", (res.reason, res.counterexample)
     assert res.bound_kind == "calibrated" and res.examples > 0
 
@@ -58,7 +60,7 @@ def test_gradcheck_passes(name):
     ],
 )
 def test_gradients_vs_reference_passes(name, dtype):
-    res = run(G.GRADIENTS_VS_REFERENCE, name, dtype, n=8)
+    res = run(gradients.GRADIENTS_VS_REFERENCE, name, dtype, n=8)
     assert res.status == "pass", (res.reason, res.counterexample)
     assert res.bound_kind == "calibrated"
     assert 0 < res.max_ratio <= 1
@@ -74,12 +76,14 @@ def test_gradients_vs_reference_passes(name, dtype):
     ],
 )
 def test_single_key_gradients_pass(name, dtype):
-    res = run(G.SINGLE_KEY_GRADIENTS, name, dtype, n=8)
+    res = run(gradients.SINGLE_KEY_GRADIENTS, name, dtype, n=8)
     assert res.status == "pass", (res.reason, res.counterexample)
 
 
 @pytest.mark.parametrize(
-    "prop", [G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS], ids=lambda p: p.id
+    "prop",
+    [gradient_masks.MASKED_KEY_GRADIENTS, gradient_masks.EMPTY_ROW_GRADIENTS],
+    ids=lambda p: p.id,
 )
 @pytest.mark.parametrize(
     ("name", "dtype"),
@@ -94,9 +98,9 @@ def test_mask_gradients_pass(prop, name, dtype):
 def test_gradcheck_needs_no_kernel_claim():
     """gradcheck compares the variant with its own finite differences: no reference needed."""
     unknown = variants.get("softmax").with_claims(kernel="unknown")
-    res = run(G.GRADCHECK, unknown, n=4)
+    res = run(gradients.GRADCHECK, unknown, n=4)
     assert res.status == "pass" and res.examples == 4
-    assert run(G.GRADIENTS_VS_REFERENCE, unknown).status == "skip"
+    assert run(gradients.GRADIENTS_VS_REFERENCE, unknown).status == "skip"
 
 
 def _kink_example(d: int):
@@ -127,7 +131,7 @@ def test_gradcheck_reports_only_reliable_entries():
     """At relu's kink the finite difference (1/2) is no statement about the gradient: the entry
     is skipped and the worst reported entry is a reliable one (regression: the argmax of an
     all-zero ratio used to land on the skipped entry and fail linear-relu)."""
-    obs = G._gradcheck_check(variants.get("linear-relu"), _kink_example(1), RunContext())
+    obs = gradients._gradcheck_check(variants.get("linear-relu"), _kink_example(1), RunContext())
     assert obs.ratio <= 1.0 and "1 of 5 entries skipped" in obs.detail
     assert obs.where != "d(out[0])/d(input[0])"  # input 0 is q_0, the kink
 
@@ -148,7 +152,7 @@ def test_gradcheck_still_fails_a_wrong_gradient_beside_a_kink():
     wrong = dataclasses.replace(
         base, forward=lambda q, k, v, **kw: Doubled.apply(base.forward(q, k, v, **kw))
     )
-    obs = G._gradcheck_check(wrong, _kink_example(2), RunContext())
+    obs = gradients._gradcheck_check(wrong, _kink_example(2), RunContext())
     assert obs.ratio > 1.0
 
 
@@ -156,7 +160,7 @@ def test_gradcheck_still_fails_a_wrong_gradient_beside_a_kink():
 
 
 def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
-    res = run(G.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=25)
+    res = run(gradients.GRADIENTS_VS_REFERENCE, fv.fault05_key_sum_detached, n=25)
     assert res.status == "fail" and res.counterexample
     assert "dk" in res.reason and "calibrated" in res.reason
     assert res.max_ratio > 1e6
@@ -174,7 +178,7 @@ def test_detached_key_sum_fails_gradients_vs_reference(no_shrink):
 
 
 def test_detached_key_sum_at_the_faults_trigger_scale():
-    """FAULTS.md 5's trigger (B = 2, T = 64, H = 2, d = 8, positive q, k): the check fails on
+    """Fault class 5's trigger (B = 2, T = 64, H = 2, d = 8, positive q, k): the check fails on
     dk only, far outside the calibrated bound; the twin is within it."""
     from verify.properties.support.common import Example
     from verify.strategies import AttentionInputs, Shape
@@ -183,10 +187,10 @@ def test_detached_key_sum_at_the_faults_trigger_scale():
     q, k = (torch.rand(2, 2, 64, 8, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(2, 2, 64, 4, generator=g, dtype=torch.float64)
     x = AttentionInputs(q, k, v, True, None, None, Shape(B=2, H=2, T=64, S=64, d=8, d_v=4))
-    ex = G.GradExample(x, {"form": "forward", "denominator": "sum", "g_seed": 1})
+    ex = GradExample(x, {"form": "forward", "denominator": "sum", "g_seed": 1})
     ctx = RunContext(dtype="float64")
-    bad = G.GRADIENTS_VS_REFERENCE.check(fv.fault05_key_sum_detached, ex, ctx)
-    good = G.GRADIENTS_VS_REFERENCE.check(fv.twin05_key_sum_tracked, ex, ctx)
+    bad = gradients.GRADIENTS_VS_REFERENCE.check(fv.fault05_key_sum_detached, ex, ctx)
+    good = gradients.GRADIENTS_VS_REFERENCE.check(fv.twin05_key_sum_tracked, ex, ctx)
     assert [o.ratio > 1 for o in bad] == [False, True, False]  # dq, dk, dv
     assert bad[1].ratio > 1e6
     assert all(o.ratio <= 1 for o in good)
@@ -194,13 +198,13 @@ def test_detached_key_sum_at_the_faults_trigger_scale():
 
 
 def test_detached_key_sum_fails_gradcheck():
-    res = run(G.GRADCHECK, fv.fault05_key_sum_detached, n=25)
+    res = run(gradients.GRADCHECK, fv.fault05_key_sum_detached, n=25)
     assert res.status == "fail" and res.counterexample
     assert "analytic" in res.reason and "numeric" in res.reason
 
 
 def test_fused_backward_without_delta_fails_single_key_and_shrinks():
-    res = run(G.SINGLE_KEY_GRADIENTS, fv.fault12_single_key_dq, n=25)
+    res = run(gradients.SINGLE_KEY_GRADIENTS, fv.fault12_single_key_dq, n=25)
     assert res.status == "fail"
     assert "one key, exact" in res.reason
     assert "S=1" in res.counterexample
@@ -208,12 +212,12 @@ def test_fused_backward_without_delta_fails_single_key_and_shrinks():
 
 
 def test_nan_rows_fail_empty_row_gradients(no_shrink):
-    res = run(G.EMPTY_ROW_GRADIENTS, fv.fault08_masked_rows_nan, n=25)
+    res = run(gradient_masks.EMPTY_ROW_GRADIENTS, fv.fault08_masked_rows_nan, n=25)
     assert res.status == "fail" and "NaN" in res.reason
 
 
 def test_sentinel_leak_fails_masked_key_gradients(no_shrink):
-    res = run(G.MASKED_KEY_GRADIENTS, fv.fault08_sentinel_leak, n=25)
+    res = run(gradient_masks.MASKED_KEY_GRADIENTS, fv.fault08_sentinel_leak, n=25)
     assert res.status == "fail" and "exactly 0" in res.reason
 
 
@@ -226,7 +230,7 @@ def _no_grad_forward(q, k, v, *, causal):
 
 def test_non_differentiable_forward_fails_with_the_reason(no_shrink):
     v = AttentionVariant(name="no-grad", forward=_no_grad_forward, kernel="softmax")
-    for prop in (G.GRADCHECK, G.GRADIENTS_VS_REFERENCE):
+    for prop in (gradients.GRADCHECK, gradients.GRADIENTS_VS_REFERENCE):
         res = run(prop, v, n=3)
         assert res.status == "fail"
         assert "is the forward differentiable?" in res.reason
@@ -242,25 +246,30 @@ class _DeclaredNonDifferentiable(AttentionVariant):
 
 def test_skip_reasons():
     unknown = AttentionVariant(name="u", forward=variants.get("softmax").forward)
-    assert run(G.GRADCHECK, "softmax", "float32").reason.startswith("gradcheck runs in float64")
-    assert "claims no kernel" in run(G.GRADIENTS_VS_REFERENCE, unknown).reason
+    assert run(gradients.GRADCHECK, "softmax", "float32").reason.startswith(
+        "gradcheck runs in float64"
+    )
+    assert "claims no kernel" in run(gradients.GRADIENTS_VS_REFERENCE, unknown).reason
     no_mask = variants.get("softmax").with_claims(supports_mask=False)
-    for prop in (G.MASKED_KEY_GRADIENTS, G.EMPTY_ROW_GRADIENTS):
+    for prop in (gradient_masks.MASKED_KEY_GRADIENTS, gradient_masks.EMPTY_ROW_GRADIENTS):
         assert run(prop, no_mask).status == "skip"
         assert "supports_mask=False" in run(prop, no_mask).reason
     unnormalized = variants.get("softmax").with_claims(denominators=(), normalized=False)
-    res = run(G.SINGLE_KEY_GRADIENTS, unnormalized)
+    res = run(gradients.SINGLE_KEY_GRADIENTS, unnormalized)
     assert res.status == "skip" and "unnormalized" in res.reason
     eps = variants.get("softmax").with_claims(eps=1e-6)
-    assert "eps" in run(G.SINGLE_KEY_GRADIENTS, eps).reason
+    assert "eps" in run(gradients.SINGLE_KEY_GRADIENTS, eps).reason
     declared = _DeclaredNonDifferentiable(
         name="nd", forward=_no_grad_forward, kernel="softmax", supports_mask=True
     )
-    for prop in G.PROPERTIES:
+    for prop in (*gradients.PROPERTIES, *gradient_masks.PROPERTIES):
         res = run(prop, declared)
         assert res.status == "skip" and "not differentiable" in res.reason, (prop.id, res)
     f64_only = variants.get("softmax").with_claims(dtypes=("float64",))
-    assert "does not claim float32" in run(G.GRADIENTS_VS_REFERENCE, f64_only, "float32").reason
+    assert (
+        "does not claim float32"
+        in run(gradients.GRADIENTS_VS_REFERENCE, f64_only, "float32").reason
+    )
 
 
 # ----------------------------------------------------------------------------- the reference
@@ -336,9 +345,9 @@ def test_term_scale_majorizes_the_gradients(kernel, extra, mode):
     if kernel == "linear:relu":  # every denominator away from 0
         q, k = q.abs() + 0.1, k.abs() + 0.1
     x = _Inputs(q, k, v, causal=False, attn_mask=None)
-    g = G.upstream_gradient(x.q, x.v, 7)
-    ref = G.reference_gradients(variant, x, mode, g, torch.float64)
-    scales = G.term_scale(variant, x, mode, g)
+    g = upstream_gradient(x.q, x.v, 7)
+    ref = reference_gradients(variant, x, mode, g, torch.float64)
+    scales = gradients.term_scale(variant, x, mode, g)
     for grad, M in zip(ref[1:], scales):
         assert math.isfinite(M) and M > 0
         assert float(grad.abs().max()) <= M * (1 + 1e-12)
@@ -358,8 +367,8 @@ def test_single_key_term_scale_is_the_cancelling_size():
     variant = variants.get("softmax")
     q, k, v = _qkv(seed=1, T=3, S=1, d=2, d_v=2)
     x = _Inputs(q, k, v, causal=False, attn_mask=None)
-    g = G.upstream_gradient(x.q, x.v, 3)
-    M_q, M_k, M_v = G.term_scale(variant, x, "sum", g)
+    g = upstream_gradient(x.q, x.v, 3)
+    M_q, M_k, M_v = gradients.term_scale(variant, x, "sum", g)
     c = 1 / math.sqrt(2)
     a = g.abs()
     vv = v.abs()[..., 0, :]  # (B, H, d_v)
@@ -373,17 +382,17 @@ def test_single_key_term_scale_is_the_cancelling_size():
 def test_upstream_gradient_is_reproducible():
     q, k, v = _qkv()
     x = _Inputs(q.to(torch.bfloat16), k, v, causal=False, attn_mask=None)
-    g1, g2 = G.upstream_gradient(x.q, x.v, 5), G.upstream_gradient(x.q, x.v, 5)
+    g1, g2 = upstream_gradient(x.q, x.v, 5), upstream_gradient(x.q, x.v, 5)
     assert torch.equal(g1, g2) and g1.dtype == torch.bfloat16
     assert g1.shape == (1, 2, 5, 2) and float(g1.abs().max()) <= 1
-    assert not torch.equal(g1, G.upstream_gradient(x.q, x.v, 6))
+    assert not torch.equal(g1, upstream_gradient(x.q, x.v, 6))
 
 
 def test_constants_are_the_cited_gradcheck_defaults():
     import inspect
 
     sig = inspect.signature(torch.autograd.gradcheck).parameters
-    assert G.GRADCHECK_EPS == sig["eps"].default
-    assert G.GRADCHECK_ATOL == sig["atol"].default
-    assert G.GRADCHECK_RTOL == sig["rtol"].default
-    assert np.isfinite(G.CALIBRATION_FACTOR) and G.CALIBRATION_FACTOR >= 1
+    assert gradients.GRADCHECK_EPS == sig["eps"].default
+    assert gradients.GRADCHECK_ATOL == sig["atol"].default
+    assert gradients.GRADCHECK_RTOL == sig["rtol"].default
+    assert np.isfinite(gradients.CALIBRATION_FACTOR) and gradients.CALIBRATION_FACTOR >= 1

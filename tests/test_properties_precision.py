@@ -1,7 +1,7 @@
 """The precision group of the property catalogue (verify/properties/precision.py).
 
 ``dtype-agreement`` passes on built-in variants in float16, bfloat16 and float32 on sequences
-of thousands of tokens and fails on a normalizer accumulated in float16 (FAULTS.md 11);
+of thousands of tokens and fails on a normalizer accumulated in float16 (fault class 11);
 ``device-agreement`` skips without CUDA ("no CUDA device") and, on a CUDA machine, passes on
 the built-ins and fails on a variant whose CUDA path drops to a lower precision.
 """
@@ -56,7 +56,7 @@ def test_fp16_normalizer_fails_dtype_agreement():
 
 
 def test_fp16_normalizer_overflow_is_caught_on_the_faults_trigger_scale():
-    """At the FAULTS.md 11 scale (positive features, a few thousand tokens) the float16
+    """At the fault class 11 scale (positive features, a few thousand tokens) the float16
     normalizer overflows (D > 65504) and the output collapses; the property's check reports a
     failure far outside the bound (the correct twin stays within it)."""
     ex = P.LongExample(

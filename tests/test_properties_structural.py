@@ -1,8 +1,10 @@
-"""Structural properties (verify.properties.structural): pass on the built-in variants, fail on
-deliberately faulty twins with a counterexample, skip with a reason where they do not apply.
+"""Structural properties (verify.properties: dependence, weights, scores, masks): pass on the
+built-in variants, fail on deliberately faulty twins with a counterexample, skip with a reason
+where they do not apply.
 
 Each faulty twin is a small AttentionVariant wrapping a broken implementation of a kind that has
-shipped (FAULTS.md); its claims are those of the correct variant it imitates.
+shipped (a fault class of ``verify/spec/faults.py``); its claims are those of the correct variant
+it imitates.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import torch.nn.functional as F
 
 from verify import builtins as variants
 from verify.attention import softmax_attention
-from verify.properties import structural as S
+from verify.properties import dependence, masks, scores, weights
 from verify.properties.support.base import RunContext, run_property
+from verify.properties.support.inputs import poison_value
+from verify.properties.support.observe import array_observation
+from verify.properties.support.paths import form_kind
 from verify.spec.variant import AttentionVariant
 
 BUILTINS = ("taylor-2", "taylor-3", "softmax", "linear-elu1")
@@ -76,7 +81,7 @@ def _softmax_fwd(q, k, v, *, causal, **kw):
 
 
 def _flag_dropped(q, k, v, *, causal, **kw):
-    """FAULTS 9: this code path ignores the causal flag."""
+    """Fault class 9: this code path ignores the causal flag."""
     return softmax_attention(q, k, v, causal=False, **kw)
 
 
@@ -86,7 +91,7 @@ def _divide_by_length(q, k, v, *, causal, denominator="count"):
 
 
 def _normalizer_over(axis):
-    """FAULTS 4: the normalizer sums over batch (axis 0) or heads (axis 1) as well as keys."""
+    """Fault class 4: the normalizer sums over batch (axis 0) or heads (axis 1) as well as keys."""
 
     def fwd(q, k, v, *, causal):
         num, den = _linear_parts(q, k, v, causal)
@@ -96,7 +101,7 @@ def _normalizer_over(axis):
 
 
 def _heads_not_time(q, k, v, *, causal):
-    """FAULTS 4: the running key sum z_t is taken over heads instead of time."""
+    """Fault class 4: the running key sum z_t is taken over heads instead of time."""
     num, _ = _linear_parts(q, k, v, causal)
     z = _elu1(k).sum(1, keepdim=True)  # (B, 1, T, m): the heads at time t, not keys s <= t
     den = (_elu1(q) * z).sum(-1)
@@ -131,7 +136,7 @@ class _Jitter:
 
 
 def _times_denominator(q, k, v, *, causal):
-    """FAULTS 6: the normalizer multiplied instead of divided."""
+    """Fault class 6: the normalizer multiplied instead of divided."""
     num, den = _linear_parts(q, k, v, causal)
     return num * den[..., None]
 
@@ -152,7 +157,7 @@ def _silent_eps(q, k, v, *, causal):
 
 
 def _finite_sentinel(q, k, v, *, causal, attn_mask=None):
-    """FAULTS 8: masking by adding a finite -1e4 instead of removing the key."""
+    """Fault class 8: masking by adding a finite -1e4 instead of removing the key."""
     x = _scores(q, k)
     keep = torch.ones_like(x, dtype=torch.bool)
     if causal:
@@ -186,17 +191,17 @@ _accepts_mismatch.__module__ = "verify.builtins"
 # ----------------------------------------------------------------------------- built-ins
 
 PASSING = (
-    S.CAUSALITY,
-    S.PREFIX_INVARIANCE,
-    S.BATCH_INDEPENDENCE,
-    S.HEAD_INDEPENDENCE,
-    S.PERMUTATION_EQUIVARIANCE,
-    S.LINEARITY_IN_V,
-    S.DETERMINISM,
-    S.UNIFORM_WEIGHTS,
-    S.SINGLE_KEY,
-    S.MASKS,
-    S.CAUSAL_MISMATCH_REJECTED,
+    dependence.CAUSALITY,
+    dependence.PREFIX_INVARIANCE,
+    dependence.BATCH_INDEPENDENCE,
+    dependence.HEAD_INDEPENDENCE,
+    dependence.PERMUTATION_EQUIVARIANCE,
+    weights.LINEARITY_IN_V,
+    weights.DETERMINISM,
+    weights.UNIFORM_WEIGHTS,
+    scores.SINGLE_KEY,
+    masks.MASKS,
+    masks.CAUSAL_MISMATCH_REJECTED,
 )
 
 
@@ -213,19 +218,21 @@ def test_passes_on_builtins(prop, name, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ("taylor-2", "softmax", "linear-elu1"))
 def test_convex_combination_on_positive_kernels(name, dtype):
-    res = run(S.CONVEX_COMBINATION, variants.get(name), dtype)
+    res = run(weights.CONVEX_COMBINATION, variants.get(name), dtype)
     assert res.status == "pass", res.reason
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ("taylor-2", "taylor-3", "softmax"))
 def test_scale_once_on_exp_kernels(name, dtype):
-    res = run(S.SCALE_ONCE, variants.get(name), dtype)
+    res = run(scores.SCALE_ONCE, variants.get(name), dtype)
     assert res.status == "pass", res.reason
 
 
 @pytest.mark.parametrize(
-    "prop", (S.CAUSALITY, S.MASKS, S.BATCH_INDEPENDENCE, S.DETERMINISM), ids=lambda p: p.id
+    "prop",
+    (dependence.CAUSALITY, masks.MASKS, dependence.BATCH_INDEPENDENCE, weights.DETERMINISM),
+    ids=lambda p: p.id,
 )
 @pytest.mark.parametrize("name", ("softmax", "taylor-2"))
 def test_bfloat16(prop, name):
@@ -237,18 +244,26 @@ def test_bfloat16(prop, name):
 def test_skips_with_reasons():
     t3, elu1, sm = variants.get("taylor-3"), variants.get("linear-elu1"), variants.get("softmax")
     expect = [
-        (S.CONVEX_COMBINATION, t3, "signed kernel"),
-        (S.SCALE_ONCE, elu1, "element-wise feature map"),
-        (S.SCALE_ONCE, variants.get("taylor-0"), "constant"),
-        (S.CAUSAL_ALIGNMENT, sm, "declares no causal alignment"),
-        (S.MASKS, softmax_twin("nomask", _softmax_fwd), "mask support"),
-        (S.PERMUTATION_EQUIVARIANCE, softmax_twin("c", _softmax_fwd, causal="yes"), "causal"),
-        (S.CAUSALITY, softmax_twin("nc", _softmax_fwd, causal="no"), "causal=True"),
-        (S.SINGLE_KEY, sm.with_claims(denominators=("none",), normalized=False), "not normal"),
-        (S.UNIFORM_WEIGHTS, variants.get("linear-identity").with_claims(denominators=()), "0/0"),
-        (S.CAUSAL_MISMATCH_REJECTED, softmax_twin("3p", _softmax_fwd), "third-party"),
-        (S.CAUSALITY, sm.with_claims(kernel="unknown"), "kernel unknown"),
-        (S.SINGLE_KEY, softmax_twin("eps", _silent_eps, eps=1e-6), "declared eps"),
+        (weights.CONVEX_COMBINATION, t3, "signed kernel"),
+        (scores.SCALE_ONCE, elu1, "element-wise feature map"),
+        (scores.SCALE_ONCE, variants.get("taylor-0"), "constant"),
+        (masks.CAUSAL_ALIGNMENT, sm, "declares no causal alignment"),
+        (masks.MASKS, softmax_twin("nomask", _softmax_fwd), "mask support"),
+        (
+            dependence.PERMUTATION_EQUIVARIANCE,
+            softmax_twin("c", _softmax_fwd, causal="yes"),
+            "causal",
+        ),
+        (dependence.CAUSALITY, softmax_twin("nc", _softmax_fwd, causal="no"), "causal=True"),
+        (scores.SINGLE_KEY, sm.with_claims(denominators=("none",), normalized=False), "not normal"),
+        (
+            weights.UNIFORM_WEIGHTS,
+            variants.get("linear-identity").with_claims(denominators=()),
+            "0/0",
+        ),
+        (masks.CAUSAL_MISMATCH_REJECTED, softmax_twin("3p", _softmax_fwd), "third-party"),
+        (dependence.CAUSALITY, sm.with_claims(kernel="unknown"), "kernel unknown"),
+        (scores.SINGLE_KEY, softmax_twin("eps", _silent_eps, eps=1e-6), "declared eps"),
     ]
     for prop, variant, fragment in expect:
         res = run(prop, variant)
@@ -258,7 +273,7 @@ def test_skips_with_reasons():
 
 def test_uniform_weights_unnormalized_identity_map():
     """kappa(0) = 0 for the identity map: the unnormalized modes must give exactly 0-ish."""
-    res = run(S.UNIFORM_WEIGHTS, variants.get("linear-identity"))
+    res = run(weights.UNIFORM_WEIGHTS, variants.get("linear-identity"))
     assert res.status == "pass", res.reason
 
 
@@ -267,107 +282,107 @@ def test_uniform_weights_unnormalized_identity_map():
 
 def test_causality_catches_a_path_that_drops_the_flag(no_shrink):
     twin = softmax_twin("flag-dropped", _softmax_fwd, forms={"parallel/fast": _flag_dropped})
-    res = run(S.CAUSALITY, twin)
+    res = run(dependence.CAUSALITY, twin)
     assert_fails(res, "parallel/fast")
-    assert run(S.CAUSALITY, softmax_twin("ok", _softmax_fwd)).status == "pass"
+    assert run(dependence.CAUSALITY, softmax_twin("ok", _softmax_fwd)).status == "pass"
 
 
 def test_prefix_invariance_catches_length_dependent_normalization(no_shrink):
     twin = softmax_twin("by-length", _divide_by_length, denominators=("count",))
-    assert_fails(run(S.PREFIX_INVARIANCE, twin), "f(x)[:")
+    assert_fails(run(dependence.PREFIX_INVARIANCE, twin), "f(x)[:")
     # the same twin is causal: changing the future does not change the past
-    assert run(S.CAUSALITY, twin).status == "pass"
+    assert run(dependence.CAUSALITY, twin).status == "pass"
 
 
 @pytest.mark.parametrize("axis", (0, 1))
 def test_independence_catches_a_normalizer_over_the_wrong_axis(axis, no_shrink):
     twin = elu1_twin(f"norm-axis-{axis}", _normalizer_over(axis))
-    prop = S.BATCH_INDEPENDENCE if axis == 0 else S.HEAD_INDEPENDENCE
+    prop = dependence.BATCH_INDEPENDENCE if axis == 0 else dependence.HEAD_INDEPENDENCE
     assert_fails(run(prop, twin), "other")
-    other = S.HEAD_INDEPENDENCE if axis == 0 else S.BATCH_INDEPENDENCE
+    other = dependence.HEAD_INDEPENDENCE if axis == 0 else dependence.BATCH_INDEPENDENCE
     assert run(other, twin).status == "pass"
 
 
 def test_uniform_weights_catches_a_key_sum_over_heads(no_shrink):
-    """FAULTS 4 with H = 1 possible: summing over a size-1 axis is silent elsewhere."""
+    """Fault class 4 with H = 1 possible: summing over a size-1 axis is silent elsewhere."""
     twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
-    res = run(S.UNIFORM_WEIGHTS, twin)
+    res = run(weights.UNIFORM_WEIGHTS, twin)
     assert_fails(res, "kappa(0) = ")
-    assert_fails(run(S.HEAD_INDEPENDENCE, twin))
+    assert_fails(run(dependence.HEAD_INDEPENDENCE, twin))
 
 
 def test_permutation_catches_a_position_bias(no_shrink):
     twin = softmax_twin("alibi", _position_bias, causal="no")
-    assert_fails(run(S.PERMUTATION_EQUIVARIANCE, twin), "f(q[P]")
+    assert_fails(run(dependence.PERMUTATION_EQUIVARIANCE, twin), "f(q[P]")
 
 
 def test_linearity_catches_a_value_bias(no_shrink):
-    assert_fails(run(S.LINEARITY_IN_V, softmax_twin("v-bias", _value_bias)), "a f(v1)")
+    assert_fails(run(weights.LINEARITY_IN_V, softmax_twin("v-bias", _value_bias)), "a f(v1)")
 
 
 def test_determinism_catches_a_jittering_reduction(no_shrink):
-    res = run(S.DETERMINISM, softmax_twin("jitter", _Jitter()))
+    res = run(weights.DETERMINISM, softmax_twin("jitter", _Jitter()))
     assert_fails(res, "differ bitwise")
     assert res.bound_kind == "exact"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_convex_combination_catches_a_multiplied_normalizer(dtype, no_shrink):
-    assert_fails(run(S.CONVEX_COMBINATION, elu1_twin("times-d", _times_denominator), dtype))
+    assert_fails(run(weights.CONVEX_COMBINATION, elu1_twin("times-d", _times_denominator), dtype))
 
 
 def test_scale_once_catches_a_scale_applied_twice_and_names_the_fit(no_shrink):
-    res = run(S.SCALE_ONCE, softmax_twin("scale-twice", _scale_twice))
+    res = run(scores.SCALE_ONCE, softmax_twin("scale-twice", _scale_twice))
     assert_fails(res, "fits: claimed applied twice = 1/d;")
-    ok = run(S.SCALE_ONCE, softmax_twin("ok", _softmax_fwd))
+    ok = run(scores.SCALE_ONCE, softmax_twin("ok", _softmax_fwd))
     assert ok.status == "pass"
 
 
 def test_single_key_catches_an_undeclared_eps(no_shrink):
-    assert_fails(run(S.SINGLE_KEY, softmax_twin("eps", _silent_eps)), "S = 1")
+    assert_fails(run(scores.SINGLE_KEY, softmax_twin("eps", _silent_eps)), "S = 1")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_masks_catch_a_finite_sentinel(dtype, no_shrink):
     twin = softmax_twin("sentinel", _finite_sentinel, supports_mask=True)
-    assert_fails(run(S.MASKS, twin, dtype))
+    assert_fails(run(masks.MASKS, twin, dtype))
 
 
 def test_causal_alignment_checks_the_declared_convention(no_shrink):
     top = softmax_twin("sdpa", _top_left, causal_alignment="top-left")
     bottom = softmax_twin("flash", _bottom_right, causal_alignment="bottom-right")
-    assert run(S.CAUSAL_ALIGNMENT, top).status == "pass"
-    assert run(S.CAUSAL_ALIGNMENT, bottom).status == "pass"
-    # FAULTS 7: declared bottom-right, implemented top-left (and the converse)
-    assert_fails(run(S.CAUSAL_ALIGNMENT, top.with_claims(causal_alignment="bottom-right")))
-    assert_fails(run(S.CAUSAL_ALIGNMENT, bottom.with_claims(causal_alignment="top-left")))
+    assert run(masks.CAUSAL_ALIGNMENT, top).status == "pass"
+    assert run(masks.CAUSAL_ALIGNMENT, bottom).status == "pass"
+    # fault class 7: declared bottom-right, implemented top-left (and the converse)
+    assert_fails(run(masks.CAUSAL_ALIGNMENT, top.with_claims(causal_alignment="bottom-right")))
+    assert_fails(run(masks.CAUSAL_ALIGNMENT, bottom.with_claims(causal_alignment="top-left")))
 
 
 def test_causal_mismatch_must_be_rejected_by_project_code(no_shrink):
     twin = softmax_twin("accepts", _accepts_mismatch)
-    assert S.project_owned(twin)
-    assert_fails(run(S.CAUSAL_MISMATCH_REJECTED, twin), "instead of raising")
+    assert masks.project_owned(twin)
+    assert_fails(run(masks.CAUSAL_MISMATCH_REJECTED, twin), "instead of raising")
 
 
 def test_scale_candidates_merge_coinciding_names():
-    names = S.scale_candidates(variants.get("softmax"))
+    names = scores.scale_candidates(variants.get("softmax"))
     assert "1/sqrt(d) = claimed" in names or "claimed = 1/sqrt(d)" in names
     assert any("applied twice" in n and "1/d" in n for n in names)
-    fixed = S.scale_candidates(variants.get("softmax").with_claims(scale=0.3))
+    fixed = scores.scale_candidates(variants.get("softmax").with_claims(scale=0.3))
     assert "claimed" in fixed and "claimed applied twice" in fixed
 
 
 def test_array_observation_ignores_unbounded_elements():
     import numpy as np
 
-    obs = S.array_observation(np.array([np.nan, 1.0]), np.array([np.inf, 2.0]), what="t")
+    obs = array_observation(np.array([np.nan, 1.0]), np.array([np.inf, 2.0]), what="t")
     assert obs.ratio == 0.5
-    assert S.form_kind("chunked/symmetric/C=3") == "chunked"
-    assert S.form_kind("forward") == "any"
-    assert S.form_kind("recurrent") == "recurrent"
+    assert form_kind("chunked/symmetric/C=3") == "chunked"
+    assert form_kind("forward") == "any"
+    assert form_kind("recurrent") == "recurrent"
 
 
-# ----------------------------------------------------------------------------- FAULTS triggers
+# ----------------------------------------------------------------------------- fault-class triggers
 
 
 def _inputs(B, H, T, S_, d, d_v, *, causal, seed=0, positive=False, zeros=False):
@@ -397,7 +412,7 @@ def test_faults_4_trigger_heads_one_length_two():
     twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
     x = _inputs(1, 1, 2, 2, 3, 2, causal=True, zeros=True)
     ex = Example(x, {"path": "forward", "denominator": "sum"})
-    assert _worst(S.UNIFORM_WEIGHTS.check(twin, ex, RunContext())).ratio > 1
+    assert _worst(weights.UNIFORM_WEIGHTS.check(twin, ex, RunContext())).ratio > 1
     good = elu1_twin(
         "ok",
         lambda q, k, v, *, causal: (
@@ -405,7 +420,7 @@ def test_faults_4_trigger_heads_one_length_two():
         ),
         causal="yes",
     )
-    assert _worst(S.UNIFORM_WEIGHTS.check(good, ex, RunContext())).ratio <= 1
+    assert _worst(weights.UNIFORM_WEIGHTS.check(good, ex, RunContext())).ratio <= 1
 
 
 def test_faults_9_trigger_length_two():
@@ -416,12 +431,12 @@ def test_faults_9_trigger_length_two():
 
     twin = softmax_twin("flag-dropped", _softmax_fwd, forms={"parallel/fast": _flag_dropped})
     x = _inputs(1, 1, 2, 2, 2, 1, causal=True)
-    p = S.poison_value(x.dtype)
+    p = poison_value(x.dtype)
     future = (np.full((1, 1, 1, 2), p), np.full((1, 1, 1, 2), p), np.full((1, 1, 1, 1), -p))
     for path, fails in (("parallel/fast", True), ("forward", False)):
         choices = {"last_kept": 0, "future": "huge", "path": path, "denominator": "sum"}
         ex = Example(x, dict(choices, _future=future))
-        assert (_worst(S.CAUSALITY.check(twin, ex, RunContext())).ratio > 1) == fails, path
+        assert (_worst(dependence.CAUSALITY.check(twin, ex, RunContext())).ratio > 1) == fails, path
 
 
 def test_faults_6_trigger_two_keys_one_dim():
@@ -432,7 +447,7 @@ def test_faults_6_trigger_two_keys_one_dim():
     x = _inputs(1, 1, 2, 2, 1, 1, causal=False, positive=True)
     x = dataclasses.replace(x, v=torch.ones_like(x.v), case="unit_values")
     ex = Example(x, {"path": "forward"})
-    assert _worst(S.CONVEX_COMBINATION.check(twin, ex, RunContext())).ratio > 1
+    assert _worst(weights.CONVEX_COMBINATION.check(twin, ex, RunContext())).ratio > 1
 
 
 def test_faults_7_trigger_one_query_two_keys():
@@ -442,11 +457,13 @@ def test_faults_7_trigger_one_query_two_keys():
     x = _inputs(1, 1, 1, 2, 2, 2, causal=False)
     ex = Example(x, {"path": "forward"})
     top = softmax_twin("sdpa", _top_left, causal_alignment="top-left")
-    assert _worst(S.CAUSAL_ALIGNMENT.check(top, ex, RunContext())).ratio <= 1
+    assert _worst(masks.CAUSAL_ALIGNMENT.check(top, ex, RunContext())).ratio <= 1
     wrong = top.with_claims(causal_alignment="bottom-right")
-    assert _worst(S.CAUSAL_ALIGNMENT.check(wrong, ex, RunContext())).ratio > 1
+    assert _worst(masks.CAUSAL_ALIGNMENT.check(wrong, ex, RunContext())).ratio > 1
     assert (
-        _worst(S.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())).ratio
+        _worst(
+            masks.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())
+        ).ratio
         == 0
     )
 
@@ -454,12 +471,14 @@ def test_faults_7_trigger_one_query_two_keys():
 def test_convex_combination_with_a_declared_eps_is_sub_convex():
     """N/(D + eps): weights sum to D/(D + eps) < 1, so the box widens to include 0 (an
     undeclared eps in the same place is caught by single-key instead)."""
-    res = run(S.CONVEX_COMBINATION, softmax_twin("eps", _silent_eps, eps=1e-6))
+    res = run(weights.CONVEX_COMBINATION, softmax_twin("eps", _silent_eps, eps=1e-6))
     assert res.status == "pass", res.reason
 
 
 def test_adapters_of_third_party_code_are_not_project_owned():
     from verify.adapters.sdpa import sdpa_variant
 
-    assert not S.project_owned(sdpa_variant())
-    assert S.project_owned(variants.get("taylor-2")) and S.project_owned(variants.get("softmax"))
+    assert not masks.project_owned(sdpa_variant())
+    assert masks.project_owned(variants.get("taylor-2")) and masks.project_owned(
+        variants.get("softmax")
+    )

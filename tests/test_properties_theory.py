@@ -1,4 +1,5 @@
-"""Theory properties (verify.properties.theory): pass on the built-ins, fail on faulty twins.
+"""Theory properties (verify.properties: truncation, norms, peaks, injectivity, favor): pass on
+the built-ins, fail on faulty twins.
 
 Each faulty twin is a small AttentionVariant wrapping a deliberately broken implementation (a
 Taylor kernel with 1/n coefficients or the wrong order, a softmax with its scale applied twice,
@@ -23,7 +24,7 @@ from verify.attention import (
     softmax_attention,
     taylor_attention,
 )
-from verify.properties import theory as TH
+from verify.properties import favor, injectivity, norms, peaks, truncation
 from verify.spec.results import NotApplicable
 from verify.spec.variant import AttentionVariant
 
@@ -82,7 +83,7 @@ SOFTMAX_AS_LINEAR = twin(
 @pytest.mark.parametrize("order", [0, 1, 2, 4, 6])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_truncation_within_d4_builtins(order, dtype):
-    res = assert_pass(TH.TRUNCATION_WITHIN_D4, variants.get(f"taylor-{order}"), dtype)
+    res = assert_pass(truncation.TRUNCATION_WITHIN_D4, variants.get(f"taylor-{order}"), dtype)
     assert res.bound_kind == "derived"
 
 
@@ -96,40 +97,40 @@ WRONG_ORDER = twin("taylor-4-is-2", "taylor:4", partial(taylor_attention, order=
 
 @pytest.mark.parametrize("bad", [ONE_OVER_N, WRONG_ORDER], ids=["coefficients-1/n", "wrong-order"])
 def test_truncation_within_d4_catches(bad):
-    res = assert_fail(TH.TRUNCATION_WITHIN_D4, bad, n=10)
+    res = assert_fail(truncation.TRUNCATION_WITHIN_D4, bad, n=10)
     assert "|o_hat - softmax|" in res.reason
 
 
 def test_truncation_outside_the_informative_range_does_not_apply():
-    from verify.properties.kernel import make_inputs
     from verify.properties.support.common import Example
+    from verify.properties.support.inputs import make_inputs
 
     # scores up to 3 for kappa_2: delta_2(3) > 1/2, so the property makes no statement
     q = torch.tensor([[[[3.0], [-3.0]]]], dtype=torch.float64)
     k = torch.tensor([[[[1.0], [0.5]]]], dtype=torch.float64)
     x = make_inputs(q, k, torch.ones(1, 1, 2, 1, dtype=torch.float64))
     with pytest.raises(NotApplicable, match="informative range"):
-        TH.TRUNCATION_WITHIN_D4.check(variants.get("taylor-2"), Example(x), ctx())
+        truncation.TRUNCATION_WITHIN_D4.check(variants.get("taylor-2"), Example(x), ctx())
 
 
 def test_truncation_skips():
-    assert_skip(TH.TRUNCATION_WITHIN_D4, variants.get("softmax"), "Taylor kernel")
+    assert_skip(truncation.TRUNCATION_WITHIN_D4, variants.get("softmax"), "Taylor kernel")
     unnorm = variants.get("taylor-2").with_claims(denominators=("none",))
-    assert_skip(TH.TRUNCATION_WITHIN_D4, unnorm, "unnormalized")
+    assert_skip(truncation.TRUNCATION_WITHIN_D4, unnorm, "unnormalized")
 
 
 @pytest.mark.parametrize("order", [1, 2, 5])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_convergence_in_n_builtins(order, dtype):
-    assert_pass(TH.CONVERGENCE_IN_N, variants.get(f"taylor-{order}"), dtype, n=3)
+    assert_pass(truncation.CONVERGENCE_IN_N, variants.get(f"taylor-{order}"), dtype, n=3)
 
 
 def test_convergence_in_n_reports_slow_convergence_facts():
-    assert "x = -4: N = 12, x = -8: N = 26, x = -16: N = 54" in TH._slow_convergence_facts()
+    assert "x = -4: N = 12, x = -8: N = 26, x = -16: N = 54" in truncation._slow_convergence_facts()
 
 
 def test_convergence_in_n_catches_a_wrong_order():
-    res = assert_fail(TH.CONVERGENCE_IN_N, WRONG_ORDER, n=10)
+    res = assert_fail(truncation.CONVERGENCE_IN_N, WRONG_ORDER, n=10)
     assert "the variant (order 4)" in res.reason
 
 
@@ -137,7 +138,7 @@ def test_convergence_in_n_catches_a_wrong_order():
 @pytest.mark.parametrize("name", ["softmax", "taylor-2", "taylor-3", "linear-identity"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_norm_identities_builtins(name, dtype):
-    assert_pass(TH.NORM_IDENTITIES, variants.get(name), dtype)
+    assert_pass(norms.NORM_IDENTITIES, variants.get(name), dtype)
 
 
 def test_norm_identities_with_eps_match_the_derived_gap():
@@ -147,7 +148,7 @@ def test_norm_identities_with_eps_match_the_derived_gap():
         eps=eps,
         forward=partial(softmax_attention, eps=eps),
     )
-    res = assert_pass(TH.NORM_IDENTITIES, with_eps)
+    res = assert_pass(norms.NORM_IDENTITIES, with_eps)
     assert res.bound_kind == "derived"
 
 
@@ -159,40 +160,44 @@ def test_norm_identities_catch_rms_with_a_sum_and_a_silent_eps():
     bad = variants.get("softmax").with_claims(
         name="rms-divides-by-the-sum", forward=rms_is_l2, denominators=("sum", "rms")
     )
-    assert_fail(TH.NORM_IDENTITIES, bad)
+    assert_fail(norms.NORM_IDENTITIES, bad)
     silent = variants.get("softmax").with_claims(
         name="silent-eps",
         forward=partial(softmax_attention, eps=1e-2),
         denominators=("sum", "l2"),
     )
-    res = assert_fail(TH.NORM_IDENTITIES, silent)
+    res = assert_fail(norms.NORM_IDENTITIES, silent)
     assert "D7 gap 0.000000e+00" in res.reason
 
 
 def test_norm_identities_skip():
     plain = variants.get("softmax").with_claims(denominators=())
-    assert_skip(TH.NORM_IDENTITIES, plain, "denominator modes")
+    assert_skip(norms.NORM_IDENTITIES, plain, "denominator modes")
 
 
 # ----------------------------------------------------------------------------- D8
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_softmax_d8_properties_builtin(dtype):
     sm = variants.get("softmax")
-    for prop in (TH.SOFTMAX_PEAK_BOUNDS, TH.SOFTMAX_PEAK_MONOTONE, TH.POWER_ATTENTION_PEAK):
+    for prop in (
+        peaks.SOFTMAX_PEAK_BOUNDS,
+        peaks.SOFTMAX_PEAK_MONOTONE,
+        peaks.POWER_ATTENTION_PEAK,
+    ):
         assert_pass(prop, sm, dtype)
 
 
 def test_peak_bounds_catch_a_double_scale():
-    res = assert_fail(TH.SOFTMAX_PEAK_BOUNDS, SCALE_TWICE)
+    res = assert_fail(peaks.SOFTMAX_PEAK_BOUNDS, SCALE_TWICE)
     assert "A: peak" in res.reason or "D_1" in res.reason
 
 
 def test_power_attention_peak_catches_a_double_scale():
-    assert_fail(TH.POWER_ATTENTION_PEAK, SCALE_TWICE)
+    assert_fail(peaks.POWER_ATTENTION_PEAK, SCALE_TWICE)
 
 
 def test_peak_monotone_catches_scale_invariant_attention():
-    res = assert_fail(TH.SOFTMAX_PEAK_MONOTONE, LINEAR_AS_SOFTMAX)
+    res = assert_fail(peaks.SOFTMAX_PEAK_MONOTONE, LINEAR_AS_SOFTMAX)
     assert "measured change" in res.reason
 
 
@@ -205,63 +210,67 @@ def test_separation_needs_n_at_least_four():
 @pytest.mark.parametrize("name", ["linear-identity", "linear-relu"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_linear_d8_and_homogeneity_builtins(name, dtype):
-    assert_pass(TH.LINEAR_PEAK_BOUND, variants.get(name), dtype)
-    assert_pass(TH.HOMOGENEOUS_MAP_COLLISION, variants.get(name), dtype)
+    assert_pass(peaks.LINEAR_PEAK_BOUND, variants.get(name), dtype)
+    assert_pass(injectivity.HOMOGENEOUS_MAP_COLLISION, variants.get(name), dtype)
 
 
 def test_linear_peak_bound_catches_softmax_presented_as_linear():
-    assert_fail(TH.LINEAR_PEAK_BOUND, SOFTMAX_AS_LINEAR)
+    assert_fail(peaks.LINEAR_PEAK_BOUND, SOFTMAX_AS_LINEAR)
 
 
 def test_d8_skips():
-    assert_skip(TH.SOFTMAX_PEAK_BOUNDS, variants.get("taylor-2"), "softmax")
-    assert_skip(TH.LINEAR_PEAK_BOUND, variants.get("linear-elu1"), "positively homogeneous")
+    assert_skip(peaks.SOFTMAX_PEAK_BOUNDS, variants.get("taylor-2"), "softmax")
+    assert_skip(peaks.LINEAR_PEAK_BOUND, variants.get("linear-elu1"), "positively homogeneous")
     causal_only = variants.get("softmax").with_claims(causal="yes")
-    assert_skip(TH.SOFTMAX_PEAK_BOUNDS, causal_only, "non-causal")
+    assert_skip(peaks.SOFTMAX_PEAK_BOUNDS, causal_only, "non-causal")
 
 
 # ----------------------------------------------------------------------------- D9
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_softmax_d9_builtin(dtype):
     sm = variants.get("softmax")
-    assert_pass(TH.SOFTMAX_INJECTIVITY, sm, dtype)
-    assert_pass(TH.EXP_KERNEL_FULL_RANK, sm, dtype)
+    assert_pass(injectivity.SOFTMAX_INJECTIVITY, sm, dtype)
+    assert_pass(injectivity.EXP_KERNEL_FULL_RANK, sm, dtype)
 
 
 def test_injectivity_and_full_rank_catch_mean_pooling():
-    res = assert_fail(TH.SOFTMAX_INJECTIVITY, MEAN_POOLING)
+    res = assert_fail(injectivity.SOFTMAX_INJECTIVITY, MEAN_POOLING)
     assert "injective keys" in res.reason
-    assert_fail(TH.EXP_KERNEL_FULL_RANK, MEAN_POOLING)
+    assert_fail(injectivity.EXP_KERNEL_FULL_RANK, MEAN_POOLING)
 
 
 def test_injectivity_collision_direction_when_rank_is_low():
-    from verify.properties.theory import QueryPairExample
+    from verify.properties.injectivity import QueryPairExample
 
     # S = 1 <= d: rank [K, 1] <= d, so q + t u (K u = c 1) gives identical weights
     ex = QueryPairExample(keys=[[1.0, 0.5]], q=[0.25, -1.0], direction=[1.0, 0.0], t=1.5)
-    obs = TH.SOFTMAX_INJECTIVITY.check(variants.get("softmax"), ex, ctx())
+    obs = injectivity.SOFTMAX_INJECTIVITY.check(variants.get("softmax"), ex, ctx())
     assert "collision direction" in obs[0].detail and obs[0].ratio <= 1.0
 
 
 def test_homogeneous_map_collision_catches_elu1_presented_as_relu():
     bad = twin("elu1-as-relu", "linear:relu", partial(linear_attention, feature_map="elu1"))
-    assert_fail(TH.HOMOGENEOUS_MAP_COLLISION, bad)
+    assert_fail(injectivity.HOMOGENEOUS_MAP_COLLISION, bad)
 
 
 @pytest.mark.parametrize("name", ["linear-identity", "linear-relu", "linear-elu1", "taylor-2"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_linear_attention_rank_builtins(name, dtype):
-    assert_pass(TH.LINEAR_ATTENTION_RANK, variants.get(name), dtype, n=4)
+    assert_pass(injectivity.LINEAR_ATTENTION_RANK, variants.get(name), dtype, n=4)
 
 
 def test_linear_attention_rank_catches_softmax_presented_as_linear():
-    res = assert_fail(TH.LINEAR_ATTENTION_RANK, SOFTMAX_AS_LINEAR, n=4)
+    res = assert_fail(injectivity.LINEAR_ATTENTION_RANK, SOFTMAX_AS_LINEAR, n=4)
     assert "sigma_" in res.reason
 
 
 def test_rank_skips():
-    assert_skip(TH.LINEAR_ATTENTION_RANK, variants.get("linear-favor"), "feature dimension 64")
-    assert_skip(TH.LINEAR_ATTENTION_RANK, variants.get("softmax"), "finite feature dimension")
+    assert_skip(
+        injectivity.LINEAR_ATTENTION_RANK, variants.get("linear-favor"), "feature dimension 64"
+    )
+    assert_skip(
+        injectivity.LINEAR_ATTENTION_RANK, variants.get("softmax"), "finite feature dimension"
+    )
 
 
 # ----------------------------------------------------------------------------- FAVOR+
@@ -291,26 +300,26 @@ def favor_variant(name, fmap):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_favor_statistics_builtin(dtype):
     fav = variants.get("linear-favor")
-    res = assert_pass(TH.FAVOR_UNBIASED, fav, dtype, n=3)
+    res = assert_pass(favor.FAVOR_UNBIASED, fav, dtype, n=3)
     assert res.bound_kind == "statistical"
-    assert_pass(TH.FAVOR_VARIANCE, fav, dtype, n=2)
+    assert_pass(favor.FAVOR_VARIANCE, fav, dtype, n=2)
 
 
 def test_favor_statistics_redrawing_callable():
     good = favor_variant("favor-redraw", redrawing_favor)
-    assert_pass(TH.FAVOR_UNBIASED, good, n=2)
-    assert_pass(TH.FAVOR_VARIANCE, good, n=2)
+    assert_pass(favor.FAVOR_UNBIASED, good, n=2)
+    assert_pass(favor.FAVOR_VARIANCE, good, n=2)
 
 
 def test_favor_unbiased_catches_the_missing_norm_term():
     bad = favor_variant("favor-no-norm", partial(redrawing_favor, drop_norm=True))
-    res = assert_fail(TH.FAVOR_UNBIASED, bad, n=4)
+    res = assert_fail(favor.FAVOR_UNBIASED, bad, n=4)
     assert "confidence 1 - 1e-06" in res.reason
 
 
 def test_favor_variance_catches_repeated_directions():
     bad = favor_variant("favor-one-direction", partial(redrawing_favor, repeat_row=True))
-    res = assert_fail(TH.FAVOR_VARIANCE, bad, n=3)
+    res = assert_fail(favor.FAVOR_VARIANCE, bad, n=3)
     assert "empirical variance" in res.reason
 
 
@@ -320,13 +329,13 @@ def test_favor_deterministic_map_is_not_sampled():
         return favor_features(x, favor_projection(x.shape[-1], 8, generator=gen, dtype=x.dtype))
 
     fixed = favor_variant("favor-fixed", fixed_map)
-    assert_skip(TH.FAVOR_UNBIASED, fixed, "fixed projection")
+    assert_skip(favor.FAVOR_UNBIASED, fixed, "fixed projection")
 
 
 def test_favor_skips():
-    assert_skip(TH.FAVOR_UNBIASED, variants.get("softmax"), "linear:favor")
+    assert_skip(favor.FAVOR_UNBIASED, variants.get("softmax"), "linear:favor")
     assert_skip(
-        TH.FAVOR_VARIANCE,
+        favor.FAVOR_VARIANCE,
         variants.get("linear-favor").with_claims(projection=None),
         "nothing to sample",
     )
@@ -335,7 +344,7 @@ def test_favor_skips():
 def test_iid_central_moments_match_the_exported_variance_and_fourth_moment():
     from derivations.related import favor_kernel_fourth_central_moment, favor_kernel_variance
 
-    mu = TH._iid_central_moments(0.3, 0.7, 8)
+    mu = favor._iid_central_moments(0.3, 0.7, 8)
     assert float(mu[2]) == pytest.approx(favor_kernel_variance(0.3, 0.7, 8), rel=1e-12)
     assert float(mu[4]) == pytest.approx(favor_kernel_fourth_central_moment(0.3, 0.7, 8), rel=1e-12)
 
@@ -344,4 +353,13 @@ def test_catalogue_collects_the_theory_group():
     from verify.properties import catalogue
 
     ids = {p.id for p in catalogue()}
-    assert {p.id for p in TH.PROPERTIES} <= ids
+    assert {
+        p.id
+        for p in (
+            *truncation.PROPERTIES,
+            *norms.PROPERTIES,
+            *peaks.PROPERTIES,
+            *injectivity.PROPERTIES,
+            *favor.PROPERTIES,
+        )
+    } <= ids

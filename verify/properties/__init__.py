@@ -1,17 +1,41 @@
-"""The property catalogue (DESIGN.md): each property names the derivation it checks.
+"""The property catalogue: each property names the derivation it checks (D1..D10, the
+project's own records in ``derivations/``, rendered in ``reports/derivations.md``) or
+``contract`` for API behaviour.
 
-Groups (one module each): ``oracle_checks`` (against the mpmath oracle), ``structural``
-(causality, independence, equivariance, linearity, determinism, masks, scale),
+Groups (one module each, listed in catalogue order): ``oracle_checks`` (against the mpmath
+oracle), ``dependence`` (causality, prefix invariance, batch and head independence,
+permutation), ``weights`` (linearity in v, determinism, convexity, uniform weights), ``scores``
+(the score scale, a single key), ``masks`` (masks, causal alignment, the causal mismatch),
 ``forms`` (form agreement and the streaming state API), ``kernel`` (kernel identity,
-positivity, shift invariance), ``gradients``, ``theory`` (D4, D7, D8, D9 on the built-in
-implementations) and ``precision`` (dtype and device agreement).
+positivity, odd orders), ``shift`` (shift invariance), ``gradients`` and ``gradient_masks``,
+``precision`` (dtype and device agreement), and on the built-in implementations' theory
+``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8), ``injectivity`` (D9 injectivity and rank)
+and ``favor`` (D9 FAVOR+ statistics). Every group stands on the floor ``support`` and never
+imports another group.
 """
 
 from __future__ import annotations
 
 import importlib
 
-GROUPS = ("oracle_checks", "structural", "forms", "kernel", "gradients", "precision", "theory")
+GROUPS = (
+    "oracle_checks",
+    "dependence",
+    "weights",
+    "scores",
+    "masks",
+    "forms",
+    "kernel",
+    "shift",
+    "gradients",
+    "gradient_masks",
+    "precision",
+    "truncation",
+    "norms",
+    "peaks",
+    "injectivity",
+    "favor",
+)
 
 
 def catalogue() -> list:

@@ -1,4 +1,4 @@
-"""Form agreement and the streaming state API (THEORY.md D2; FAULTS.md 1, 2, 3, 7).
+"""Form agreement and the streaming state API (D2; fault classes 1, 2, 3, 7).
 
 - ``forms-agree``: ``forward`` and every entry of ``variant.forms`` (parallel, recurrent,
   chunked with C = 1, C not dividing T, C > T for the built-ins) compute the same exact value;
@@ -23,85 +23,22 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.structural import (
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call, prefill, step
+from verify.properties.support.claims import oracle_applies
+from verify.properties.support.common import MAX_LEN, Example, error_bound, exact_and_bound
+from verify.properties.support.inputs import inputs, plain_inputs, restrict, shape_st
+from verify.properties.support.observe import array_observation, diff, np64
+from verify.properties.support.paths import (
     FormView,
-    array_observation,
     call_kwargs,
-    diff,
-    error_bound,
+    convention_mode,
     form_kind,
-    inputs,
     mode_st,
     modes,
-    np64,
-    oracle_applies,
-    plain_inputs,
-    restrict,
-    shape_st,
 )
-from verify.properties.support.base import Property
-from verify.properties.support.calls import call, from_layout, to_layout
-from verify.properties.support.common import MAX_LEN, Example, exact_and_bound
 from verify.spec.kernel import taylor_order
-from verify.spec.results import Observation, VariantError
-
-# --------------------------------------------------------------------------- state calls
-
-
-def _check_output(o, expected: tuple[int, ...], dtype, what: str, allow_nonfinite: bool):
-    import torch
-
-    if not isinstance(o, torch.Tensor):
-        raise VariantError(f"{what} returned {type(o).__name__} as output, expected a tensor")
-    if tuple(o.shape) != tuple(expected):
-        raise VariantError(f"{what} output shape {tuple(o.shape)}, expected {tuple(expected)}")
-    if o.dtype != dtype:
-        raise VariantError(f"{what} output dtype {o.dtype}, expected the input dtype {dtype}")
-    if not allow_nonfinite and not bool(torch.isfinite(o).all()):
-        bad = (~torch.isfinite(o)).nonzero()[0].tolist()
-        raise VariantError(f"{what} output has NaN/inf (first at index {bad})")
-
-
-def _pair(result, what: str):
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise VariantError(f"{what} returned {type(result).__name__}, expected (output, state)")
-    return result
-
-
-def prefill(variant, q, k, v, state=None, *, allow_nonfinite: bool = False):
-    """``variant.state_api.prefill`` on canonical (B, H, T, .) tensors: (o canonical, state).
-
-    Raises:
-        VariantError: it raised, or returned something other than (tensor of the right shape,
-            dtype and finiteness, state).
-    """
-    lay = variant.layout
-    what = "state_api.prefill" + (" (resuming)" if state is not None else "")
-    try:
-        args = (to_layout(q, lay), to_layout(k, lay), to_layout(v, lay))
-        res = (
-            variant.state_api.prefill(*args)
-            if state is None
-            else (variant.state_api.prefill(*args, state=state))
-        )
-    except Exception as exc:
-        raise VariantError(f"{what} raised {type(exc).__name__}: {exc}") from exc
-    o, st = _pair(res, what)
-    o = from_layout(o, lay) if hasattr(o, "transpose") else o
-    _check_output(o, (*q.shape[:-1], v.shape[-1]), q.dtype, what, allow_nonfinite)
-    return o, st
-
-
-def step(variant, state, q_t, k_t, v_t, *, allow_nonfinite: bool = False):
-    """``variant.state_api.step`` with q_t, k_t (B, H, d), v_t (B, H, d_v): (o_t, state)."""
-    try:
-        res = variant.state_api.step(state, q_t, k_t, v_t)
-    except Exception as exc:
-        raise VariantError(f"state_api.step raised {type(exc).__name__}: {exc}") from exc
-    o, st = _pair(res, "state_api.step")
-    _check_output(o, (*q_t.shape[:-1], v_t.shape[-1]), q_t.dtype, "state_api.step", allow_nonfinite)
-    return o, st
-
+from verify.spec.results import Observation
 
 # --------------------------------------------------------------------------- states (D10)
 
@@ -292,13 +229,9 @@ def _state_applies(variant, ctx):
     why = oracle_applies(variant, ctx, causal=True)
     if why:
         return why
-    if not modes(variant, ("sum",) if variant.normalized else ("none",)):
+    if not modes(variant, (convention_mode(variant),)):
         return "the claimed normalization is not among the claimed denominator modes"
     return None
-
-
-def _state_mode(variant) -> str:
-    return "sum" if variant.normalized else "none"
 
 
 def _state_examples(variant, ctx):
@@ -311,7 +244,7 @@ def _step_examples(variant, ctx):
 
 def _forward_and_bound(variant, x, ctx):
     """The causal forward output and twice its D10 bound (two computations, form unknown)."""
-    mode = _state_mode(variant)
+    mode = convention_mode(variant)
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form="any")
     kw = call_kwargs(variant, mode)
     finite = bool(np.isfinite(eb.bound).all())

@@ -3,8 +3,8 @@
 One property per comparison kind:
 
 - ``oracle-agreement``: every form the variant exposes (``forward`` and ``forms``), every
-  denominator mode it accepts, against ``verify.oracle`` for the claimed kernel, within
-  ``verify.errors.attention_error_bound`` (float64/float32 directly; bf16/fp16 inputs by the
+  denominator mode it accepts, against ``verify.exact.oracle`` for the claimed kernel, within
+  ``verify.exact.errors.attention_error_bound`` (float64/float32 directly; bf16/fp16 inputs by the
   two-level model against the exact result on the same rounded inputs).
 - ``edge-cases``: the same comparison on the edge-case inputs of ``verify.strategies`` (zeros,
   one key, equal scores, large norms within the dtype's range, identity values, v = 1).
@@ -16,31 +16,25 @@ import numpy as np
 
 from verify.properties.support.base import Property
 from verify.properties.support.calls import call
-from verify.properties.support.common import Example, exact_and_bound, inputs_strategy, kernel_name
+from verify.properties.support.claims import dtype_reason, reference_reason
+from verify.properties.support.common import Example, exact_and_bound, inputs_strategy
+from verify.properties.support.paths import (
+    call_kwargs,
+    form_kind,
+    modes,
+    path_callable,
+    path_names,
+    require_mode,
+)
 from verify.spec.results import NotApplicable, Observation
 
 
 def _applies(variant, ctx) -> str | None:
-    if kernel_name(variant) is None:
-        return "the variant claims no kernel (kernel=unknown): nothing to compare with"
-    if variant.linear_map == "favor" and variant.projection is None:
-        return "FAVOR+ without a declared projection: only the statistical checks apply"
-    if ctx.dtype not in variant.dtypes:
-        return f"the variant does not claim {ctx.dtype}"
-    return None
-
-
-def _modes(variant) -> tuple[str, ...]:
-    if variant.denominators:
-        return tuple(variant.denominators)
-    return ("sum",) if variant.normalized else ("none",)
-
-
-def _form_kind(name: str) -> str:
-    for kind in ("recurrent", "chunked", "parallel"):
-        if name.startswith(kind):
-            return kind
-    return "any"
+    return reference_reason(
+        variant,
+        unknown="the variant claims no kernel (kernel=unknown): nothing to compare with",
+        favor="only the statistical checks apply",
+    ) or dtype_reason(variant, ctx)
 
 
 def _examples(cases):
@@ -52,11 +46,11 @@ def _examples(cases):
         else:
             cases_ = cases
 
-        forms = ("forward", *sorted(variant.forms))
+        forms = path_names(variant)
         return st.builds(
             lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
             inputs_strategy(variant, ctx, cases=cases_, beyond_overflow=True),
-            st.sampled_from(_modes(variant)),
+            st.sampled_from(modes(variant)),
             st.sampled_from(forms),
         )
 
@@ -68,31 +62,17 @@ def _check(variant, ex: Example, ctx) -> Observation:
 
     x = ex.inputs
     mode, form = ex.choices["denominator"], ex.choices["form"]
-    if mode == "layernorm" and x.v.shape[-1] < 2:
-        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    require_mode(mode, x.v.shape[-1])
     # bound stated from the inputs before the variant runs
-    form_kind = "any" if form == "forward" else _form_kind(form)
-    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind)
+    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(form))
     finite = np.isfinite(eb.bound)
     if not finite.any():
         raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
-    kwargs = {}
-    if variant.denominators:
-        kwargs["denominator"] = mode
-    if x.attn_mask is not None:
-        kwargs["attn_mask"] = x.attn_mask
-    fn = variant if form == "forward" else _FormView(variant, form)
+    kwargs = call_kwargs(variant, mode, x.attn_mask)
+    fn = path_callable(variant, form)
     # NaN/inf are allowed only where the bound makes no statement (compare checks the rest)
     out = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kwargs)
     return compare(out, eb, ref, what=f"{form}/{mode}")
-
-
-class _FormView:
-    """Presents one of ``variant.forms`` with the variant's layout, for ``call``."""
-
-    def __init__(self, variant, form: str) -> None:
-        self.forward = variant.forms[form]
-        self.layout = variant.layout
 
 
 ORACLE_AGREEMENT = Property(

@@ -1,16 +1,16 @@
-"""Precision properties: dtype and device agreement within the error model (THEORY.md D10).
+"""Precision properties: dtype and device agreement within the error model (D10).
 
 - ``dtype-agreement``: the variant in float32, bfloat16 or float16 on sequences of thousands of
   tokens (T = 2048..4096, d = 8..16), where a normalizer accumulated in the input precision
-  overflows or stalls (FAULTS.md 11: in float16 a sum of positive features over a few thousand
+  overflows or stalls (fault class 11: in float16 a sum of positive features over a few thousand
   tokens exceeds 65504), against a float64 direct evaluation on the *same rounded inputs*
-  (cast up exactly), within ``verify.errors.attention_error_bound(dtype=..., exact=None)``: the
-  two-level model for bf16/fp16 (fp32 accumulation, output rounded once) plus the float64
-  reference's own bound. The last value column is 1, so for the sum mode that column of the
-  output is D_t / D_t = 1 and a broken normalizer (inf, 0, a stalled sum) shows directly. The
-  comparison covers the last query row (the longest sums) and a few drawn rows (the
-  per-element bound costs O(S) Python work per row); no output element of any row may be inf
-  or NaN (normalized modes; unnormalized sums may legitimately exceed the dtype's range).
+  (cast up exactly), within ``verify.exact.errors.attention_error_bound(dtype=...,
+  exact=None)``: the two-level model for bf16/fp16 (fp32 accumulation, output rounded once)
+  plus the float64 reference's own bound. The last value column is 1, so for the sum mode that
+  column of the output is D_t / D_t = 1 and a broken normalizer (inf, 0, a stalled sum) shows
+  directly. The comparison covers the last query row (the longest sums) and a few drawn rows
+  (the per-element bound costs O(S) Python work per row); no output element of any row may be
+  inf or NaN (normalized modes; unnormalized sums may legitimately exceed the dtype's range).
 - ``device-agreement``: the same inputs on CUDA and on the CPU; |o_cuda - o_cpu| within the sum
   of the two derived bounds against the exact result (the cited exp constants differ per
   device: 1 ulp for the CPU's SLEEF exp, 2.5 ulp for CUDA's expf). Skips without CUDA.
@@ -23,19 +23,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify.exact.reference import reference_attention
-from verify.properties.gradients import form_callable, modes
 from verify.properties.support.base import Property
 from verify.properties.support.calls import call
+from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
+    Example,
     causal_choices,
+    claim_kwargs,
     exact_and_bound,
     inputs_strategy,
     kernel_name,
     radius_strategy,
 )
+from verify.properties.support.paths import (
+    call_kwargs,
+    modes,
+    path_callable,
+    path_names,
+    require_mode,
+)
 from verify.spec.results import NotApplicable, Observation, VariantError
 
-#: sequence lengths of the dtype-agreement property (FAULTS.md 11: a few thousand tokens)
+#: the skip reason for an unknown kernel: no plain-torch reference of the claimed kernel
+NO_REFERENCE = "the variant claims no kernel (kernel=unknown): no reference"
+
+#: sequence lengths of the dtype-agreement property (fault class 11: a few thousand tokens)
 LONG_LENGTHS = (2048, 4096)
 LONG_DIMS = (8, 16)
 #: rows compared against the reference besides the last one (the bound is per element)
@@ -167,22 +179,19 @@ class LongExample:
 
 
 def _dtype_applies(variant, ctx) -> str | None:
-    if kernel_name(variant) is None:
-        return "the variant claims no kernel (kernel=unknown): no reference"
-    if variant.linear_map == "favor" and variant.projection is None:
-        return "FAVOR+ without a declared projection: no exact reference"
+    why = reference_reason(variant, unknown=NO_REFERENCE, favor="no exact reference")
+    if why:
+        return why
     if ctx.dtype not in LOW_DTYPES:
         return "float64 is the reference precision (oracle-agreement covers it)"
-    if ctx.dtype not in variant.dtypes:
-        return f"the variant does not claim {ctx.dtype}"
-    return None
+    return dtype_reason(variant, ctx)
 
 
 def _dtype_examples(variant, ctx):
     from hypothesis import strategies as st
 
     m = variant.length_multiple
-    forms = ("forward", *sorted(variant.forms))
+    forms = path_names(variant)
 
     d_hi = _max_dim(variant)
     d_lo = min(LONG_DIMS[0], d_hi)
@@ -229,7 +238,9 @@ def _max_dim(variant) -> int:
     return top
 
 
-def _form_kind(form: str) -> str:
+def _bound_form(form: str) -> str:
+    """The form kind the precision bounds are stated for: ``parallel`` for a parallel form, the
+    worst kind (``any``) for every other path (coarser than ``paths.form_kind``)."""
     return "parallel" if form.startswith("parallel") else "any"
 
 
@@ -268,7 +279,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
         denominator=mode,
         eps=variant.eps,
         projection=proj,
-        form=_form_kind(form),
+        form=_bound_form(form),
         device=ctx.device,
         exp_library=variant.exp_library,
     )
@@ -287,8 +298,8 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
     top = float(torch.finfo(getattr(torch, ctx.dtype)).max)
     if not np.isfinite(ref).all() or float(np.abs(ref).max()) > top / 2:
         raise NotApplicable(f"the exact output is not representable in {ctx.dtype} here")
-    kw = {"denominator": mode} if variant.denominators else {}
-    fn = form_callable(variant, form)
+    kw = call_kwargs(variant, mode)
+    fn = path_callable(variant, form)
     dev = torch.device(ctx.device)
     # unnormalized sums may legitimately exceed the range; kernels that are not positive may
     # have a vanishing denominator on rows not compared: IEEE inf/NaN is allowed there
@@ -325,13 +336,9 @@ def _device_applies(variant, ctx) -> str | None:
         return "no CUDA device"
     if "cuda" not in variant.devices:
         return "the variant does not claim cuda"
-    if kernel_name(variant) is None:
-        return "the variant claims no kernel (kernel=unknown): no reference bound"
-    if variant.linear_map == "favor" and variant.projection is None:
-        return "FAVOR+ without a declared projection: no exact reference"
-    if ctx.dtype not in variant.dtypes:
-        return f"the variant does not claim {ctx.dtype}"
-    return None
+    return reference_reason(
+        variant, unknown=f"{NO_REFERENCE} bound", favor="no exact reference"
+    ) or dtype_reason(variant, ctx)
 
 
 def _device_examples(variant, ctx):
@@ -339,10 +346,8 @@ def _device_examples(variant, ctx):
 
     from hypothesis import strategies as st
 
-    from verify.properties.support.common import Example
-
     cpu = replace(ctx, device="cpu")
-    forms = ("forward", *sorted(variant.forms))
+    forms = path_names(variant)
     return st.builds(
         lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
         inputs_strategy(variant, cpu),
@@ -361,20 +366,10 @@ def _device_check(variant, ex, ctx) -> Observation:
 
     x = ex.inputs
     form, mode = ex.choices["form"], ex.choices["denominator"]
-    if mode == "layernorm" and x.v.shape[-1] < 2:
-        raise NotApplicable("layernorm needs d_v >= 2 (D7)")
+    require_mode(mode, x.v.shape[-1])
     cpu = replace(ctx, device="cpu")
-    ref, eb_cpu = exact_and_bound(variant, x, cpu, denominator=mode, form=_form_kind(form))
-    d = x.q.shape[-1]
-    kw_bound: dict[str, Any] = dict(
-        causal=x.causal,
-        attn_mask=x.attn_mask,
-        scale=variant.score_scale(d),
-        denominator=mode,
-        eps=variant.eps,
-    )
-    if variant.linear_map == "favor":
-        kw_bound["projection"] = variant.projection(d, torch.float64, "cpu")
+    ref, eb_cpu = exact_and_bound(variant, x, cpu, denominator=mode, form=_bound_form(form))
+    kw_bound = claim_kwargs(variant, x, denominator=mode)
     eb_cuda = errors.attention_error_bound(
         kernel_name(variant),
         x.q,
@@ -382,7 +377,7 @@ def _device_check(variant, ex, ctx) -> Observation:
         x.v,
         dtype=ctx.dtype,
         exact=ref,
-        form=_form_kind(form),
+        form=_bound_form(form),
         device="cuda",
         exp_library=variant.exp_library,
         **kw_bound,
@@ -391,10 +386,8 @@ def _device_check(variant, ex, ctx) -> Observation:
     finite = np.isfinite(total.bound)
     if not finite.any():
         raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
-    kw = {"denominator": mode} if variant.denominators else {}
-    if x.attn_mask is not None:
-        kw["attn_mask"] = x.attn_mask
-    fn = form_callable(variant, form)
+    kw = call_kwargs(variant, mode, x.attn_mask)
+    fn = path_callable(variant, form)
     out_cpu = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kw)
     if "attn_mask" in kw:
         kw["attn_mask"] = x.attn_mask.to("cuda")

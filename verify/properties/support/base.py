@@ -31,11 +31,12 @@ class Property:
     Args:
         id: stable identifier (``kebab-case``), used by ``--select`` and in reports.
         statement: one line saying what must hold.
-        derivation: the THEORY.md id it checks (``"D2"``), or ``"contract"`` for API behaviour.
+        derivation: the derivation id it checks (``"D2"``: D1..D10, ``reports/derivations.md``),
+            or ``"contract"`` for API behaviour.
         applies: ``applies(variant, ctx) -> None | str``; a string is the reason to skip.
         examples: ``examples(variant, ctx) -> hypothesis strategy`` of examples.
         check: ``check(variant, example, ctx) -> Observation | list[Observation]``.
-        faults: the FAULTS.md entries this property catches.
+        faults: the fault classes this property catches (``verify.spec.faults``).
         max_examples: cap on examples (expensive checks), ``None`` = the profile's count.
         low_precision: also meaningful for bf16/fp16 runs (the two-level model); the
             catalogue runner runs the others in float64 and float32 only.

@@ -3,6 +3,8 @@
 Every property calls the variant under test through :func:`call`, which converts the canonical
 ``(B, H, T, d)`` tensors to the variant's layout, calls it, and turns any misbehaviour (an
 exception, a wrong shape or dtype, NaN or inf) into a :class:`VariantError` with the reason.
+:func:`feature_map` and the state API's :func:`prefill` and :func:`step` are validated the same
+way.
 """
 
 from __future__ import annotations
@@ -75,3 +77,86 @@ def _unrepresentable(variant, q, k, mode: str | None) -> None:
             f"exp(score) up to e^{float(s.max()):.4g} without a normalizing denominator "
             f"({mode}): the exact output is not representable in {q.dtype}"
         )
+
+
+def feature_map(variant, x):
+    """``variant.feature_map(x)`` validated: a (..., m) tensor of x's dtype, finite.
+
+    Raises:
+        VariantError: it raised, or returned a non-tensor, a wrong shape or dtype, or NaN/inf.
+    """
+    import torch
+
+    try:
+        out = variant.feature_map(x)
+    except Exception as exc:
+        raise VariantError(f"feature_map raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, torch.Tensor):
+        raise VariantError(f"feature_map returned {type(out).__name__}, expected a tensor")
+    if out.dim() != x.dim() or tuple(out.shape[:-1]) != tuple(x.shape[:-1]):
+        raise VariantError(
+            f"feature_map: output shape {tuple(out.shape)}, expected {tuple(x.shape[:-1])} + (m,)"
+        )
+    if out.dtype != x.dtype:
+        raise VariantError(f"feature_map: output dtype {out.dtype}, expected {x.dtype}")
+    if not torch.isfinite(out).all():
+        raise VariantError("feature_map: output has NaN/inf")
+    return out
+
+
+# --------------------------------------------------------------------------- state API
+
+
+def _check_output(o, expected: tuple[int, ...], dtype, what: str, allow_nonfinite: bool):
+    import torch
+
+    if not isinstance(o, torch.Tensor):
+        raise VariantError(f"{what} returned {type(o).__name__} as output, expected a tensor")
+    if tuple(o.shape) != tuple(expected):
+        raise VariantError(f"{what} output shape {tuple(o.shape)}, expected {tuple(expected)}")
+    if o.dtype != dtype:
+        raise VariantError(f"{what} output dtype {o.dtype}, expected the input dtype {dtype}")
+    if not allow_nonfinite and not bool(torch.isfinite(o).all()):
+        bad = (~torch.isfinite(o)).nonzero()[0].tolist()
+        raise VariantError(f"{what} output has NaN/inf (first at index {bad})")
+
+
+def _pair(result, what: str):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise VariantError(f"{what} returned {type(result).__name__}, expected (output, state)")
+    return result
+
+
+def prefill(variant, q, k, v, state=None, *, allow_nonfinite: bool = False):
+    """``variant.state_api.prefill`` on canonical (B, H, T, .) tensors: (o canonical, state).
+
+    Raises:
+        VariantError: it raised, or returned something other than (tensor of the right shape,
+            dtype and finiteness, state).
+    """
+    lay = variant.layout
+    what = "state_api.prefill" + (" (resuming)" if state is not None else "")
+    try:
+        args = (to_layout(q, lay), to_layout(k, lay), to_layout(v, lay))
+        res = (
+            variant.state_api.prefill(*args)
+            if state is None
+            else (variant.state_api.prefill(*args, state=state))
+        )
+    except Exception as exc:
+        raise VariantError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    o, st = _pair(res, what)
+    o = from_layout(o, lay) if hasattr(o, "transpose") else o
+    _check_output(o, (*q.shape[:-1], v.shape[-1]), q.dtype, what, allow_nonfinite)
+    return o, st
+
+
+def step(variant, state, q_t, k_t, v_t, *, allow_nonfinite: bool = False):
+    """``variant.state_api.step`` with q_t, k_t (B, H, d), v_t (B, H, d_v): (o_t, state)."""
+    try:
+        res = variant.state_api.step(state, q_t, k_t, v_t)
+    except Exception as exc:
+        raise VariantError(f"state_api.step raised {type(exc).__name__}: {exc}") from exc
+    o, st = _pair(res, "state_api.step")
+    _check_output(o, (*q_t.shape[:-1], v_t.shape[-1]), q_t.dtype, "state_api.step", allow_nonfinite)
+    return o, st

@@ -15,13 +15,14 @@ MAX_LEN = 10
 MAX_DIM = 4
 MAX_VALUE_DIM = 3
 #: nonzero input magnitudes and score radii stay above these, so the products of a term stay in
-#: the normal range where the D10 standard model holds (``verify.errors.outside_model``)
+#: the normal range where the D10 standard model holds (``verify.exact.errors.outside_model``)
 MIN_MAGNITUDE = 2.0**-6
 MIN_RADIUS = 2.0**-6
 
 
 def kernel_name(variant) -> str | None:
-    """The kernel string ``verify.oracle.reference``/``verify.errors`` understand, or None."""
+    """The kernel string ``verify.exact.oracle.reference``/``verify.exact.errors`` understand, or
+    None."""
     return variant.kernel if variant.parsed_kernel.known else None
 
 
@@ -150,6 +151,25 @@ class Example:
         return base + extra
 
 
+def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[str, Any]:
+    """The oracle's and the error model's keyword arguments for the variant's claims on inputs
+    ``x``: causal flag, mask, the claimed score scale (or ``scale``), ``denominator``, the
+    declared eps (or ``eps``) and, for FAVOR+, the declared projection at x's dimension."""
+    d = x.q.shape[-1]
+    kw: dict[str, Any] = dict(
+        causal=x.causal,
+        attn_mask=x.attn_mask,
+        scale=variant.score_scale(d) if scale is None else scale,
+        denominator=denominator,
+        eps=variant.eps if eps is None else eps,
+    )
+    if variant.linear_map == "favor":
+        import torch
+
+        kw["projection"] = variant.projection(d, torch.float64, "cpu")
+    return kw
+
+
 def exact_and_bound(
     variant, x, ctx, *, denominator: str, form: str = "any", eps: float | None = None
 ):
@@ -166,47 +186,49 @@ def exact_and_bound(
     kernel = kernel_name(variant)
     if kernel is None:
         raise NotApplicable("kernel unknown: no oracle")
-    d = x.q.shape[-1]
-    scale = variant.score_scale(d)
-    eps = variant.eps if eps is None else eps
-    kw: dict[str, Any] = dict(
-        causal=x.causal, attn_mask=x.attn_mask, scale=scale, denominator=denominator, eps=eps
-    )
-    proj = None
-    if variant.linear_map == "favor":
-        if variant.projection is None:
-            raise NotApplicable("favor without a declared projection: no exact oracle")
-        import torch
-
-        proj = variant.projection(d, torch.float64, "cpu")
-        kw["projection"] = proj
+    if variant.linear_map == "favor" and variant.projection is None:
+        raise NotApplicable("favor without a declared projection: no exact oracle")
+    kw = claim_kwargs(variant, x, denominator=denominator, eps=eps)
     why = errors.outside_model(
         kernel,
         x.q,
         x.k,
         x.v,
         dtype=ctx.dtype,
-        scale=scale,
+        scale=kw["scale"],
         denominator=denominator,
-        projection=proj,
+        projection=kw.get("projection"),
     )
     if why:
         raise NotApplicable(why)
-    ref = oracle.reference(x.q, x.k, x.v, kernel=_oracle_kernel(kernel), **kw)
-    eb = errors.attention_error_bound(
-        kernel,
+    ref = oracle.reference(x.q, x.k, x.v, kernel=oracle_kernel(kernel), **kw)
+    return ref, _bound(variant, x, ctx, ref, form, kw)
+
+
+def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", scale=None):
+    """``attention_error_bound`` for the variant's claims on inputs ``x`` against ``exact``
+    (an ``OracleResult``); ``scale`` overrides the claimed scale (candidate scales)."""
+    kw = claim_kwargs(variant, x, denominator=denominator, scale=scale)
+    return _bound(variant, x, ctx, exact, form, kw)
+
+
+def _bound(variant, x, ctx, exact, form: str, kw: dict[str, Any]):
+    from verify.exact import errors
+
+    return errors.attention_error_bound(
+        kernel_name(variant),
         x.q,
         x.k,
         x.v,
         dtype=ctx.dtype,
-        exact=ref,
+        exact=exact,
         form=form,
         device=ctx.device,
         exp_library=variant.exp_library,
         **kw,
     )
-    return ref, eb
 
 
-def _oracle_kernel(kernel: str) -> str:
+def oracle_kernel(kernel: str) -> str:
+    """The oracle's name of a claimed kernel (``softmax`` is the oracle's ``exp``)."""
     return "exp" if kernel == "softmax" else kernel

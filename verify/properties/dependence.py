@@ -1,0 +1,352 @@
+"""Dependence properties: which inputs an output may depend on (D2 and the API contract).
+
+Each property compares two computations (or one computation and a closed form) whose exact
+values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
+of D2 and D6); the bound is the sum of the two computations' D10 bounds
+(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
+variant's outputs are read. Every property runs on every code path the variant exposes
+(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+
+Restricted bounds: the D10 bound of an output row depends only on the inputs that row reads (its
+query and its visible keys), so when two computations read the same inputs on some rows (rows
+<= t of a causal pass, the unchanged batch elements or heads), their bound there is stated on
+the restricted inputs (the prefix, the other elements). This also keeps the bound finite when
+the other positions hold huge finite values (1e10, fault classes 8, 9).
+
+Ids: ``causality``, ``prefix-invariance``, ``batch-independence``, ``head-independence``,
+``permutation-equivariance``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.claims import oracle_applies
+from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example, exact_and_bound
+from verify.properties.support.inputs import (
+    by_causal,
+    inputs,
+    poison_value,
+    restrict,
+    shape_st,
+    tensor_like,
+    values,
+)
+from verify.properties.support.observe import array_observation, diff, finite_rows, np64
+from verify.properties.support.paths import (
+    call_kwargs,
+    form_kind,
+    mode_st,
+    path_callable,
+    path_names,
+)
+
+# --------------------------------------------------------------------------- causality (D2)
+
+
+def _causality_applies(variant, ctx):
+    return oracle_applies(variant, ctx, causal=True)
+
+
+def _causality_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = inputs(variant, ctx, shape_st(variant, causal=True, T=(2, MAX_LEN)), causal=True)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        T = x.shape.T
+        t = draw_(st.integers(0, T - 2))
+        kind = draw_(st.sampled_from(("huge", "random")))
+        n = T - t - 1
+        s = x.shape
+        if kind == "huge":
+            p = poison_value(x.dtype)
+            new = (
+                np.full((s.B, s.H, n, s.d), p),
+                np.full((s.B, s.H, n, s.d), p),
+                np.full((s.B, s.H, n, s.d_v), -p),
+            )
+        else:
+            new = tuple(draw_(values((s.B, s.H, n, dim), x.dtype)) for dim in (s.d, s.d, s.d_v))
+        choices = {
+            "last_kept": t,
+            "future": kind,
+            "path": draw_(st.sampled_from(path_names(variant))),
+            "denominator": draw_(mode_st(variant, x)),
+        }
+        return Example(x, dict(choices, _future=new))
+
+    return draw()
+
+
+def _replace_rows(x, lo: int, new):
+    q, k, v = x.q.clone(), x.k.clone(), x.v.clone()
+    for tgt, arr in zip((q, k, v), new):
+        tgt[:, :, lo:] = tensor_like(arr, x)
+    return dataclasses.replace(x, q=q, k=k, v=v)
+
+
+def _causality_check(variant, ex: Example, ctx):
+    x, t = ex.inputs, ex.choices["last_kept"]
+    mode, path = ex.choices["denominator"], ex.choices["path"]
+    x2 = _replace_rows(x, t + 1, ex.choices["_future"])
+    # rows <= t read positions <= t only: each computation's bound there is the prefix's
+    ref, eb = exact_and_bound(
+        variant, restrict(x, length=t + 1), ctx, denominator=mode, form=form_kind(path)
+    )
+    bound = 2.0 * eb.bound
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    rows = slice(0, t + 1)
+    o1 = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
+    o2 = call(fn, x2.q, x2.k, x2.v, causal=True, allow_nonfinite=True, **kw)
+    finite_rows(o1, rows, bound, f"{path}")
+    finite_rows(o2, rows, bound, f"{path} with future positions changed")
+    return array_observation(
+        diff(np64(o1[:, :, rows]), np64(o2[:, :, rows])),
+        bound,
+        what=f"{path}/{mode}: rows <= {t} after changing q, k, v at positions > {t} "
+        f"({ex.choices['future']})",
+    )
+
+
+CAUSALITY = Property(
+    id="causality",
+    statement="with causal=True, changing q, k, v after position t (random or huge finite "
+    "values) leaves outputs at positions <= t unchanged, on every code path",
+    derivation="D2",
+    applies=_causality_applies,
+    examples=_causality_examples,
+    check=_causality_check,
+    faults=(8, 9),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- prefix (D2)
+
+
+def _prefix_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    m = variant.length_multiple
+
+    base = inputs(variant, ctx, shape_st(variant, causal=True, T=(2 * m, MAX_LEN)), causal=True)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        cut = m * draw_(st.integers(1, x.shape.T // m - 1))
+        choices = {
+            "prefix": cut,
+            "path": draw_(st.sampled_from(path_names(variant))),
+            "denominator": draw_(mode_st(variant, x)),
+        }
+        return Example(x, choices)
+
+    return draw()
+
+
+def _prefix_applies(variant, ctx):
+    why = oracle_applies(variant, ctx, causal=True)
+    if why:
+        return why
+    if 2 * variant.length_multiple > MAX_LEN:
+        return f"length_multiple {variant.length_multiple}: no proper prefix within T <= {MAX_LEN}"
+    return None
+
+
+def _prefix_check(variant, ex: Example, ctx):
+    x, t = ex.inputs, ex.choices["prefix"]
+    mode, path = ex.choices["denominator"], ex.choices["path"]
+    px = restrict(x, length=t)
+    ref, eb = exact_and_bound(variant, px, ctx, denominator=mode, form=form_kind(path))
+    bound = 2.0 * eb.bound
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    finite = bool(np.isfinite(bound).all())
+    o_full = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
+    o_pre = call(fn, px.q, px.k, px.v, causal=True, allow_nonfinite=not finite, **kw)
+    finite_rows(o_full, slice(0, t), bound, path)
+    return array_observation(
+        diff(np64(o_full[:, :, :t]), np64(o_pre)),
+        bound,
+        what=f"{path}/{mode}: f(x)[:{t}] vs f(x[:{t}])",
+    )
+
+
+PREFIX_INVARIANCE = Property(
+    id="prefix-invariance",
+    statement="with causal=True, f(x)[:t] == f(x[:t]) for every prefix length t allowed by "
+    "length_multiple, on every code path",
+    derivation="D2",
+    applies=_prefix_applies,
+    examples=_prefix_examples,
+    check=_prefix_check,
+    faults=(2, 9),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- independence
+
+
+def _independence(axis: str):
+    """batch (axis 0) or head (axis 1) independence: changing element b' leaves the others."""
+    from hypothesis import strategies as st
+
+    ax = 0 if axis == "batch" else 1
+    top = MAX_BATCH if axis == "batch" else MAX_HEADS
+
+    def examples(variant, ctx):
+        sizes = {"B": (2, top)} if axis == "batch" else {"H": (2, top)}
+        base = by_causal(
+            variant, lambda c: inputs(variant, ctx, shape_st(variant, causal=c, **sizes), causal=c)
+        )
+
+        @st.composite
+        def draw(draw_):
+            x = draw_(base)
+            n = x.q.shape[ax]
+            which = draw_(st.integers(0, n - 1))
+            new = []
+            for t in (x.q, x.k, x.v):
+                shp = list(t.shape)
+                del shp[ax]
+                new.append(draw_(values(tuple(shp), x.dtype)))
+            choices = {
+                f"changed_{axis}": which,
+                "path": draw_(st.sampled_from(path_names(variant))),
+                "denominator": draw_(mode_st(variant, x)),
+            }
+            return Example(x, dict(choices, _new=tuple(new)))
+
+        return draw()
+
+    def check(variant, ex: Example, ctx):
+        x = ex.inputs
+        which = ex.choices[f"changed_{axis}"]
+        mode, path = ex.choices["denominator"], ex.choices["path"]
+        n = x.q.shape[ax]
+        keep = [i for i in range(n) if i != which]
+        q, k, v = x.q.clone(), x.k.clone(), x.v.clone()
+        for tgt, arr in zip((q, k, v), ex.choices["_new"]):
+            tgt.select(ax, which).copy_(tensor_like(arr, x))
+        sub = restrict(x, **({"batch": keep} if axis == "batch" else {"heads": keep}))
+        ref, eb = exact_and_bound(variant, sub, ctx, denominator=mode, form=form_kind(path))
+        bound = 2.0 * eb.bound
+        fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+        o1 = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
+        o2 = call(fn, q, k, v, causal=x.causal, allow_nonfinite=True, **kw)
+        idx = np.asarray(keep)
+        a, b = np64(o1).take(idx, axis=ax), np64(o2).take(idx, axis=ax)
+        return array_observation(
+            diff(a, b), bound, what=f"{path}/{mode}: other {axis} elements after changing {which}"
+        )
+
+    return examples, check
+
+
+_batch_examples, _batch_check = _independence("batch")
+_head_examples, _head_check = _independence("head")
+
+BATCH_INDEPENDENCE = Property(
+    id="batch-independence",
+    statement="changing q, k, v of one batch element leaves every other batch element's "
+    "output unchanged, on every code path",
+    derivation="contract",
+    applies=oracle_applies,
+    examples=_batch_examples,
+    check=_batch_check,
+    faults=(4,),
+    low_precision=True,
+)
+
+HEAD_INDEPENDENCE = Property(
+    id="head-independence",
+    statement="changing q, k, v of one head leaves every other head's output unchanged, on "
+    "every code path",
+    derivation="contract",
+    applies=oracle_applies,
+    examples=_head_examples,
+    check=_head_check,
+    faults=(4,),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- permutation
+
+
+def _perm_applies(variant, ctx):
+    return oracle_applies(variant, ctx, causal=False)
+
+
+def _perm_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = inputs(variant, ctx, shape_st(variant, causal=False, T=(2, MAX_LEN)), causal=False)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        choices = {
+            "query_perm": draw_(st.permutations(range(x.shape.T))),
+            "key_perm": draw_(st.permutations(range(x.shape.S))),
+            "path": draw_(st.sampled_from(path_names(variant))),
+            "denominator": draw_(mode_st(variant, x)),
+        }
+        return Example(x, choices)
+
+    return draw()
+
+
+def _perm_check(variant, ex: Example, ctx):
+    x = ex.inputs
+    pt, ps = list(ex.choices["query_perm"]), list(ex.choices["key_perm"])
+    mode, path = ex.choices["denominator"], ex.choices["path"]
+    # the bound is a symmetric function of the keys: the same for both computations
+    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(path))
+    bound = 2.0 * eb.bound[:, :, pt]
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    finite = bool(np.isfinite(eb.bound).all())
+    o1 = call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=not finite, **kw)
+    o2 = call(
+        fn,
+        x.q[:, :, pt],
+        x.k[:, :, ps],
+        x.v[:, :, ps],
+        causal=False,
+        allow_nonfinite=not finite,
+        **kw,
+    )
+    return array_observation(
+        diff(np64(o2), np64(o1)[:, :, pt]),
+        bound,
+        what=f"{path}/{mode}: f(q[P], k[Q], v[Q]) vs f(q, k, v)[P]",
+    )
+
+
+PERMUTATION_EQUIVARIANCE = Property(
+    id="permutation-equivariance",
+    statement="without a causal mask, permuting keys and values together leaves the outputs "
+    "unchanged and permuting queries permutes the outputs",
+    derivation="contract",
+    applies=_perm_applies,
+    examples=_perm_examples,
+    check=_perm_check,
+    low_precision=True,
+)
+
+
+PROPERTIES = (
+    CAUSALITY,
+    PREFIX_INVARIANCE,
+    BATCH_INDEPENDENCE,
+    HEAD_INDEPENDENCE,
+    PERMUTATION_EQUIVARIANCE,
+)

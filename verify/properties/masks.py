@@ -1,0 +1,328 @@
+"""Mask properties: masked keys, causal alignment for T != S and its rejection (D6 and the
+API contract).
+
+Each property compares two computations (or one computation and a closed form) whose exact
+values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
+of D2 and D6); the bound is the sum of the two computations' D10 bounds
+(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
+variant's outputs are read. Every property runs on every code path the variant exposes
+(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+
+Ids: ``masks``, ``causal-alignment``, ``causal-mismatch-rejected``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call, to_layout
+from verify.properties.support.claims import oracle_applies
+from verify.properties.support.common import (
+    MAX_LEN,
+    MIN_MAGNITUDE,
+    Example,
+    exact_and_bound,
+    radius_strategy,
+)
+from verify.properties.support.inputs import (
+    POISON,
+    by_causal,
+    inputs,
+    poison_value,
+    shape_st,
+    tensor_like,
+    values,
+)
+from verify.properties.support.observe import array_observation, diff, np64
+from verify.properties.support.paths import (
+    FORWARD,
+    call_kwargs,
+    convention_mode,
+    form_kind,
+    mode_st,
+    path_callable,
+    path_names,
+    require_mode,
+)
+from verify.spec.results import NotApplicable, Observation
+from verify.spec.visibility import visible
+
+# --------------------------------------------------------------------------- masks (D6)
+
+
+def _mask_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if not variant.supports_mask:
+        return "the variant does not claim mask support (supports_mask=False)"
+    return None
+
+
+def _dead_keys(x) -> np.ndarray:
+    return ~x.visible().any(axis=2)  # (B, H, S): keys no query sees
+
+
+def _key_padding_inputs(variant, ctx, shape, causal):
+    """Inputs with a key-padding mask (B|1, H|1, 1, S); dead keys poisoned (k = p, v = -p)."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    base = inputs(variant, ctx, shape, causal=causal)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        s = x.shape
+        b = draw_(st.sampled_from((s.B, 1)))
+        h = draw_(st.sampled_from((s.H, 1)))
+        keep = draw_(hnp.arrays(np.bool_, (b, h, 1, s.S), elements=st.booleans()))
+        import torch
+
+        x = dataclasses.replace(x, attn_mask=torch.from_numpy(keep).to(x.device))
+        return _poisoned(x)
+
+    return draw()
+
+
+def _poisoned(x):
+    import torch
+
+    p = poison_value(x.dtype)
+    dead = torch.from_numpy(np.ascontiguousarray(_dead_keys(x))).to(x.device)
+    k, v = x.k.clone(), x.v.clone()
+    k[dead] = p
+    v[dead] = -p
+    return dataclasses.replace(x, k=k, v=v, case="masked")
+
+
+def _mask_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    from verify.strategies import masked_inputs
+
+    general = by_causal(  # general (B|1, H|1, T, S) masks on forward
+        variant,
+        lambda c: masked_inputs(
+            poison=POISON,
+            shape=shape_st(variant, causal=c),
+            dtype=ctx.torch_dtype,
+            device=ctx.device,
+            causal=c,
+            radius=radius_strategy(variant, ctx),
+            min_magnitude=MIN_MAGNITUDE,
+        ),
+    )
+    # forms consume keys into a state: key-padding masks
+    padding = by_causal(
+        variant, lambda c: _key_padding_inputs(variant, ctx, shape_st(variant, causal=c), c)
+    )
+
+    @st.composite
+    def draw(draw_):
+        path = draw_(st.sampled_from(path_names(variant)))
+        x = draw_(general if path == FORWARD else padding)
+        s = x.shape
+        alt = (
+            draw_(values((s.B, s.H, s.S, s.d), x.dtype)),
+            draw_(values((s.B, s.H, s.S, s.d_v), x.dtype)),
+        )
+        choices = {"path": path, "denominator": draw_(mode_st(variant, x))}
+        return Example(x, dict(choices, _alt=alt))
+
+    return draw()
+
+
+def _mask_check(variant, ex: Example, ctx):
+    import torch
+
+    from verify.exact.errors import compare
+
+    x, path, mode = ex.inputs, ex.choices["path"], ex.choices["denominator"]
+    require_mode(mode, x.shape.d_v)
+    dead = torch.from_numpy(np.ascontiguousarray(_dead_keys(x))).to(x.device)
+    k_alt, v_alt = (tensor_like(a, x) for a in ex.choices["_alt"])
+    x_alt = dataclasses.replace(
+        x,
+        k=torch.where(dead[..., None], k_alt, x.k),
+        v=torch.where(dead[..., None], v_alt, x.v),
+    )
+    # masked keys contribute nothing (D6): both computations round the same visible terms,
+    # so the bound of each is the bound stated on x_alt (ordinary values at masked keys)
+    ref, eb = exact_and_bound(variant, x_alt, ctx, denominator=mode, form=form_kind(path))
+    fn = path_callable(variant, path)
+    s = x.shape
+    # forward: the claimed (B, H, T, S) mask shape; forms: key-padding (B|1, H|1, 1, S)
+    mask = x.attn_mask.expand(s.B, s.H, s.T, s.S) if path == FORWARD else x.attn_mask
+    kw = call_kwargs(variant, mode, mask)
+    o = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
+    o_alt = call(fn, x_alt.q, x_alt.k, x_alt.v, causal=x.causal, allow_nonfinite=True, **kw)
+    empty = ~x.visible().any(axis=-1)  # (B, H, T)
+    obs = []
+    if empty.any():
+        there = np.concatenate([np.abs(np64(t))[empty].ravel() for t in (o, o_alt)])
+        worst = math.inf if np.isnan(there).any() else float(there.max())
+        obs.append(
+            Observation(
+                worst,
+                0.0,
+                "exact",
+                "",
+                f"{path}/{mode}: "
+                f"{int(empty.sum())} rows with no visible key must be exactly "
+                f"zero; largest |o| there {worst:.3e}",
+            )
+        )
+    obs.append(
+        array_observation(
+            diff(np64(o), np64(o_alt)),
+            2.0 * eb.bound,
+            what=f"{path}/{mode}: masked keys poisoned ({poison_value(x.dtype):.3g}) vs "
+            "replaced by other values",
+        )
+    )
+    try:
+        obs.append(compare(o_alt, eb, ref, what=f"{path}/{mode}: masked output vs oracle"))
+    except NotApplicable:
+        pass
+    return obs
+
+
+MASKS = Property(
+    id="masks",
+    statement="masked keys holding huge finite values (1e10) have no influence, rows with no "
+    "visible key are exactly zero, and masked outputs match the oracle (general masks on "
+    "forward, key-padding masks on the forms)",
+    derivation="D6",
+    applies=_mask_applies,
+    examples=_mask_examples,
+    check=_mask_check,
+    faults=(8,),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+def _align_applies(variant, ctx):
+    why = oracle_applies(variant, ctx, causal=True)
+    if why:
+        return why
+    if variant.causal_alignment is None:
+        return "the variant declares no causal alignment for T != S (causal_alignment=None)"
+    if MAX_LEN < 2 * variant.length_multiple:
+        return "length_multiple leaves no two distinct lengths"
+    return None
+
+
+def _align_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = inputs(variant, ctx, shape_st(variant, causal=False, distinct=True), causal=False)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
+
+    return draw()
+
+
+def _align_check(variant, ex: Example, ctx):
+    from verify.exact.errors import compare
+
+    x, path = ex.inputs, ex.choices["path"]
+    align = variant.causal_alignment
+    vis = visible(x.shape.T, x.shape.S, causal=True, alignment=align, device=x.device)[None, None]
+    xm = dataclasses.replace(x, attn_mask=vis)
+    mode = convention_mode(variant)
+    ref, eb = exact_and_bound(variant, xm, ctx, denominator=mode, form=form_kind(path))
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    finite = bool(np.isfinite(eb.bound).all())
+    o = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=not finite, **kw)
+    return compare(o, eb, ref, what=f"{path}: causal, T = {x.shape.T}, S = {x.shape.S}, {align}")
+
+
+CAUSAL_ALIGNMENT = Property(
+    id="causal-alignment",
+    statement="causal=True with T != S follows the declared alignment (top-left: s <= t; "
+    "bottom-right: s <= t + S - T) against the oracle, on every code path",
+    derivation="contract",
+    applies=_align_applies,
+    examples=_align_examples,
+    check=_align_check,
+    faults=(7,),
+    low_precision=True,
+)
+
+
+#: modules of this project's own implementations (adapters of third-party code are not)
+PROJECT_MODULES = ("verify.builtins", "verify.attention")
+
+
+def project_owned(variant) -> bool:
+    """Whether the variant's forward is this project's own implementation (defined in one of
+    ``PROJECT_MODULES``; ``verify.adapters`` wrap third-party code and do not count)."""
+    fn = variant.forward
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    mod = str(getattr(fn, "__module__", ""))
+    return any(mod == m or mod.startswith(m + ".") for m in PROJECT_MODULES)
+
+
+def _mismatch_applies(variant, ctx):
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    if not variant.supports_causal(True):
+        return "the variant does not support causal=True"
+    if variant.causal_alignment is not None:
+        return f"the variant declares {variant.causal_alignment} alignment (causal-alignment)"
+    if not project_owned(variant):
+        return (
+            "third-party variant without a declared causal alignment: what it does for causal "
+            "T != S is not claimed (declare causal_alignment to have it checked)"
+        )
+    return None
+
+
+def _mismatch_check(variant, ex: Example, ctx):
+    x, path = ex.inputs, ex.choices["path"]
+    fn = path_callable(variant, path)
+    lay = variant.layout
+    what = f"{path}: causal=True with T = {x.shape.T}, S = {x.shape.S}"
+    try:
+        fn.forward(to_layout(x.q, lay), to_layout(x.k, lay), to_layout(x.v, lay), causal=True)
+    except ValueError as exc:
+        if "causal" in str(exc):
+            return Observation(0.0, 0.0, "exact", "", f"{what}: ValueError {exc}")
+        return Observation(1.0, 0.0, "exact", "", f"{what}: ValueError not naming 'causal': {exc}")
+    except Exception as exc:
+        return Observation(
+            1.0, 0.0, "exact", "", f"{what}: raised {type(exc).__name__} ({exc}), not ValueError"
+        )
+    return Observation(1.0, 0.0, "exact", "", f"{what}: returned an output instead of raising")
+
+
+CAUSAL_MISMATCH_REJECTED = Property(
+    id="causal-mismatch-rejected",
+    statement="the project's API rejects causal=True with T != S by a ValueError naming "
+    "'causal' (alignment is ambiguous; decode through the state API), on every code path",
+    derivation="contract",
+    applies=_mismatch_applies,
+    examples=_align_examples,
+    check=_mismatch_check,
+    faults=(7,),
+)
+
+
+PROPERTIES = (
+    MASKS,
+    CAUSAL_ALIGNMENT,
+    CAUSAL_MISMATCH_REJECTED,
+)

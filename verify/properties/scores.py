@@ -1,0 +1,276 @@
+"""Score properties: how the scores enter the output (the API contract).
+
+Each property compares two computations (or one computation and a closed form) whose exact
+values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
+of D2 and D6); the bound is the sum of the two computations' D10 bounds
+(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
+variant's outputs are read. Every property runs on every code path the variant exposes
+(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+
+Ids: ``scale-once`` (exp-type kernels apply the claimed score scale once, told apart from the
+usual wrong candidates), ``single-key`` (one key: the output is its value whatever the score).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call
+from verify.properties.support.claims import oracle_applies
+from verify.properties.support.common import (
+    Example,
+    causal_choices,
+    claim_kwargs,
+    error_bound,
+    exact_and_bound,
+    kernel_name,
+    lengths,
+    oracle_kernel,
+)
+from verify.properties.support.inputs import inputs, plain_inputs, shape_st
+from verify.properties.support.observe import array_observation, diff, np64
+from verify.properties.support.paths import (
+    call_kwargs,
+    convention_mode,
+    form_kind,
+    modes,
+    normalized_modes,
+    path_callable,
+    path_names,
+)
+from verify.spec.results import NotApplicable
+
+# --------------------------------------------------------------------------- scale once
+
+SCALE_DIMS = (1, 2, 4)
+
+
+def _scale_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if not variant.exp_type:
+        return (
+            f"{variant.kernel} is an element-wise feature map: its scale is a factor on q, not "
+            "a score scale"
+        )
+    if variant.order == 0:
+        return "kappa_0 = 1 is constant: the scale has no effect"
+    if not _plain_modes(variant):
+        return f"no claimed denominator mode is sum or none (claimed: {modes(variant)})"
+    return None
+
+
+def _plain_modes(variant) -> tuple[str, ...]:
+    return modes(variant, (convention_mode(variant),)) or modes(variant, ("sum", "none"))
+
+
+def scale_candidates(variant) -> dict[str, Any]:
+    """Candidate score scales as functions of d: the claim, the claim applied twice, 1/d,
+    d^-1/4, 1/sqrt(d) and 1 (no scale); names merged where two coincide for every d > 1."""
+    raw = {
+        "claimed": variant.score_scale,
+        "claimed applied twice": lambda d: variant.score_scale(d) ** 2,
+        "1/d": lambda d: 1.0 / d,
+        "d^-1/4": lambda d: d**-0.25,
+        "1/sqrt(d)": lambda d: 1.0 / math.sqrt(d),
+        "1": lambda d: 1.0,
+    }
+    groups: list[tuple[list[str], Any]] = []  # insertion order kept: the claim first
+    for name, fn in raw.items():
+        for names, other in groups:
+            if all(math.isclose(fn(d), other(d), rel_tol=1e-15) for d in (2, 3, 4)):
+                names.append(name)
+                break
+        else:
+            groups.append(([name], fn))
+    return {" = ".join(names): fn for names, fn in groups}
+
+
+def _scale_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    R = 4.0 if variant.order is None else max(radius_hi(variant.order), 0.5)
+
+    @st.composite
+    def draw(draw_):
+        T = draw_(lengths(variant, 2, 6))  # S = T >= 2: one key is v whatever the scale
+        B, H, d_v = draw_(st.integers(1, 2)), draw_(st.integers(1, 2)), draw_(st.integers(1, 3))
+        causal = draw_(st.sampled_from(causal_choices(variant)))
+        xs = []
+        for d in SCALE_DIMS:
+            shape = shape_st(
+                variant,
+                causal=causal,
+                B=(B, B),
+                H=(H, H),
+                T=(T, T),
+                d=(d, d),
+                d_v=(d_v, d_v),
+                cross=False,
+            )
+            radius = st.floats(R / 2, R)
+            xs.append(
+                draw_(
+                    inputs(
+                        variant,
+                        ctx,
+                        shape,
+                        causal=causal,
+                        radius=radius,
+                        scale=variant.score_scale(d),
+                    )
+                )
+            )
+        choices = {"dims": SCALE_DIMS, "path": draw_(st.sampled_from(path_names(variant)))}
+        return Example(_Several(xs), choices)
+
+    return draw()
+
+
+@functools.cache
+def radius_hi(order: int) -> float:
+    from derivations.truncation import informative_radius
+
+    return informative_radius(order, 0.5)
+
+
+class _Several:
+    """Several AttentionInputs shown as one example."""
+
+    def __init__(self, items) -> None:
+        self.items = list(items)
+
+    def __repr__(self) -> str:
+        return "\n".join(repr(x) for x in self.items)
+
+    def snippet(self) -> str:
+        return "\n".join(f"# --- input {i}\n{x.snippet()}" for i, x in enumerate(self.items))
+
+
+def _scale_check(variant, ex: Example, ctx):
+    from verify.exact import oracle
+    from verify.exact.errors import compare
+
+    path = ex.choices["path"]
+    mode = _plain_modes(variant)[0]
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    kind = form_kind(path)
+    cands = scale_candidates(variant)
+    claimed_name = next(iter(cands))  # the claim comes first (merged with what it equals)
+    worst: dict[str, float] = dict.fromkeys(cands, 0.0)
+    claimed_obs = []
+    for x in ex.inputs.items:
+        d = x.shape.d
+        ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=kind)
+        o = call(fn, x.q, x.k, x.v, causal=x.causal, **kw)
+        c_claimed = cands[claimed_name](d)
+        mine = compare(o, eb, ref, what=f"{path} at d = {d}, claimed scale")
+        claimed_obs.append(mine)
+        for name, c in cands.items():
+            if name == claimed_name or c(d) == c_claimed:  # the same computation (e.g. d = 1)
+                obs = mine
+            else:
+                r = oracle.reference(
+                    x.q,
+                    x.k,
+                    x.v,
+                    kernel=oracle_kernel(kernel_name(variant)),
+                    **claim_kwargs(variant, x, denominator=mode, scale=c(d)),
+                )
+                e = error_bound(variant, x, ctx, r, denominator=mode, form=kind, scale=c(d))
+                try:
+                    obs = compare(o, e, r)
+                except NotApplicable:
+                    continue
+            worst[name] = max(worst[name], obs.ratio)
+    fits = [n for n, r in worst.items() if r <= 1.0]
+    if len(fits) == len(worst):  # e.g. q = 0 or equal values: the scale cannot show
+        raise NotApplicable("uninformative inputs: every candidate scale fits")
+    summary = ", ".join(f"{n}: {r:.3g}" for n, r in worst.items())
+    obs = max(claimed_obs, key=lambda o: o.ratio)
+    verdict = f"fits: {', '.join(fits) if fits else 'no candidate'}"
+    obs.detail = f"{verdict}; worst error/bound per candidate scale at d in {SCALE_DIMS}: " + (
+        f"{summary}; {obs.detail}"
+    )
+    return obs
+
+
+SCALE_ONCE = Property(
+    id="scale-once",
+    statement="exp-type kernels use the claimed score scale at d = 1, 2, 4 (not 1/d, d^-1/4, "
+    "1/sqrt(d), 1 or the claim applied twice); the detail names the candidates that fit",
+    derivation="contract",
+    applies=_scale_applies,
+    examples=_scale_examples,
+    check=_scale_check,
+)
+
+
+# --------------------------------------------------------------------------- single key
+
+
+def _single_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if not normalized_modes(variant):
+        return "the variant is not normalized: a single key gives kappa(x) v, not v"
+    if variant.eps:
+        return (
+            f"declared eps = {variant.eps}: a single key gives v kappa/(kappa + eps), not v "
+            "(oracle-agreement covers it)"
+        )
+    if variant.length_multiple > 1:
+        m = variant.length_multiple
+        return f"S = 1 is not a length the variant accepts (length_multiple {m})"
+    return None
+
+
+def _single_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = plain_inputs(variant, ctx, cases=("single_key",))
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
+
+    return draw()
+
+
+def _single_check(variant, ex: Example, ctx):
+    x, path = ex.inputs, ex.choices["path"]
+    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum", form=form_kind(path))
+    fn, kw = path_callable(variant, path), call_kwargs(variant, "sum")
+    finite = bool(np.isfinite(eb.bound).all())
+    o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite, **kw))
+    expected = np.broadcast_to(np64(x.v), o.shape)  # one key: o_t = v_0 for every t
+    return array_observation(
+        diff(o, expected), eb.bound, what=f"{path}: S = 1, o_t vs v_0 (T = {x.shape.T})"
+    )
+
+
+SINGLE_KEY = Property(
+    id="single-key",
+    statement="normalized attention over a single key returns that key's value (where "
+    "kappa != 0 at its score), on every code path",
+    derivation="contract",
+    applies=_single_applies,
+    examples=_single_examples,
+    check=_single_check,
+    faults=(6, 12),
+    low_precision=True,
+)
+
+
+PROPERTIES = (
+    SCALE_ONCE,
+    SINGLE_KEY,
+)

@@ -1,0 +1,78 @@
+"""Applicability from a variant's claims: the reasons (a string) a property does not apply, or
+None. Each group words the missing reference for what it compares; the tests are written once
+here."""
+
+from __future__ import annotations
+
+from verify.properties.support.common import kernel_name
+from verify.properties.support.paths import sum_mode
+
+#: maps whose linear attention is positively homogeneous (phi(alpha x) = alpha phi(x), D8, D9)
+HOMOGENEOUS_MAPS = ("identity", "relu")
+
+
+def dtype_reason(variant, ctx) -> str | None:
+    """The run's dtype is not among the claimed ``dtypes``."""
+    if ctx.dtype not in variant.dtypes:
+        return f"the variant does not claim {ctx.dtype}"
+    return None
+
+
+def reference_reason(variant, *, unknown: str, favor: str) -> str | None:
+    """No exact reference for the claims: ``unknown`` (the whole reason) for an unknown kernel,
+    ``FAVOR+ without a declared projection: {favor}`` for FAVOR+ without a projection."""
+    if kernel_name(variant) is None:
+        return unknown
+    return projection_reason(variant, favor)
+
+
+def projection_reason(variant, favor: str) -> str | None:
+    """FAVOR+ without a declared projection: ``FAVOR+ without a declared projection: {favor}``."""
+    if variant.linear_map == "favor" and variant.projection is None:
+        return f"FAVOR+ without a declared projection: {favor}"
+    return None
+
+
+def oracle_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
+    """Common applicability: a known kernel (oracle and error model), the run's dtype, and
+    (if given) support of the causal flag."""
+    why = reference_reason(
+        variant,
+        unknown="kernel unknown (kernel='unknown'): no exact reference or error model for a bound",
+        favor="no exact reference for a bound",
+    ) or dtype_reason(variant, ctx)
+    if why:
+        return why
+    if causal is not None and not variant.supports_causal(causal):
+        return f"the variant does not support causal={causal}"
+    return None
+
+
+def constructed_applies(variant, ctx) -> str | None:
+    """Constructed inputs (score rows, query pairs) are non-causal with free lengths."""
+    if not variant.supports_causal(False):
+        return "constructed score rows need non-causal calls"
+    if variant.length_multiple != 1:
+        return f"constructed inputs need free lengths (length_multiple = {variant.length_multiple})"
+    return dtype_reason(variant, ctx)
+
+
+def softmax_weights_applies(variant, ctx) -> str | None:
+    """Statements about the softmax weights on constructed inputs (D8, D9)."""
+    if variant.kernel_family != "softmax":
+        return "a statement about softmax (kernel exp)"
+    if sum_mode(variant) is None:
+        return "unnormalized softmax: weights are not available"
+    return constructed_applies(variant, ctx)
+
+
+def homogeneous_weights_applies(variant, ctx) -> str | None:
+    """Statements about normalized linear attention with a positively homogeneous map on
+    constructed inputs (D8, D9)."""
+    if variant.linear_map not in HOMOGENEOUS_MAPS:
+        return "needs normalized linear attention with a positively homogeneous map " + str(
+            HOMOGENEOUS_MAPS
+        )
+    if sum_mode(variant) is None:
+        return "unnormalized linear attention: weights are not available"
+    return constructed_applies(variant, ctx)

@@ -1,0 +1,197 @@
+"""The gradients of a variant and of the plain-torch reference, and the examples of the gradient
+properties: inputs under the variant's claims (optionally masked, with a key hidden from every
+query or a query row with no visible key), each with the seed of its upstream gradient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verify.exact.reference import reference_attention
+from verify.properties.support.calls import call
+from verify.properties.support.common import (
+    MIN_MAGNITUDE,
+    Example,
+    claim_kwargs,
+    kernel_name,
+    radius_strategy,
+    shape_strategy,
+)
+from verify.properties.support.inputs import by_causal, poison_value
+from verify.properties.support.paths import call_kwargs, path_callable
+from verify.spec.results import NotApplicable, VariantError
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def variant_gradients(variant, form: str, x, mode: str, g):
+    """(output, dq, dk, dv) of the variant on canonical inputs, upstream gradient ``g``.
+
+    Raises:
+        VariantError: the forward or the backward raised, the output does not depend on the
+            inputs through autograd, or a gradient is NaN/inf or of the wrong shape.
+    """
+    import torch
+
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
+    kw = call_kwargs(variant, mode, x.attn_mask)
+    out = call(path_callable(variant, form), q, k, v, causal=x.causal, **kw)
+    try:
+        grads = torch.autograd.grad(out, (q, k, v), g, allow_unused=True)
+    except Exception as exc:
+        raise VariantError(
+            f"backward ({form}) raised {type(exc).__name__}: {exc} (is the forward differentiable?)"
+        ) from exc
+    result = []
+    for name, t, gr in zip(("dq", "dk", "dv"), (q, k, v), grads):
+        if gr is None:  # the output does not depend on this input at all
+            gr = torch.zeros_like(t)
+        if tuple(gr.shape) != tuple(t.shape):
+            raise VariantError(f"{name} has shape {tuple(gr.shape)}, expected {tuple(t.shape)}")
+        if not torch.isfinite(gr).all():
+            bad = (~torch.isfinite(gr)).nonzero()[0].tolist()
+            raise VariantError(f"{name} ({form}) has NaN/inf (first at index {bad})")
+        result.append(gr)
+    return (out.detach(), *result)
+
+
+def reference_kwargs(variant, x, mode: str) -> dict[str, Any]:
+    """:func:`reference_attention`'s keyword arguments for the variant's claims in ``mode``."""
+    return dict(kernel=kernel_name(variant), **claim_kwargs(variant, x, denominator=mode))
+
+
+def reference_gradients(variant, x, mode: str, g, dtype):
+    """(output, dq, dk, dv) of :func:`reference_attention` in ``dtype`` on the inputs cast up
+    (or down) to it, on the CPU; ``g`` cast likewise. Returned as float64 tensors."""
+    import torch
+
+    kw = reference_kwargs(variant, x, mode)
+    if kw.get("projection") is not None:
+        kw["projection"] = kw["projection"].to(dtype)
+    q, k, v = (t.detach().cpu().to(dtype).requires_grad_(True) for t in (x.q, x.k, x.v))
+    if kw["attn_mask"] is not None:
+        kw["attn_mask"] = kw["attn_mask"].cpu()
+    out = reference_attention(q, k, v, **kw)
+    grads = torch.autograd.grad(out, (q, k, v), g.detach().cpu().to(dtype), allow_unused=True)
+    grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip((q, k, v), grads)]
+    return tuple(t.detach().to(torch.float64) for t in (out, *grads))
+
+
+def require_defined(variant, x, mode: str) -> None:
+    """NotApplicable where the claimed computation is undefined on these inputs: a vanishing
+    denominator (signed kernels) or norm (l2/rms/layernorm of a zero or constant N); the
+    float64 reference output is not finite there."""
+    import torch
+
+    g = torch.zeros((*x.q.shape[:-1], x.v.shape[-1]), dtype=torch.float64)
+    out = reference_gradients(variant, x, mode, g, torch.float64)[0]
+    if not bool(torch.isfinite(out).all()):
+        raise NotApplicable(
+            f"the output is undefined here ({mode}: a vanishing denominator or norm)"
+        )
+
+
+def max_abs(t) -> float:
+    """max |t| (0 for an empty tensor)."""
+    return float(t.abs().max()) if t.numel() else 0.0
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+def upstream_gradient(q, v, seed: int, dtype=None):
+    """The upstream gradient g of an example with queries q (B, H, T, d) and values
+    v (B, H, S, d_v): shape (B, H, T, d_v), elements uniform in [-1, 1] from
+    ``torch.Generator().manual_seed(seed)`` in float64, rounded once to ``dtype`` (default the
+    dtype of q), on the device of q."""
+    import torch
+
+    gen = torch.Generator().manual_seed(int(seed))
+    shape = (*q.shape[:-1], v.shape[-1])
+    g = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+    return g.to(dtype=dtype or q.dtype, device=q.device)
+
+
+class GradExample(Example):
+    """An example with the seed of its upstream gradient; the snippet rebuilds g too."""
+
+    def snippet(self) -> str:
+        return super().snippet() + (
+            "from verify.properties.gradients import upstream_gradient\n\n"
+            f"g = upstream_gradient(q, v, {self.choices['g_seed']})  # the upstream gradient\n"
+            "# grads: torch.autograd.grad(o, (q, k, v), g) with q, k, v requiring grad\n"
+        )
+
+
+def grad_inputs(variant, ctx, *, cases=("random",), masked: bool = False, **shape_kw):
+    """Inputs under the variant's claims (causal support, length multiple, radius, dtype).
+
+    One strategy per causal flag, built once (a strategy built inside a draw pays hypothesis'
+    reflection cost on every draw and shrink step). ``masked``: ``masked_inputs`` (a drawn
+    bool mask, keys hidden from every query poisoned with 1e10)."""
+    from verify.strategies import attention_inputs, masked_inputs
+
+    make = masked_inputs if masked else attention_inputs
+    extra = {} if masked else {"cases": cases}
+    return by_causal(
+        variant,
+        lambda is_causal: make(
+            shape=shape_strategy(variant, causal=is_causal, **shape_kw),
+            dtype=ctx.torch_dtype,
+            device=ctx.device,
+            causal=is_causal,
+            radius=radius_strategy(variant, ctx),
+            min_magnitude=MIN_MAGNITUDE,
+            **extra,
+        ),
+    )
+
+
+def _force(x, force: str, b: int, h: int, j: int):
+    """Hide one key (b, h, :, j) from every query and poison it (``dead_key``: k = p, v = -p,
+    :func:`~verify.properties.support.inputs.poison_value`), or hide every
+    key from one query row (b, h, j) (``empty_row``); indices wrapped into range."""
+    from dataclasses import replace
+
+    s = x.shape
+    b, h = b % s.B, h % s.H
+    mask = x.attn_mask.expand(s.B, s.H, s.T, s.S).clone()
+    k, v = x.k.clone(), x.v.clone()
+    if force == "empty_row":
+        mask[b, h, j % s.T, :] = False
+    else:
+        j = j % s.S
+        mask[b, h, :, j] = False
+        p = poison_value(x.dtype)
+        k[b, h, j] = p
+        v[b, h, j] = -p
+    return replace(x, k=k, v=v, attn_mask=mask)
+
+
+def masked_strategy(variant, ctx, *, force: str | None = None):
+    """``masked_inputs`` under the variant's claims; ``force`` adds one key hidden from every
+    query (``"dead_key"``, poisoned like the others) or one query row with no visible key
+    (``"empty_row"``)."""
+    from hypothesis import strategies as st
+
+    base = grad_inputs(variant, ctx, masked=True)
+    if force is None:
+        return base
+    index = st.integers(0, 63)
+    return st.builds(lambda x, b, h, j: _force(x, force, b, h, j), base, index, index, index)
+
+
+def with_grad_output(inputs, **choices):
+    """Examples: inputs, the given choices and the seed of the upstream gradient g."""
+    from hypothesis import strategies as st
+
+    names = tuple(choices)
+
+    def build(x, seed, *values):
+        return GradExample(x, {**dict(zip(names, values)), "g_seed": seed})
+
+    return st.builds(build, inputs, st.integers(0, 2**31 - 1), *choices.values())
+
+
+def upstream_of(ex: Example):
+    """The upstream gradient of a :func:`with_grad_output` example."""
+    return upstream_gradient(ex.inputs.q, ex.inputs.v, ex.choices["g_seed"])

@@ -1,0 +1,353 @@
+"""Weight properties: how the values and the kernel weights enter the output (D2, D4 and the
+API contract).
+
+Each property compares two computations (or one computation and a closed form) whose exact
+values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
+of D2 and D6); the bound is the sum of the two computations' D10 bounds
+(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
+variant's outputs are read. Every property runs on every code path the variant exposes
+(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+
+Ids: ``linearity-in-v``, ``determinism``, ``convex-combination``, ``uniform-weights``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from verify.properties.support.base import Property
+from verify.properties.support.calls import call, prefill
+from verify.properties.support.claims import dtype_reason, oracle_applies
+from verify.properties.support.common import Example, exact_and_bound
+from verify.properties.support.inputs import by_causal, inputs, plain_inputs, shape_st, tensor_like
+from verify.properties.support.observe import array_observation, np64
+from verify.properties.support.paths import (
+    call_kwargs,
+    form_kind,
+    mode_st,
+    modes,
+    normalized_modes,
+    path_callable,
+    path_names,
+)
+from verify.spec.results import Observation
+from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
+
+# --------------------------------------------------------------------------- linearity in V
+
+
+def _linear_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if not modes(variant, LINEAR_IN_V_DENOMINATORS):
+        return f"no claimed denominator mode is linear in v (claimed: {modes(variant)})"
+    return None
+
+
+def _grid_size(dtype_name: str) -> int:
+    """M with entries m/M (|m| <= M) such that a v1 + b v2 is exact for a, |b| in {1/2, 1, 2}:
+    log2 M + 2 (exponent spread) + 1 (carry) <= precision bits."""
+    from derivations.rounding import precision_bits
+
+    return 2 ** min(precision_bits(dtype_name) - 3, 10)
+
+
+def _linear_examples(variant, ctx):
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    M = _grid_size(ctx.dtype)
+
+    base = by_causal(variant, lambda c: inputs(variant, ctx, shape_st(variant, causal=c), causal=c))
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        grid = hnp.arrays(np.int64, x.shape.v, elements=st.integers(-M, M))
+        v1 = draw_(grid).astype(np.float64) / M
+        v2 = draw_(grid).astype(np.float64) / M
+        choices = {
+            "a": draw_(st.sampled_from((1.0, 2.0, 0.5, -1.0))),
+            "b": draw_(st.sampled_from((1.0, -2.0, 0.5, -0.5, 2.0))),
+            "path": draw_(st.sampled_from(path_names(variant))),
+            "denominator": draw_(mode_st(variant, x, LINEAR_IN_V_DENOMINATORS)),
+        }
+        return Example(x, dict(choices, _v1=v1, _v2=v2))
+
+    return draw()
+
+
+def _exact_residual(fw, f1, f2, a: float, b: float) -> np.ndarray:
+    """|fw - a f1 - b f2| elementwise, the sum of three float64 values rounded once (fsum)."""
+    out = np.empty(fw.shape)
+    flat = out.reshape(-1)
+    for i, (p, r, s) in enumerate(zip(fw.reshape(-1), f1.reshape(-1), f2.reshape(-1))):
+        terms = (float(p), -a * float(r), -b * float(s))  # a, b powers of two: exact products
+        flat[i] = abs(math.fsum(terms)) if all(map(math.isfinite, terms)) else math.nan
+    return out
+
+
+def _linear_check(variant, ex: Example, ctx):
+    x = ex.inputs
+    a, b = ex.choices["a"], ex.choices["b"]
+    mode, path = ex.choices["denominator"], ex.choices["path"]
+    v1, v2 = ex.choices["_v1"], ex.choices["_v2"]
+    w = a * v1 + b * v2  # exact in float64 (grid values)
+    xs = [dataclasses.replace(x, v=tensor_like(arr, x)) for arr in (v1, v2, w)]
+    if not np.array_equal(np64(xs[2].v), w) or not np.array_equal(np64(xs[0].v), v1):
+        raise AssertionError("linearity grid: the combination is not exact in the dtype")
+    kind = form_kind(path)
+    ebs = [exact_and_bound(variant, xi, ctx, denominator=mode, form=kind)[1] for xi in xs]
+    bound = abs(a) * ebs[0].bound + abs(b) * ebs[1].bound + ebs[2].bound
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    outs = [
+        np64(call(fn, xi.q, xi.k, xi.v, causal=x.causal, allow_nonfinite=True, **kw)) for xi in xs
+    ]
+    return array_observation(
+        _exact_residual(outs[2], outs[0], outs[1], a, b),
+        bound,
+        what=f"{path}/{mode}: f(a v1 + b v2) - a f(v1) - b f(v2), a = {a}, b = {b}",
+    )
+
+
+LINEARITY_IN_V = Property(
+    id="linearity-in-v",
+    statement="f(q, k, a v1 + b v2) == a f(q, k, v1) + b f(q, k, v2) (modes sum, none, count; "
+    "a, b powers of two and grid values, so the combination is exact)",
+    derivation="contract",
+    applies=_linear_applies,
+    examples=_linear_examples,
+    check=_linear_check,
+    faults=(6,),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- determinism
+
+STATE_PREFILL = "state.prefill"
+
+
+def _det_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    paths = path_names(variant)
+    if variant.state_api is not None and variant.supports_causal(True):
+        paths = (*paths, STATE_PREFILL)
+
+    base = plain_inputs(variant, ctx)
+    causal_only = inputs(variant, ctx, shape_st(variant, causal=True), causal=True)
+
+    @st.composite
+    def draw(draw_):
+        path = draw_(st.sampled_from(paths))
+        x = draw_(causal_only if path == STATE_PREFILL else base)
+        mode = draw_(mode_st(variant, x))
+        return Example(x, {"path": path, "denominator": mode})
+
+    return draw()
+
+
+def bits(t) -> np.ndarray:
+    """The bit patterns of a float tensor (so that NaN == NaN and -0.0 != 0.0)."""
+    import torch
+
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.detach().cpu().contiguous().view(ints).numpy()
+
+
+def _det_check(variant, ex: Example, ctx):
+    x = ex.inputs
+    path, mode = ex.choices["path"], ex.choices["denominator"]
+    if path == STATE_PREFILL:
+        outs = [prefill(variant, x.q, x.k, x.v, allow_nonfinite=True)[0] for _ in range(2)]
+    else:
+        fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+        outs = [
+            call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw) for _ in range(2)
+        ]
+    differ = int((bits(outs[0]) != bits(outs[1])).sum())
+    return Observation(
+        float(differ),
+        0.0,
+        "exact",
+        "",
+        f"{path}/{mode}: {differ} of {outs[0].numel()} output elements differ bitwise "
+        "between two calls on the same inputs",
+    )
+
+
+DETERMINISM = Property(
+    id="determinism",
+    statement="two calls on the same inputs return bitwise identical outputs, on every code "
+    "path and the state API's prefill",
+    derivation="contract",
+    applies=dtype_reason,
+    examples=_det_examples,
+    check=_det_check,
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- convexity (D4)
+
+
+def _convex_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if not normalized_modes(variant):
+        return "the variant is not normalized (divides by no kernel sum): convexity does not apply"
+    if variant.positive_kernel is None:
+        return "kernel positivity unknown: convexity does not apply"
+    if not variant.positive_kernel:
+        return f"signed kernel ({variant.kernel}): convexity does not apply"
+    return None
+
+
+def _convex_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = plain_inputs(variant, ctx, cases=("random", "unit_values"))
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
+
+    return draw()
+
+
+def _convex_check(variant, ex: Example, ctx):
+    x, path = ex.inputs, ex.choices["path"]
+    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum", form=form_kind(path))
+    fn, kw = path_callable(variant, path), call_kwargs(variant, "sum")
+    o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
+    vis = x.visible()[..., None]  # (B, H, T, S, 1)
+    v = np64(x.v)[:, :, None]  # (B, H, 1, S, d_v)
+    lo = np.where(vis, v, np.inf).min(axis=3)
+    hi = np.where(vis, v, -np.inf).max(axis=3)
+    if variant.eps:  # weights sum to D/(D + eps) < 1: a sub-convex combination, 0 in the box
+        lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+    outside = np.maximum(np.maximum(lo - o, o - hi), 0.0)  # exact: differences of close floats
+    return array_observation(
+        outside,
+        eb.bound,
+        what=f"{path}: distance of o_t from [min_s v_s, max_s v_s] over visible keys "
+        f"({x.case} values{', widened to 0: declared eps' if variant.eps else ''})",
+    )
+
+
+CONVEX_COMBINATION = Property(
+    id="convex-combination",
+    statement="normalized attention with a positive kernel puts each output in the box "
+    "[min_s v_s, max_s v_s] of the visible values (v == 1 gives 1; with a declared eps the "
+    "box includes 0), on every code path",
+    derivation="D4",
+    applies=_convex_applies,
+    examples=_convex_examples,
+    check=_convex_check,
+    faults=(6,),
+    low_precision=True,
+)
+
+
+# --------------------------------------------------------------------------- uniform (D2)
+
+
+def _uniform_modes(variant, d: int | None = None) -> tuple[str, ...]:
+    k0 = variant.parsed_kernel.kappa_at_zero(1 if d is None else d)
+    ms = modes(variant, LINEAR_IN_V_DENOMINATORS)
+    return tuple(m for m in ms if not (m == "sum" and k0 == 0))
+
+
+def _uniform_applies(variant, ctx):
+    why = oracle_applies(variant, ctx)
+    if why:
+        return why
+    if variant.parsed_kernel.kappa_at_zero(1) is None:
+        return f"kappa(0) unknown for kernel {variant.kernel}"
+    if not _uniform_modes(variant):
+        return (
+            f"kappa(0) = 0 for {variant.kernel}: normalized uniform weights are 0/0 and no "
+            "unnormalized mode is claimed"
+        )
+    return None
+
+
+def _uniform_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    base = plain_inputs(variant, ctx, cases=("zeros",))
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(base)
+        choices = {
+            "path": draw_(st.sampled_from(path_names(variant))),
+            "denominator": draw_(mode_st(variant, x, _uniform_modes(variant))),
+        }
+        return Example(x, choices)
+
+    return draw()
+
+
+def _uniform_check(variant, ex: Example, ctx):
+    x = ex.inputs
+    path, mode = ex.choices["path"], ex.choices["denominator"]
+    d = x.shape.d
+    k0 = variant.parsed_kernel.kappa_at_zero(d)
+    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(path))
+    fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
+    o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
+    vis = x.visible()
+    v = np64(x.v)
+    eps = Fraction(variant.eps)
+    err = np.empty(o.shape)
+    for b, h, t in np.ndindex(*o.shape[:3]):
+        keys = np.nonzero(vis[b, h, t])[0]
+        n = len(keys)
+        for j in range(o.shape[3]):
+            total = sum((Fraction(float(v[b, h, s, j])) for s in keys), Fraction(0))
+            if n == 0:
+                exact = Fraction(0)
+            elif mode == "sum":
+                exact = k0 * total / (k0 * n + eps)
+            elif mode == "count":
+                exact = k0 * total / (n + eps)
+            else:
+                exact = k0 * total
+            err[b, h, t, j] = float(abs(Fraction(float(o[b, h, t, j])) - exact))
+    return array_observation(
+        err,
+        eb.bound,
+        what=f"{path}/{mode}: q = k = 0, kappa(0) = {k0}: o_t vs the closed form "
+        f"({'mean' if mode != 'none' else 'kappa(0) * sum'} of the visible values)",
+    )
+
+
+UNIFORM_WEIGHTS = Property(
+    id="uniform-weights",
+    statement="q = k = 0 gives every visible key the weight kappa(0) (1 for exp, kappa_N, "
+    "FAVOR+; d for elu1): the mean of the visible values (sum, count) or kappa(0) times "
+    "their sum (none)",
+    derivation="D2",
+    applies=_uniform_applies,
+    examples=_uniform_examples,
+    check=_uniform_check,
+    faults=(4, 6),
+    low_precision=True,
+)
+
+
+PROPERTIES = (
+    LINEARITY_IN_V,
+    DETERMINISM,
+    CONVEX_COMBINATION,
+    UNIFORM_WEIGHTS,
+)
