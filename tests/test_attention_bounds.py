@@ -23,7 +23,7 @@ import torch
 
 from derivations import rounding as d10
 from derivations.rounding import gamma, unit_roundoff
-from verify.exact import errors
+from verify.exact import error_terms, errors
 from verify.exact.oracle import linear_reference, softmax_reference, taylor_reference
 
 __all__ = ["U", "assert_within", "callable_map_bound", "gamma", "oracle_bound", "output_bound"]
@@ -319,7 +319,7 @@ def test_softmax_eps_is_added_to_the_unshifted_denominator():
             "softmax", q, k, v, dtype="float32", exact=exact, scale=1.0, eps=eps
         )
         # the model's score error: gamma_{d + 5} c |q||k| per key (SCALE_ROUNDINGS = 5)
-        e_x = gamma(1 + errors.SCALE_ROUNDINGS, U[torch.float32]) * 30.0
+        e_x = gamma(1 + error_terms.SCALE_ROUNDINGS, U[torch.float32]) * 30.0
         x = np.array([30.0 + e_x, 30.0 - e_x])  # the first key up, the second down
         w = np.exp(x - x.max())
         adversarial = (w @ np.array([1.0, -1.0])) / (w.sum() + eps * math.exp(-x.max()))
@@ -352,8 +352,8 @@ def test_bound_covers_shifted_weights_underflowing_before_the_scale_back(denomin
     """Unnormalized float64 softmax (``none``, ``count``) computes e^{x - m} and scales back by
     e^m (D6). With scores 500 and -400 the second shifted weight e^{-900} underflows to 0, so the
     output e^{-400} v_1 (about 5e-174) comes back as 0: a 100 % relative error that only the
-    underflow term scaled to the output's units (eta e^m, ``errors._terms``) covers. Without the
-    e^m factor the bound is violated."""
+    underflow term scaled to the output's units (eta e^m, ``error_terms.terms``) covers.
+    Without the e^m factor the bound is violated."""
     from verify.attention import softmax_attention
 
     q = torch.tensor([[[[1.0]]]], dtype=torch.float64)
@@ -368,13 +368,13 @@ def test_bound_covers_shifted_weights_underflowing_before_the_scale_back(denomin
     assert float(err.max()) > 0.5 * float(ref.abs().max()) > 0  # the weight was lost
     assert bool((err <= bound).all()), (float(err.max()), float(bound.max()))
 
-    terms = errors._terms
+    terms = error_terms.terms
 
     def unscaled(*args, **kwargs):
         *rest, uf_scale = terms(*args, **kwargs)
         return (*rest, np.ones_like(uf_scale))
 
-    monkeypatch.setattr(errors, "_terms", unscaled)
+    monkeypatch.setattr(error_terms, "terms", unscaled)
     _, naive = oracle_bound(
         "exp", exact, q, k, v, dtype=torch.float64, scale=1.0, denominator=denominator
     )

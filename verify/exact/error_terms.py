@@ -1,0 +1,455 @@
+"""The terms of the D10 error model: per-key weights and their majorants, the per-row relative
+coefficients of numerator and denominator, and the elementwise output bound they add up to
+(``verify.exact.errors.attention_error_bound`` assembles them)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from derivations import feature_maps as d1
+from derivations import norms as d7
+from derivations import rounding as d10
+
+_U64 = d10.unit_roundoff("float64")
+#: roundings of forming and applying the score scale: 5 when sqrt(c) is absorbed on q and k
+#: (the larger of the two conventions of ``derivations.rounding.score_abs_error``)
+SCALE_ROUNDINGS = 5
+
+
+def inflate(x: np.ndarray, n: int) -> np.ndarray:
+    """Turn a float64-computed non-negative sum of <= n-rounding terms into an upper bound."""
+    return x * (1.0 + d10.gamma(n, _U64))
+
+
+def vec(fn, *arrays: np.ndarray) -> np.ndarray:
+    """Apply a scalar derivation function elementwise (they validate scalar inputs).
+
+    The bound functions are increasing in every argument they are given here, so an infinite
+    or undefined (NaN: e.g. an exactly vanishing denominator) input gives an infinite bound:
+    the comparison then says nothing about that element, and callers skip it.
+    """
+    flat = np.broadcast_arrays(*arrays)
+    out = np.empty(flat[0].shape, dtype=np.float64)
+    for idx in np.ndindex(out.shape):
+        args = [float(a[idx]) for a in flat]
+        if not all(math.isfinite(a) for a in args):
+            out[idx] = math.inf
+            continue
+        try:
+            out[idx] = fn(*args)
+        except OverflowError:  # e.g. e^{huge} in an exp bound: the bound is not finite
+            out[idx] = math.inf
+    return out
+
+
+def _kappa(order: int, x: np.ndarray) -> np.ndarray:
+    """kappa_N(x) = sum_{n<=N} x^n/n! by Horner in float64 (coefficients: D1, rounded once).
+
+    Error: gamma_{2N+1} kappa_N(|x|) (Higham eq. 5.3 and the rounded coefficients), the count
+    ``inflate(., 2N + 2)`` covers for a majorant (one more rounding for its argument).
+    """
+    coeffs = [float(d1.taylor_coefficient(n)) for n in range(order + 1)]
+    out = np.full(np.shape(x), coeffs[-1])
+    for a in reversed(coeffs[:-1]):
+        out = out * x + a
+    return out
+
+
+def _row_max_increasing(fn, a: np.ndarray, b: np.ndarray, vis: np.ndarray) -> np.ndarray:
+    """max over visible s of fn(a_s, b_s) per row (last axis), 0 on rows with no visible key.
+
+    ``fn`` must be non-decreasing in both arguments, so the maximum is attained on the pairs
+    not dominated by another visible pair (a' >= a and b' >= b): only those are evaluated
+    (the same value as evaluating every pair, in far fewer scalar calls). A non-finite visible
+    argument gives inf, as in :func:`_vec`.
+    """
+    a, b, vis = np.broadcast_arrays(a, b, vis)
+    out = np.zeros(a.shape[:-1])
+    bad = (vis & ~(np.isfinite(a) & np.isfinite(b))).any(-1)
+    ok = vis & ~bad[..., None]
+    a_m = np.where(ok, a, -np.inf)
+    b_m = np.where(ok, b, -np.inf)
+    order = np.lexsort((-b_m, -a_m), axis=-1)  # a descending, ties: b descending
+    a_s = np.take_along_axis(a_m, order, -1)
+    b_s = np.take_along_axis(b_m, order, -1)
+    best_b = np.maximum.accumulate(b_s, axis=-1)
+    prev = np.concatenate([np.full((*b_s.shape[:-1], 1), -np.inf), best_b[..., :-1]], -1)
+    front = (b_s > prev) & np.isfinite(a_s)
+    for idx in zip(*np.nonzero(front)):
+        out[idx[:-1]] = max(out[idx[:-1]], fn(float(a_s[idx]), float(b_s[idx])))
+    out[bad] = math.inf
+    return out
+
+
+def terms(
+    family: str,
+    order: int | None,
+    fmap: str | None,
+    q: np.ndarray,
+    k: np.ndarray,
+    vis: np.ndarray,
+    c: float,
+    u: float,
+    *,
+    form: str,
+    basis: str | None,
+    exp_ulps: float,
+    projection: np.ndarray | None,
+    shifted: bool,
+):
+    """Per key: signed kernel w (float64), majorant W >= |w| (inflated), the per-row relative
+    coefficients num_rel, den_rel (relative to A = sum W|v|, B = sum W), a description, and the
+    per-row natural log (..., T) of the factor by which an absolute underflow error of a
+    computed weight reaches the output: m for exp weights computed shifted by the row maximum m
+    and scaled back by e^m (unnormalized modes, D6), 0 otherwise."""
+    d = q.shape[-1]
+    uf_log = np.zeros(vis.shape[:-1])
+    n_keys = np.maximum(vis.sum(-1), 1)  # (..., T)
+    abs_dot = c * np.einsum("...ti,...si->...ts", np.abs(q), np.abs(k))
+    abs_dot = inflate(abs_dot, d + 2)
+    x = c * np.einsum("...ti,...si->...ts", q, k)
+    e_x = d10.gamma(d + SCALE_ROUNDINGS, u) * abs_dot
+
+    if family == "exp":
+        xm = np.where(vis, x, -np.inf)
+        m = np.max(xm, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        w = np.where(vis, np.exp(np.where(vis, x, m) - m), 0.0)  # shifted weights, w_max = 1
+        W = inflate(w, 4)  # float64 exp (<= 1 ulp) of a rounded argument: a few roundings
+        # the argument error: score error + the subtraction of the (common) maximum
+        shift = np.abs(np.where(vis, x - m, 0.0)) + e_x
+        # the row's largest per-key weight error (non-decreasing in both arguments)
+        e_row = _row_max_increasing(
+            lambda ex, sh: d10.softmax_weight_relative_bound(ex, sh, u, exp_ulps),
+            np.where(vis, e_x, 0.0),
+            shift,
+            vis,
+        )
+        if not shifted:  # unnormalized modes: w = e^{x - m} e^{m}: one more exp and a product
+            # a shifted weight that underflows (absolute error <= eta) is scaled back by e^m
+            uf_log[...] = m[..., 0]
+            extra = d10.exp_relative_bound(0.0, u, exp_ulps)
+            e_row = np.where(vis.any(-1), (1 + e_row) * (1 + extra) * (1 + u) - 1, 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):  # e^m past float64: inf bound
+                W = W * np.exp(m)
+                w = w * np.exp(m)
+        num_rel = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+        )
+        den_rel = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+        )
+        return w, W, num_rel, den_rel, "exp weights (shifted by the row maximum)", uf_log
+
+    if family in ("taylor", "taylor-features"):
+        N = int(order)
+        w = np.where(vis, _kappa(N, x), 0.0)
+        # feature forms: W_feat = kappa_N(c sum |q||k|) = sum_alpha |phi_alpha(q)||phi_alpha(k)|
+        # (``taylor_weight_majorant(N, a, 0)``, evaluated elementwise by _kappa)
+        W_feat = inflate(_kappa(N, abs_dot), 2 * N + 2)
+        bases = (basis,) if basis else ("symmetric", "tensor")
+        m = max(d1.feature_count(N, d, b) for b in bases)
+        e_phi = d10.taylor_feature_relative_error(N, u)
+        feat_num = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
+        feat_den = vec(
+            lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys
+        )
+        if family == "taylor-features" or form in ("recurrent",):
+            W = np.where(vis, W_feat, 0.0)
+            return w, W, feat_num, feat_den, f"kappa_{N} through {m} features", uf_log
+        # parallel: kappa_N(x_hat) by a polynomial scheme (the worst of the three);
+        # W_par = ``taylor_weight_majorant(N, |x|, e_x)`` = kappa_N(|x| + e_x)
+        W_par = inflate(_kappa(N, np.abs(x) + e_x), 2 * N + 2)
+        # the bound is increasing in e_x: its row maximum is the bound at the largest e_x
+        e_row = np.where(
+            vis.any(-1),
+            vec(
+                lambda ex: max(
+                    d10.taylor_weight_relative_bound(N, ex, u, s) for s in d10.POLYNOMIAL_SCHEMES
+                ),
+                np.max(np.where(vis, e_x, 0.0), axis=-1),
+            ),
+            0.0,
+        )
+        par_num = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+        )
+        par_den = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+        )
+        if form == "parallel":
+            W = np.where(vis, W_par, 0.0)
+            return w, W, par_num, par_den, f"kappa_{N} evaluated on scores", uf_log
+        # chunked or unknown: each key is charged the larger of the two per-key errors
+        W = np.where(vis, np.maximum(W_par, W_feat), 0.0)
+        return (
+            w,
+            W,
+            np.maximum(par_num, feat_num),
+            np.maximum(par_den, feat_den),
+            f"kappa_{N}: the larger of the score and {m}-feature evaluations per key",
+            uf_log,
+        )
+
+    # kernel linear attention with an elementwise map or FAVOR+
+    if fmap in ("identity", "relu", "elu1"):
+        qs = c * q
+        phi = {
+            "identity": lambda t: t,
+            "relu": lambda t: np.maximum(t, 0.0),
+            "elu1": lambda t: np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0))),
+        }[fmap]
+        pq, pk = phi(qs), phi(k)
+        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
+        W = np.where(
+            vis, inflate(np.einsum("...tm,...sm->...ts", np.abs(pq), np.abs(pk)), d + 2), 0.0
+        )
+        if fmap == "elu1":
+            xmax = float(max(np.max(np.abs(qs), initial=0.0), np.max(np.abs(k), initial=0.0)))
+            e_phi = d10.elu1_feature_relative_error(xmax, u, exp_ulps)
+        else:
+            e_phi = u  # the scale product on q (relu and the identity are exact)
+        m = d
+    elif fmap == "favor":
+        if projection is None:
+            raise ValueError("projection: required for the favor feature map")
+        P = np.asarray(projection, dtype=np.float64)
+        m = P.shape[0]
+        sc = math.sqrt(c)
+
+        def feats(z):
+            zs = sc * z
+            sq = np.sum(zs * zs, axis=-1, keepdims=True)
+            return np.exp(zs @ P.T - sq / 2) / math.sqrt(m), np.abs(zs) @ np.abs(P).T, sq
+
+        pq, aq, sq_q = feats(q)
+        pk, ak, sq_k = feats(k)
+        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
+        W = np.where(vis, inflate(w, m + 2 * d + 8), 0.0)
+        # one feature error for all: the bound increases in both arguments, so its value at
+        # the largest |w|.|x| and |x|^2 over queries, keys and features covers every feature
+        a_max = float(max(np.max(aq, initial=0.0), np.max(ak, initial=0.0)))
+        s_max = float(max(np.max(sq_q, initial=0.0), np.max(sq_k, initial=0.0)))
+        e_phi = float(
+            vec(
+                lambda a, s: d10.favor_feature_relative_error(a, s, d, u, exp_ulps),
+                np.array(a_max),
+                np.array(s_max),
+            )
+        )
+        if not math.isfinite(e_phi):  # an exponent too large for a finite bound
+            inf = np.full(vis.shape[:-1], math.inf)
+            return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite", uf_log
+    else:  # pragma: no cover - _parse_kernel rejects
+        raise ValueError(f"kernel: unknown feature map {fmap!r}")
+    num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
+    den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
+    return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
+
+
+#: headroom (in powers of two) kept above the smallest normal number for the products of a
+#: term: Taylor coefficients 1/sqrt(alpha!) >= 2^-5 for N <= 6, the scale, sums of terms
+def output_majorant(
+    *,
+    family,
+    order,
+    fmap,
+    q,
+    k,
+    v,
+    vis,
+    c,
+    form,
+    basis,
+    exp_ulps,
+    div_ulps,
+    projection,
+    shifted,
+    denominator,
+    eps,
+) -> np.ndarray:
+    """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
+    and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
+    w, W, _, _, _, _ = terms(
+        family,
+        order,
+        fmap,
+        q,
+        k,
+        vis,
+        c,
+        _U64,
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        projection=projection,
+        shifted=shifted,
+    )
+    S = k.shape[-2]
+    d_v = v.shape[-1]
+    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    B = inflate(W.sum(-1), S)
+    n_vis = vis.sum(-1)
+    if denominator == "sum":
+        D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0) + eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(D_low[..., None] > 0, A / D_low[..., None], np.inf)
+    if denominator == "count":
+        return A / (np.maximum(n_vis, 1) + eps)[..., None]
+    if denominator == "none":
+        return A
+    return np.full(A.shape, 1.0 if denominator == "l2" else math.sqrt(d_v))
+
+
+def core_bound(
+    *,
+    u,
+    eta_log2,
+    o_abs,
+    family,
+    order,
+    fmap,
+    q,
+    k,
+    v,
+    vis,
+    c,
+    form,
+    basis,
+    exp_ulps,
+    div_ulps,
+    projection,
+    shifted,
+    denominator,
+    eps,
+):
+    """(bound array, cond, description) for arithmetic with unit roundoff ``u``.
+
+    Besides the relative errors of the standard model, each computed weight and each product
+    w_s v_sj may land in the subnormal range (e.g. the shifted exp weight e^{x - m} of a score
+    far below the row maximum): an absolute error <= eta each (Higham eq. 2.8; additions of
+    subnormals are exact), so N_tj and D_t carry n_t eta (|v|max + 1) and n_t eta more, and the
+    final division or normalization one more eta. Exp weights computed shifted by the row
+    maximum m and scaled back by e^m (the unnormalized modes, D6) carry their eta times e^m.
+    """
+    w, W, num_rel, den_rel, how, uf_log = terms(
+        family,
+        order,
+        fmap,
+        q,
+        k,
+        vis,
+        c,
+        u,
+        form=form,
+        basis=basis,
+        exp_ulps=exp_ulps,
+        projection=projection,
+        shifted=shifted,
+    )
+    S = k.shape[-2]
+    d_v = v.shape[-1]
+    n_vis = vis.sum(-1)
+    # A_j = sum_s W_s |v_sj|, B = sum_s W_s (upper bounds); |D| >= |D_f| - gamma_S B (lower)
+    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    B = inflate(W.sum(-1), S)
+    D_f = w.sum(-1)
+    D_low = np.maximum(np.abs(D_f) - d10.gamma(max(S, 1), _U64) * B, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cond_rows = np.where(D_low > 0, B / np.where(D_low > 0, D_low, 1.0), np.inf)
+    cond = float(np.max(np.where(n_vis == 0, 1.0, cond_rows), initial=1.0))
+    div_rel = d10.division_relative_bound(u, div_ulps)
+    vmax = np.max(np.abs(v), axis=-2, keepdims=True)  # (..., 1, d_v)
+    # (..., T): eta in the output's units (see _terms); from log2(eta), which for float64
+    # (2^-1075) is below the smallest subnormal and would round to 0 before the scaling
+    eta = 2.0**eta_log2
+    with np.errstate(over="ignore", under="ignore"):
+        eta_rows = np.exp(uf_log + math.log(2.0) * eta_log2)
+    uf_N = (n_vis * eta_rows)[..., None] * (vmax + 1.0)  # subnormal results (see the docstring)
+    uf_D = n_vis * eta_rows
+    if o_abs is None:
+        o_abs = output_majorant(
+            family=family,
+            order=order,
+            fmap=fmap,
+            q=q,
+            k=k,
+            v=v,
+            vis=vis,
+            c=c,
+            form=form,
+            basis=basis,
+            exp_ulps=exp_ulps,
+            div_ulps=div_ulps,
+            projection=projection,
+            shifted=shifted,
+            denominator=denominator,
+            eps=eps,
+        )
+    if denominator == "sum":
+        # eps is added to the computed D: one more rounding, relative to B + eps
+        den_rel_e = (1 + den_rel) * (1 + u) - 1 if eps else den_rel
+        bound = vec(
+            lambda en, ed, a, b, dd, oa: d10.kernel_attention_output_bound(
+                num_rel=en,
+                den_rel=ed,
+                abs_numerator=a,
+                abs_denominator=b,
+                denominator=dd,
+                output_abs=oa,
+                div_rel=div_rel,
+            ),
+            num_rel[..., None],
+            den_rel_e[..., None],
+            A,
+            (B + eps)[..., None],
+            (D_low + eps)[..., None],
+            np.minimum(o_abs, 1e300),
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):  # inf * 0 (empty rows): nan
+            margin = (D_low + eps - den_rel_e * (B + eps) - uf_D)[..., None]
+            under = np.where(
+                margin > 0,
+                (uf_N + o_abs * uf_D[..., None]) / np.where(margin > 0, margin, 1.0),
+                np.inf,
+            )
+        bound = bound + under * (1 + div_rel) + eta
+        return bound, cond, f"{how}; kernel_attention_output_bound (D10, conditioning-aware)"
+    if denominator == "none":
+        bound = num_rel[..., None] * A + uf_N
+        return bound, cond, f"{how}; numerator only: num_rel * A (D10)"
+    if denominator == "count":
+        n = (np.maximum(n_vis, 1) + eps)[..., None]
+        bound = (num_rel[..., None] * A + uf_N) / n * (1 + div_rel) + div_rel * o_abs + eta
+        return bound, cond, f"{how}; divided by the visible-key count (D7, D10)"
+    # l2 | rms | layernorm of N_t: D7 sensitivity to the numerator error + D10 rounding
+    N_f = np.einsum("...ts,...sj->...tj", w, v)
+    err_N = np.sqrt(np.sum((num_rel[..., None] * A + uf_N) ** 2, axis=-1))  # ||N_hat - N||_2
+    A_norm = np.sqrt(np.sum(A * A, axis=-1))
+    ref_err = d10.gamma(S + d_v + 2, _U64) * A_norm  # float64 error of N_f and its norm
+    if denominator == "layernorm":
+        yc = N_f - N_f.mean(-1, keepdims=True)
+        norm_low = np.maximum(np.sqrt(np.sum(yc * yc, axis=-1)) - 2 * ref_err, 0.0)
+        mean_abs = np.abs(N_f.mean(-1)) + ref_err
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(norm_low > 0, mean_abs * math.sqrt(d_v) / norm_low, np.inf)
+        rnd = vec(
+            lambda r: (
+                d10.normalization_rounding_bound("layernorm", d_v, u, r)
+                if math.isfinite(r)
+                else math.inf
+            ),
+            ratio,
+        )
+    else:
+        norm_low = np.maximum(np.sqrt(np.sum(N_f * N_f, axis=-1)) - ref_err, 0.0)
+        rnd = np.full(norm_low.shape, d10.normalization_rounding_bound(denominator, d_v, u))
+    sens = vec(
+        lambda e, ny: d7.normalization_sensitivity(denominator, e, ny, d_v, eps),
+        err_N,
+        norm_low,
+    )
+    bound = np.broadcast_to((sens + rnd + eta * math.sqrt(d_v))[..., None], A.shape).copy()
+    return bound, cond, f"{how}; {denominator}(N_t): D7 sensitivity + D10 normalization rounding"
