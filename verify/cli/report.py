@@ -37,6 +37,7 @@ OWNED_FILES = {
     "verification.json",
     "claims.md",
     "claims.json",
+    "faults.md",
 }
 
 
@@ -102,6 +103,11 @@ def build(
 
     progress("third-party variants")
     cards = adapter_cards.build_cards(stage / "variants", quick=quick)
+
+    from verify.render import faults
+
+    progress("fault classes")
+    faults.write(stage, Path(__file__).resolve().parents[2])
 
     progress("seed-paper claims")
     claims = claims_mod.build(stage, records=records, verification=ver, source_dir=source_dir)
