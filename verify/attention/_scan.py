@@ -22,9 +22,23 @@ enters the state (fault classes 1, 2). Non-causal: every query reads the state a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from verify.attention._kernels import taylor_kernel
+from verify.attention._validate import (
+    Dims,
+    accumulation_dtype,
+    check_causal,
+    check_choice,
+    check_int,
+    check_mask,
+    check_qkv,
+    key_padding_mask,
+)
+from verify.attention.norms import apply_denominator, check_denominator, check_eps
+from verify.spec.vocabulary import FORMS
 
 
 def _recurrent(fq, fk, va, Sa, causal):
@@ -274,14 +288,49 @@ def feature_attention(
     return o, Sa, n_final
 
 
-def kernel_attention(
-    kernel, q, k, v, dims, *, causal, c, mask, form, chunk_size, mode, eps
-) -> torch.Tensor:
+@dataclass(frozen=True)
+class FormCall:
+    """The validated arguments every form shares (:func:`check_form_call`)."""
+
+    dims: Dims
+    causal: bool
+    mask: torch.Tensor | None
+    mode: str
+    form: str
+    chunk_size: int
+    eps: float
+
+
+def check_form_call(
+    q, k, v, *, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
+) -> FormCall:
+    """Validate the arguments ``taylor_attention`` and ``linear_attention`` share.
+
+    Raises:
+        TypeError, ValueError: any invalid argument (named in the message).
+    """
+    dims = check_qkv(q, k, v)
+    call = FormCall(
+        dims=dims,
+        causal=check_causal(causal, dims),
+        mask=check_mask(attn_mask, dims, q.device),
+        mode=check_denominator(denominator, dims.d_v),
+        form=check_choice("form", form, FORMS),
+        chunk_size=check_int("chunk_size", chunk_size, 1),
+        eps=check_eps(eps),
+    )
+    check_int("feature_budget", feature_budget, 1)
+    if call.form != "parallel":
+        key_padding_mask(call.mask, dims, call.form)
+    return call
+
+
+def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float) -> torch.Tensor:
     """Validated kernel attention in any form; returns (B, H, T, d_v) in the dtype of q."""
     from verify.attention import _masks
-    from verify.attention._validate import accumulation_dtype, key_padding_mask
-    from verify.attention.norms import apply_denominator
 
+    dims, causal, mask, form = call.dims, call.causal, call.mask, call.form
+    chunk_size, mode, eps = call.chunk_size, call.mode, call.eps
     acc = accumulation_dtype(q.dtype)
     qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
     if form == "parallel":

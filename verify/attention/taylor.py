@@ -20,17 +20,12 @@ import torch
 from verify.attention import _scan
 from verify.attention._kernels import resolve_kernel, taylor_kernel
 from verify.attention._validate import (
-    check_causal,
     check_choice,
     check_int,
-    check_mask,
-    check_qkv,
-    key_padding_mask,
     resolve_scale,
 )
 from verify.attention.feature_maps import FEATURE_BUDGET
-from verify.attention.norms import check_denominator, check_eps
-from verify.spec.vocabulary import BASES, FORMS
+from verify.spec.vocabulary import BASES
 
 __all__ = ["taylor_attention", "taylor_kernel"]
 
@@ -78,40 +73,29 @@ def taylor_attention(
     Raises:
         TypeError, ValueError: any invalid argument (named in the message).
     """
-    dims = check_qkv(q, k, v)
+    call = _scan.check_form_call(
+        q,
+        k,
+        v,
+        causal=causal,
+        attn_mask=attn_mask,
+        denominator=denominator,
+        form=form,
+        chunk_size=chunk_size,
+        eps=eps,
+        feature_budget=feature_budget,
+    )
     order = check_int("order", order, 0)
-    causal = check_causal(causal, dims)
-    c = resolve_scale(scale, dims.d, exp_type=True)
-    mask = check_mask(attn_mask, dims, q.device)
-    mode = check_denominator(denominator, dims.d_v)
-    form = check_choice("form", form, FORMS)
+    c = resolve_scale(scale, call.dims.d, exp_type=True)
     basis = check_choice("basis", basis, BASES)
-    chunk_size = check_int("chunk_size", chunk_size, 1)
-    eps = check_eps(eps)
-    check_int("feature_budget", feature_budget, 1)
-    if form != "parallel":
-        key_padding_mask(mask, dims, form)
     kernel = resolve_kernel(
         f"taylor:{order}",
         name="order",
-        d=dims.d,
+        d=call.dims.d,
         device=q.device,
         dtype=q.dtype,
         basis=basis,
         feature_budget=feature_budget,
-        need_features=form != "parallel",
+        need_features=call.form != "parallel",
     )
-    return _scan.kernel_attention(
-        kernel,
-        q,
-        k,
-        v,
-        dims,
-        causal=causal,
-        c=c,
-        mask=mask,
-        form=form,
-        chunk_size=chunk_size,
-        mode=mode,
-        eps=eps,
-    )
+    return _scan.kernel_attention(kernel, q, k, v, call, c=c)
