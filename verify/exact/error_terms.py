@@ -249,8 +249,21 @@ def terms(
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 
 
-#: headroom (in powers of two) kept above the smallest normal number for the products of a
-#: term: Taylor coefficients 1/sqrt(alpha!) >= 2^-5 for N <= 6, the scale, sums of terms
+def _weighted_sums(family, order, fmap, q, k, v, vis, c, u, form, basis, exp_ulps, proj, shifted):
+    """(the :func:`terms` tuple, A, B, D_low): A_j = sum_s W_s |v_sj| and B = sum_s W_s (upper
+    bounds, inflated by their own float64 rounding) and |D| >= D_low = |D_f| - gamma_S B."""
+    t = terms(
+        family, order, fmap, q, k, vis, c, u,
+        form=form, basis=basis, exp_ulps=exp_ulps, projection=proj, shifted=shifted,
+    )  # fmt: skip
+    w, W = t[0], t[1]
+    S = k.shape[-2]
+    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    B = inflate(W.sum(-1), S)
+    D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0)
+    return t, A, B, D_low
+
+
 def output_majorant(
     *,
     family,
@@ -272,28 +285,13 @@ def output_majorant(
 ) -> np.ndarray:
     """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
     and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
-    w, W, _, _, _, _ = terms(
-        family,
-        order,
-        fmap,
-        q,
-        k,
-        vis,
-        c,
-        _U64,
-        form=form,
-        basis=basis,
-        exp_ulps=exp_ulps,
-        projection=projection,
-        shifted=shifted,
+    _, A, B, D_low = _weighted_sums(
+        family, order, fmap, q, k, v, vis, c, _U64, form, basis, exp_ulps, projection, shifted
     )
-    S = k.shape[-2]
     d_v = v.shape[-1]
-    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
-    B = inflate(W.sum(-1), S)
     n_vis = vis.sum(-1)
     if denominator == "sum":
-        D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0) + eps
+        D_low = D_low + eps
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(D_low[..., None] > 0, A / D_low[..., None], np.inf)
     if denominator == "count":
@@ -334,29 +332,12 @@ def core_bound(
     final division or normalization one more eta. Exp weights computed shifted by the row
     maximum m and scaled back by e^m (the unnormalized modes, D6) carry their eta times e^m.
     """
-    w, W, num_rel, den_rel, how, uf_log = terms(
-        family,
-        order,
-        fmap,
-        q,
-        k,
-        vis,
-        c,
-        u,
-        form=form,
-        basis=basis,
-        exp_ulps=exp_ulps,
-        projection=projection,
-        shifted=shifted,
+    (w, W, num_rel, den_rel, how, uf_log), A, B, D_low = _weighted_sums(
+        family, order, fmap, q, k, v, vis, c, u, form, basis, exp_ulps, projection, shifted
     )
     S = k.shape[-2]
     d_v = v.shape[-1]
     n_vis = vis.sum(-1)
-    # A_j = sum_s W_s |v_sj|, B = sum_s W_s (upper bounds); |D| >= |D_f| - gamma_S B (lower)
-    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
-    B = inflate(W.sum(-1), S)
-    D_f = w.sum(-1)
-    D_low = np.maximum(np.abs(D_f) - d10.gamma(max(S, 1), _U64) * B, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         cond_rows = np.where(D_low > 0, B / np.where(D_low > 0, D_low, 1.0), np.inf)
     cond = float(np.max(np.where(n_vis == 0, 1.0, cond_rows), initial=1.0))

@@ -101,6 +101,8 @@ def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
     raise ValueError(f"kernel: expected softmax, taylor:N or linear:MAP, got {kernel!r}")
 
 
+#: headroom (in powers of two) kept above the smallest normal number for the products of a
+#: term: Taylor coefficients 1/sqrt(alpha!) >= 2^-5 for N <= 6, the scale, sums of terms
 UNDERFLOW_HEADROOM_BITS = 40
 
 
