@@ -12,13 +12,16 @@ from collections.abc import Callable
 from functools import partial
 
 from verify.spec.variant import AttentionVariant, StateAPI
-from verify.spec.vocabulary import DENOMINATORS, NAMED_MAPS
+from verify.spec.vocabulary import DENOMINATORS, DEVICES, DTYPES, ELEMENTWISE_MAPS, NAMED_MAPS
 
 TAYLOR_ORDERS = tuple(range(7))  # N = 0..6
 FAVOR_FEATURES = 64
 FAVOR_SEED = 1234
 #: chunk sizes of the registered chunked forms: 1, one that divides no small T, one larger
 CHUNK_SIZES = (1, 3, 64)
+
+#: what every built-in supports: masks, every D7 denominator, every dtype and device
+SUPPORTS = dict(supports_mask=True, denominators=DENOMINATORS, dtypes=DTYPES, devices=DEVICES)
 
 _REGISTRY: dict[str, Callable[[], AttentionVariant]] = {}
 
@@ -156,10 +159,7 @@ def softmax_variant() -> AttentionVariant:
         name="softmax",
         forward=_softmax,
         kernel="softmax",
-        supports_mask=True,
-        denominators=DENOMINATORS,
-        dtypes=("float64", "float32", "bfloat16", "float16"),
-        devices=("cpu", "cuda"),
+        **SUPPORTS,
         description="verify.attention.softmax_attention (max-subtracted exp, boolean masks)",
     )
 
@@ -177,13 +177,10 @@ def taylor_variant(order: int) -> AttentionVariant:
         name=f"taylor-{order}",
         forward=partial(_taylor, order=order),
         kernel=f"taylor:{order}",
-        supports_mask=True,
-        denominators=DENOMINATORS,
         forms=forms,
         state_api=_state_api(f"taylor:{order}"),
         feature_map=partial(_taylor_features, order=order),
-        dtypes=("float64", "float32", "bfloat16", "float16"),
-        devices=("cpu", "cuda"),
+        **SUPPORTS,
         description=f"verify.attention.taylor_attention(order={order}), parallel, "
         "recurrent and chunked forms, symmetric and tensor bases",
     )
@@ -207,27 +204,20 @@ def linear_variant(feature_map: str) -> AttentionVariant:
             _linear, feature_map=feature_map, form="chunked", chunk_size=c
         )
     fmap = None
-    if feature_map in ("elu1", "relu", "identity"):
+    if feature_map in ELEMENTWISE_MAPS:
         from verify.attention import feature_maps as fm
 
-        fmap = {
-            "elu1": fm.elu1_features,
-            "relu": fm.relu_features,
-            "identity": fm.identity_features,
-        }[feature_map]
+        fmap = getattr(fm, f"{feature_map}_features")
     return AttentionVariant(
         name=f"linear-{feature_map}",
         forward=partial(_linear, feature_map=feature_map),
         kernel=f"linear:{feature_map}",
-        supports_mask=True,
-        denominators=DENOMINATORS,
         forms=forms,
         state_api=_state_api(feature_map),
         feature_map=fmap,
         feature_scale="none",
         projection=favor_projection_for if feature_map == "favor" else None,
-        dtypes=("float64", "float32", "bfloat16", "float16"),
-        devices=("cpu", "cuda"),
+        **SUPPORTS,
         description=f"verify.attention.linear_attention(feature_map={feature_map!r})",
     )
 
