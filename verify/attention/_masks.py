@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from verify.attention._validate import Dims
+from verify.spec.shape import Shape
 from verify.spec.visibility import visible
 
 
 def visible_mask(
-    attn_mask: torch.Tensor | None, causal: bool, dims: Dims, device: torch.device
+    attn_mask: torch.Tensor | None, causal: bool, dims: Shape, device: torch.device
 ) -> torch.Tensor | None:
     """Bool (B|1, H|1, T, S) of visible (query, key) pairs, or None when all are visible."""
     if attn_mask is None and not causal:
@@ -32,7 +32,7 @@ def sanitize(qa, ka, va, vis):
     return torch.where(rows, qa, 0.0), torch.where(cols, ka, 0.0), torch.where(cols, va, 0.0)
 
 
-def visible_count(vis: torch.Tensor | None, dims: Dims, dtype, device) -> torch.Tensor:
+def visible_count(vis: torch.Tensor | None, dims: Shape, dtype, device) -> torch.Tensor:
     """Number of visible keys per query, (B, H, T) in ``dtype`` (0 marks an empty row)."""
     if vis is None:
         return torch.full((dims.B, dims.H, dims.T), float(dims.S), dtype=dtype, device=device)

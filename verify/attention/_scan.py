@@ -28,7 +28,6 @@ import torch
 
 from verify.attention._kernels import taylor_kernel
 from verify.attention._validate import (
-    Dims,
     accumulation_dtype,
     check_causal,
     check_choice,
@@ -38,6 +37,7 @@ from verify.attention._validate import (
     key_padding_mask,
 )
 from verify.attention.norms import apply_denominator, check_denominator, check_eps
+from verify.spec.shape import Shape
 from verify.spec.vocabulary import FORMS
 
 
@@ -292,7 +292,7 @@ def feature_attention(
 class FormCall:
     """The validated arguments every form shares (:func:`check_form_call`)."""
 
-    dims: Dims
+    dims: Shape
     causal: bool
     mask: torch.Tensor | None
     mode: str

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import torch
+
+from verify.spec.shape import Shape
 
 #: dtypes the attention forms accept; the last two accumulate in float32 (D10)
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -38,19 +39,7 @@ def check_tensor(name: str, x: object, ndim: int) -> torch.Tensor:
     return x
 
 
-@dataclass(frozen=True)
-class Dims:
-    """Sizes of one attention call: q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v)."""
-
-    B: int
-    H: int
-    T: int
-    S: int
-    d: int
-    d_v: int
-
-
-def check_qkv(q: object, k: object, v: object) -> Dims:
+def check_qkv(q: object, k: object, v: object) -> Shape:
     """Check q (B,H,T,d), k (B,H,S,d), v (B,H,S,d_v): tensors, one float dtype, one device."""
     check_tensor("q", q, 4)
     check_tensor("k", k, 4)
@@ -83,7 +72,7 @@ def check_qkv(q: object, k: object, v: object) -> Dims:
     ):
         if size == 0:
             raise ValueError(f"{name}: expected {what} >= 1, got 0")
-    return Dims(B, H, T, S, d, d_v)
+    return Shape(B, H, T, S, d, d_v)
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -135,7 +124,7 @@ def resolve_scale(scale: object, d: int, *, exp_type: bool) -> float:
     return check_real("scale", scale, minimum=0.0 if exp_type else None)
 
 
-def check_mask(attn_mask: object, dims: Dims, device: torch.device) -> torch.Tensor | None:
+def check_mask(attn_mask: object, dims: Shape, device: torch.device) -> torch.Tensor | None:
     """A boolean mask (True = keep) broadcastable to (B, H, T, S), on the device of q."""
     if attn_mask is None:
         return None
@@ -160,7 +149,7 @@ def check_mask(attn_mask: object, dims: Dims, device: torch.device) -> torch.Ten
     return attn_mask
 
 
-def key_padding_mask(attn_mask: torch.Tensor | None, dims: Dims, form: str) -> torch.Tensor | None:
+def key_padding_mask(attn_mask: torch.Tensor | None, dims: Shape, form: str) -> torch.Tensor | None:
     """The (B|1, H|1, S) key mask of a key-padding ``attn_mask`` for the state forms.
 
     Recurrent and chunked forms consume keys into a state, so a mask can only remove keys for
@@ -178,7 +167,7 @@ def key_padding_mask(attn_mask: torch.Tensor | None, dims: Dims, form: str) -> t
     return m4[:, :, 0, :]
 
 
-def check_causal(causal: object, dims: Dims) -> bool:
+def check_causal(causal: object, dims: Shape) -> bool:
     check_bool("causal", causal)
     if causal and dims.T != dims.S:
         raise ValueError(

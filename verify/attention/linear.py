@@ -14,9 +14,7 @@ import torch
 
 from verify.attention import _scan
 from verify.attention._kernels import resolve_kernel
-from verify.attention._validate import (
-    resolve_scale,
-)
+from verify.attention._validate import resolve_scale
 from verify.attention.feature_maps import FEATURE_BUDGET
 
 __all__ = ["linear_attention"]

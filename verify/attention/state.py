@@ -32,7 +32,6 @@ from verify.attention import _scan
 from verify.attention._kernels import FeatureKernel, resolve_kernel
 from verify.attention._validate import (
     FLOAT_DTYPES,
-    Dims,
     accumulation_dtype,
     check_choice,
     check_int,
@@ -45,6 +44,7 @@ from verify.attention._validate import (
 from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.attention.norms import check_denominator, check_eps
 from verify.spec.kernel import taylor_order
+from verify.spec.shape import Shape
 from verify.spec.vocabulary import BASES
 
 __all__ = ["AttentionState", "init_state", "step", "prefill"]
@@ -227,7 +227,7 @@ def _check_state(state: object) -> AttentionState:
     return state
 
 
-def _check_against_state(state: AttentionState, dims: Dims, dtype, device) -> None:
+def _check_against_state(state: AttentionState, dims: Shape, dtype, device) -> None:
     for name, got, want in (
         ("q", dims.B, state.batch),
         ("q", dims.H, state.heads),

@@ -19,11 +19,7 @@ import torch
 
 from verify.attention import _scan
 from verify.attention._kernels import resolve_kernel, taylor_kernel
-from verify.attention._validate import (
-    check_choice,
-    check_int,
-    resolve_scale,
-)
+from verify.attention._validate import check_choice, check_int, resolve_scale
 from verify.attention.feature_maps import FEATURE_BUDGET
 from verify.spec.vocabulary import BASES
 
