@@ -35,6 +35,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from derivations.rounding import unit_roundoff
 from verify.spec.shape import Shape
 from verify.spec.visibility import visible
 
@@ -69,13 +70,6 @@ EDGE_CASES = (
 ALL_CASES = ("random", *EDGE_CASES)
 
 _WIDTH = {torch.float64: 64, torch.float32: 32, torch.bfloat16: 32, torch.float16: 16}
-#: unit roundoff u per dtype (D10)
-_UNIT_ROUNDOFF = {
-    torch.float64: 2.0**-53,
-    torch.float32: 2.0**-24,
-    torch.float16: 2.0**-11,
-    torch.bfloat16: 2.0**-8,
-}
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -284,7 +278,8 @@ def _rescale(qd: np.ndarray, kd: np.ndarray, c: float | None, r: float, dtype: t
         lam = math.ldexp(math.sqrt(2 * r / m), -(e + 1) // 2)
     else:
         lam = math.ldexp(math.sqrt(r / m), -e // 2)
-    shrink = 4 * _UNIT_ROUNDOFF[dtype]  # a few roundings of q and k; doubled after each miss
+    # a few roundings of q and k (unit roundoff u of D10); doubled after each miss
+    shrink = 4 * unit_roundoff(str(dtype).removeprefix("torch."))
     with np.errstate(over="ignore"):
         while lam > 0:
             if not math.isfinite(lam):
