@@ -35,7 +35,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from derivations.rounding import unit_roundoff
+from derivations.rounding import gamma, unit_roundoff
 from verify.spec.shape import Shape
 from verify.spec.visibility import visible
 
@@ -219,8 +219,7 @@ def _within(qd: np.ndarray, kd: np.ndarray, c: float | None, r: float) -> bool:
     cf = 1 / math.sqrt(d) if c is None else abs(c)
     approx = np.abs(np.einsum("bhtd,bhsd->bhts", qd, kd)) * cf
     mag = np.einsum("bhtd,bhsd->bhts", np.abs(qd), np.abs(kd)) * cf
-    u = 2.0**-53
-    err = (d + 4) * u / (1 - (d + 4) * u) * mag * 1.01 + 1e-300
+    err = gamma(d + 4, unit_roundoff("float64")) * mag * 1.01 + 1e-300
     rf = Fraction(r)
     for idx in zip(*np.nonzero(approx + err >= r)):
         b, h, t, s = (int(i) for i in idx)
