@@ -1,8 +1,8 @@
 """Assertions on one property run, shared by the property-group tests.
 
-``checks(examples)`` returns ``ctx, assert_pass, assert_fail, assert_skip`` bound to a test
-module's example budget. A failure must carry a counterexample and a reproducing snippet; a pass
-must have run examples and stayed within its stated bound.
+``checks(examples)`` returns ``ctx, run, assert_pass, assert_fail, assert_fails, assert_skip``
+bound to a test module's example budget. A failure must carry a counterexample and a
+reproducing snippet; a pass must have run examples and stayed within its stated bound.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from verify.properties.support.base import SHRINK_DRAWS, RunContext, run_propert
 def checks(examples: int) -> SimpleNamespace:
     def ctx(dtype="float64", n=examples, shrink_draws=SHRINK_DRAWS):
         return RunContext(dtype=dtype, max_examples=n, shrink_draws=shrink_draws)
+
+    def run(prop, variant, dtype="float64", n=examples):
+        return run_property(prop, variant, ctx(dtype, n))
 
     def assert_pass(prop, variant, dtype="float64", n=examples):
         res = run_property(prop, variant, ctx(dtype, n))
@@ -30,6 +33,12 @@ def checks(examples: int) -> SimpleNamespace:
         assert res.snippet
         return res
 
+    def assert_fails(res, fragment: str = ""):
+        """A result that failed with a counterexample and ``fragment`` in its reason."""
+        assert res.status == "fail", (res.status, res.reason)
+        assert res.counterexample, "a failure must come with a counterexample"
+        assert fragment in res.reason, res.reason
+
     def assert_skip(prop, variant, text):
         res = run_property(prop, variant, ctx())
         assert res.status == "skip", (prop.id, variant.name, res.status, res.reason)
@@ -37,5 +46,10 @@ def checks(examples: int) -> SimpleNamespace:
         return res
 
     return SimpleNamespace(
-        ctx=ctx, assert_pass=assert_pass, assert_fail=assert_fail, assert_skip=assert_skip
+        ctx=ctx,
+        run=run,
+        assert_pass=assert_pass,
+        assert_fail=assert_fail,
+        assert_fails=assert_fails,
+        assert_skip=assert_skip,
     )

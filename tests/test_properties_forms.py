@@ -10,26 +10,20 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
+from property_asserts import checks
 
 from verify import builtins as variants
 from verify.attention import state as st
 from verify.properties import forms as P
-from verify.properties.support.base import RunContext, run_property
+from verify.properties.support.base import RunContext
+from verify.properties.support.observe import worst
 from verify.spec.variant import AttentionVariant, StateAPI
 
 BUILTINS = ("taylor-2", "taylor-3", "linear-elu1")
 DTYPES = ("float64", "float32")
 EXAMPLES = 4
-
-
-def run(prop, variant, dtype="float64", n=EXAMPLES):
-    return run_property(prop, variant, RunContext(dtype=dtype, max_examples=n))
-
-
-def assert_fails(res, fragment: str = ""):
-    assert res.status == "fail", (res.status, res.reason)
-    assert res.counterexample, "a failure must come with a counterexample"
-    assert fragment in res.reason, res.reason
+_checks = checks(EXAMPLES)
+run, assert_fails = _checks.run, _checks.assert_fails
 
 
 # ----------------------------------------------------------------------------- twins
@@ -236,10 +230,6 @@ def _inputs(T, *, d=2, d_v=2, dtype=torch.float64, seed=0):
     return AttentionInputs(q=q, k=k, v=v, causal=True, scale=None, radius=None, shape=shape)
 
 
-def _worst(obs):
-    return max(obs, key=lambda o: o.ratio)
-
-
 def test_faults_1_trigger_twelve_tokens_chunk_three():
     """T = 12, chunk 3, float32: agree on the first chunk, diverge after."""
     from verify.properties.support.common import Example
@@ -250,7 +240,7 @@ def test_faults_1_trigger_twelve_tokens_chunk_three():
     bad = {o.detail.split(" (")[0]: o.ratio for o in obs}
     assert bad["forward vs chunked/C=3"] > 1
     assert bad["forward vs chunked/C=1"] <= 1 and bad["forward vs chunked/C=64"] <= 1
-    assert _worst(P.FORMS_AGREE.check(chunked_twin(None), ex, ctx)).ratio <= 1
+    assert worst(P.FORMS_AGREE.check(chunked_twin(None), ex, ctx)).ratio <= 1
 
 
 def test_faults_2_trigger_taylor2_five_tokens_chunk_64():
@@ -258,8 +248,8 @@ def test_faults_2_trigger_taylor2_five_tokens_chunk_64():
     from verify.properties.support.common import Example
 
     ex = Example(_inputs(5), {})
-    assert _worst(P.STATE_STEP.check(_state_twin(_padded_prefill), ex, RunContext())).ratio > 1
-    assert _worst(P.STATE_STEP.check(variants.get("taylor-2"), ex, RunContext())).ratio <= 1
+    assert worst(P.STATE_STEP.check(_state_twin(_padded_prefill), ex, RunContext())).ratio > 1
+    assert worst(P.STATE_STEP.check(variants.get("taylor-2"), ex, RunContext())).ratio <= 1
 
 
 def test_faults_3_trigger_split_at_one():

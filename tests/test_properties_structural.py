@@ -15,29 +15,22 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from property_asserts import checks
 
 from verify import builtins as variants
 from verify.attention import softmax_attention
 from verify.properties import dependence, masks, scores, weights
-from verify.properties.support.base import RunContext, run_property
+from verify.properties.support.base import RunContext
 from verify.properties.support.inputs import poison_value
-from verify.properties.support.observe import array_observation
+from verify.properties.support.observe import array_observation, worst
 from verify.properties.support.paths import form_kind
 from verify.spec.variant import AttentionVariant
 
 BUILTINS = ("taylor-2", "taylor-3", "softmax", "linear-elu1")
 DTYPES = ("float64", "float32")
 EXAMPLES = 4
-
-
-def run(prop, variant, dtype="float64", n=EXAMPLES):
-    return run_property(prop, variant, RunContext(dtype=dtype, max_examples=n))
-
-
-def assert_fails(res, fragment: str = ""):
-    assert res.status == "fail", (res.status, res.reason)
-    assert res.counterexample, "a failure must come with a counterexample"
-    assert fragment in res.reason, res.reason
+_checks = checks(EXAMPLES)
+run, assert_fails = _checks.run, _checks.assert_fails
 
 
 # ----------------------------------------------------------------------------- twins
@@ -400,10 +393,6 @@ def _inputs(B, H, T, S_, d, d_v, *, causal, seed=0, positive=False, zeros=False)
     return AttentionInputs(q=q, k=k, v=v, causal=causal, scale=None, radius=None, shape=shape)
 
 
-def _worst(obs):
-    return max(obs if isinstance(obs, list) else [obs], key=lambda o: o.ratio)
-
-
 def test_faults_4_trigger_heads_one_length_two():
     """H = 1, T = 2: the key sum over heads is silent to head independence; with features
     identically one the denominator at t (1-based) must be m t (here m = d = 3)."""
@@ -412,7 +401,7 @@ def test_faults_4_trigger_heads_one_length_two():
     twin = elu1_twin("heads-not-time", _heads_not_time, causal="yes")
     x = _inputs(1, 1, 2, 2, 3, 2, causal=True, zeros=True)
     ex = Example(x, {"path": "forward", "denominator": "sum"})
-    assert _worst(weights.UNIFORM_WEIGHTS.check(twin, ex, RunContext())).ratio > 1
+    assert worst(weights.UNIFORM_WEIGHTS.check(twin, ex, RunContext())).ratio > 1
     good = elu1_twin(
         "ok",
         lambda q, k, v, *, causal: (
@@ -420,7 +409,7 @@ def test_faults_4_trigger_heads_one_length_two():
         ),
         causal="yes",
     )
-    assert _worst(weights.UNIFORM_WEIGHTS.check(good, ex, RunContext())).ratio <= 1
+    assert worst(weights.UNIFORM_WEIGHTS.check(good, ex, RunContext())).ratio <= 1
 
 
 def test_faults_9_trigger_length_two():
@@ -436,7 +425,7 @@ def test_faults_9_trigger_length_two():
     for path, fails in (("parallel/fast", True), ("forward", False)):
         choices = {"last_kept": 0, "future": "huge", "path": path, "denominator": "sum"}
         ex = Example(x, dict(choices, _future=future))
-        assert (_worst(dependence.CAUSALITY.check(twin, ex, RunContext())).ratio > 1) == fails, path
+        assert (worst(dependence.CAUSALITY.check(twin, ex, RunContext())).ratio > 1) == fails, path
 
 
 def test_faults_6_trigger_two_keys_one_dim():
@@ -447,7 +436,7 @@ def test_faults_6_trigger_two_keys_one_dim():
     x = _inputs(1, 1, 2, 2, 1, 1, causal=False, positive=True)
     x = dataclasses.replace(x, v=torch.ones_like(x.v), case="unit_values")
     ex = Example(x, {"path": "forward"})
-    assert _worst(weights.CONVEX_COMBINATION.check(twin, ex, RunContext())).ratio > 1
+    assert worst(weights.CONVEX_COMBINATION.check(twin, ex, RunContext())).ratio > 1
 
 
 def test_faults_7_trigger_one_query_two_keys():
@@ -457,13 +446,11 @@ def test_faults_7_trigger_one_query_two_keys():
     x = _inputs(1, 1, 1, 2, 2, 2, causal=False)
     ex = Example(x, {"path": "forward"})
     top = softmax_twin("sdpa", _top_left, causal_alignment="top-left")
-    assert _worst(masks.CAUSAL_ALIGNMENT.check(top, ex, RunContext())).ratio <= 1
+    assert worst(masks.CAUSAL_ALIGNMENT.check(top, ex, RunContext())).ratio <= 1
     wrong = top.with_claims(causal_alignment="bottom-right")
-    assert _worst(masks.CAUSAL_ALIGNMENT.check(wrong, ex, RunContext())).ratio > 1
+    assert worst(masks.CAUSAL_ALIGNMENT.check(wrong, ex, RunContext())).ratio > 1
     assert (
-        _worst(
-            masks.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())
-        ).ratio
+        worst(masks.CAUSAL_MISMATCH_REJECTED.check(variants.get("softmax"), ex, RunContext())).ratio
         == 0
     )
 

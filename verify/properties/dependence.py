@@ -153,8 +153,7 @@ def _prefix_examples(variant, ctx):
 
 
 def _prefix_applies(variant, ctx):
-    why = oracle_applies(variant, ctx, causal=True)
-    if why:
+    if why := oracle_applies(variant, ctx, causal=True):
         return why
     if 2 * variant.length_multiple > MAX_LEN:
         return f"length_multiple {variant.length_multiple}: no proper prefix within T <= {MAX_LEN}"

@@ -226,8 +226,7 @@ FORMS_AGREE = Property(
 def _state_applies(variant, ctx):
     if variant.state_api is None:
         return "the variant has no state API (state_api=None)"
-    why = oracle_applies(variant, ctx, causal=True)
-    if why:
+    if why := oracle_applies(variant, ctx, causal=True):
         return why
     if not modes(variant, (convention_mode(variant),)):
         return "the claimed normalization is not among the claimed denominator modes"

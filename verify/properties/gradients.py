@@ -480,8 +480,7 @@ GRADIENTS_VS_REFERENCE = Property(
 
 
 def _single_key_applies(variant, ctx) -> str | None:
-    reason = _reference_applies(variant, ctx)
-    if reason:
+    if reason := _reference_applies(variant, ctx):
         return reason
     if not set(modes(variant)) & set(SINGLE_KEY_MODES):
         return "unnormalized outputs depend on q and k even with one key (needs sum or a norm)"

@@ -1,12 +1,8 @@
 """Mask properties: masked keys, causal alignment for T != S and its rejection (D6 and the
 API contract).
 
-Each property compares two computations (or one computation and a closed form) whose exact
-values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
-of D2 and D6); the bound is the sum of the two computations' D10 bounds
-(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
-variant's outputs are read. Every property runs on every code path the variant exposes
-(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+The bounds are stated as in ``dependence``: the D10 bound of the inputs with ordinary values at
+the masked keys, on every code path (``forward`` and each entry of ``forms``).
 
 Ids: ``masks``, ``causal-alignment``, ``causal-mismatch-rejected``.
 """
@@ -48,6 +44,7 @@ from verify.properties.support.paths import (
     path_callable,
     path_names,
     require_mode,
+    with_path,
 )
 from verify.spec.results import NotApplicable, Observation
 from verify.spec.visibility import visible
@@ -56,8 +53,7 @@ from verify.spec.visibility import visible
 
 
 def _mask_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if not variant.supports_mask:
         return "the variant does not claim mask support (supports_mask=False)"
@@ -211,8 +207,7 @@ MASKS = Property(
 
 
 def _align_applies(variant, ctx):
-    why = oracle_applies(variant, ctx, causal=True)
-    if why:
+    if why := oracle_applies(variant, ctx, causal=True):
         return why
     if variant.causal_alignment is None:
         return "the variant declares no causal alignment for T != S (causal_alignment=None)"
@@ -222,16 +217,9 @@ def _align_applies(variant, ctx):
 
 
 def _align_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    base = inputs(variant, ctx, shape_st(variant, causal=False, distinct=True), causal=False)
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
-
-    return draw()
+    return with_path(
+        variant, inputs(variant, ctx, shape_st(variant, causal=False, distinct=True), causal=False)
+    )
 
 
 def _align_check(variant, ex: Example, ctx):

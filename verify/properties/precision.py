@@ -29,7 +29,7 @@ from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
     Example,
     causal_choices,
-    claim_kwargs,
+    error_bound,
     exact_and_bound,
     inputs_strategy,
     kernel_name,
@@ -179,8 +179,7 @@ class LongExample:
 
 
 def _dtype_applies(variant, ctx) -> str | None:
-    why = reference_reason(variant, unknown=NO_REFERENCE, favor="no exact reference")
-    if why:
+    if why := reference_reason(variant, unknown=NO_REFERENCE, favor="no exact reference"):
         return why
     if ctx.dtype not in LOW_DTYPES:
         return "float64 is the reference precision (oracle-agreement covers it)"
@@ -267,6 +266,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
         proj = variant.projection(q.shape[-1], torch.float64, "cpu")
     # the bound and the float64 reference, stated before the variant runs
     q_rows = q[..., rows, :]
+    claims = dict(attn_mask=mask, scale=c, denominator=mode, eps=variant.eps, projection=proj)
     eb = errors.attention_error_bound(
         kernel,
         q_rows,
@@ -274,14 +274,10 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
         v,
         dtype=ctx.dtype,
         exact=None,
-        attn_mask=mask,
-        scale=c,
-        denominator=mode,
-        eps=variant.eps,
-        projection=proj,
         form=_bound_form(form),
         device=ctx.device,
         exp_library=variant.exp_library,
+        **claims,
     )
     with torch.no_grad():
         ref = reference_attention(
@@ -289,11 +285,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
             k.to(torch.float64),
             v.to(torch.float64),
             kernel=kernel,
-            attn_mask=mask,
-            scale=c,
-            denominator=mode,
-            eps=variant.eps,
-            projection=proj,
+            **claims,
         ).numpy()
     top = float(torch.finfo(getattr(torch, ctx.dtype)).max)
     if not np.isfinite(ref).all() or float(np.abs(ref).max()) > top / 2:
@@ -369,19 +361,8 @@ def _device_check(variant, ex, ctx) -> Observation:
     require_mode(mode, x.v.shape[-1])
     cpu = replace(ctx, device="cpu")
     ref, eb_cpu = exact_and_bound(variant, x, cpu, denominator=mode, form=_bound_form(form))
-    kw_bound = claim_kwargs(variant, x, denominator=mode)
-    eb_cuda = errors.attention_error_bound(
-        kernel_name(variant),
-        x.q,
-        x.k,
-        x.v,
-        dtype=ctx.dtype,
-        exact=ref,
-        form=_bound_form(form),
-        device="cuda",
-        exp_library=variant.exp_library,
-        **kw_bound,
-    )
+    cuda = replace(ctx, device="cuda")
+    eb_cuda = error_bound(variant, x, cuda, ref, denominator=mode, form=_bound_form(form))
     total = replace(eb_cpu, bound=eb_cpu.bound + eb_cuda.bound)
     finite = np.isfinite(total.bound)
     if not finite.any():

@@ -1,11 +1,7 @@
 """Score properties: how the scores enter the output (the API contract).
 
-Each property compares two computations (or one computation and a closed form) whose exact
-values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
-of D2 and D6); the bound is the sum of the two computations' D10 bounds
-(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
-variant's outputs are read. Every property runs on every code path the variant exposes
-(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+The bounds are the D10 bounds of the claimed computation (and, for ``scale-once``, of each
+candidate scale's), stated from the inputs alone, on every code path the variant exposes.
 
 Ids: ``scale-once`` (exp-type kernels apply the claimed score scale once, told apart from the
 usual wrong candidates), ``single-key`` (one key: the output is its value whatever the score).
@@ -42,6 +38,7 @@ from verify.properties.support.paths import (
     normalized_modes,
     path_callable,
     path_names,
+    with_path,
 )
 from verify.spec.results import NotApplicable
 
@@ -51,8 +48,7 @@ SCALE_DIMS = (1, 2, 4)
 
 
 def _scale_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if not variant.exp_type:
         return (
@@ -216,8 +212,7 @@ SCALE_ONCE = Property(
 
 
 def _single_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if not normalized_modes(variant):
         return "the variant is not normalized: a single key gives kappa(x) v, not v"
@@ -233,16 +228,7 @@ def _single_applies(variant, ctx):
 
 
 def _single_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    base = plain_inputs(variant, ctx, cases=("single_key",))
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
-
-    return draw()
+    return with_path(variant, plain_inputs(variant, ctx, cases=("single_key",)))
 
 
 def _single_check(variant, ex: Example, ctx):

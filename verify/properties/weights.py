@@ -1,12 +1,8 @@
 """Weight properties: how the values and the kernel weights enter the output (D2, D4 and the
 API contract).
 
-Each property compares two computations (or one computation and a closed form) whose exact
-values are equal by the definition o_t = sum_s kappa(x_ts) v_s / sum_s kappa(x_ts) (the notation
-of D2 and D6); the bound is the sum of the two computations' D10 bounds
-(``verify.exact.errors.attention_error_bound`` against the exact value), stated before the
-variant's outputs are read. Every property runs on every code path the variant exposes
-(``forward`` and each entry of ``forms``), with the form kind parsed from the form's name.
+The bounds are stated as in ``dependence`` (the D10 bounds of the computations compared, from
+the inputs alone; determinism is bitwise), on every code path the variant exposes.
 
 Ids: ``linearity-in-v``, ``determinism``, ``convex-combination``, ``uniform-weights``.
 """
@@ -33,6 +29,7 @@ from verify.properties.support.paths import (
     normalized_modes,
     path_callable,
     path_names,
+    with_path,
 )
 from verify.spec.results import Observation
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
@@ -41,8 +38,7 @@ from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 
 def _linear_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if not modes(variant, LINEAR_IN_V_DENOMINATORS):
         return f"no claimed denominator mode is linear in v (claimed: {modes(variant)})"
@@ -198,8 +194,7 @@ DETERMINISM = Property(
 
 
 def _convex_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if not normalized_modes(variant):
         return "the variant is not normalized (divides by no kernel sum): convexity does not apply"
@@ -211,16 +206,7 @@ def _convex_applies(variant, ctx):
 
 
 def _convex_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    base = plain_inputs(variant, ctx, cases=("random", "unit_values"))
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
-
-    return draw()
+    return with_path(variant, plain_inputs(variant, ctx, cases=("random", "unit_values")))
 
 
 def _convex_check(variant, ex: Example, ctx):
@@ -267,8 +253,7 @@ def _uniform_modes(variant, d: int | None = None) -> tuple[str, ...]:
 
 
 def _uniform_applies(variant, ctx):
-    why = oracle_applies(variant, ctx)
-    if why:
+    if why := oracle_applies(variant, ctx):
         return why
     if variant.parsed_kernel.kappa_at_zero(1) is None:
         return f"kappa(0) unknown for kernel {variant.kernel}"

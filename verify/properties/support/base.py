@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from verify.properties.support import observe
 from verify.spec.results import (
     LOOSE,
     NotApplicable,
@@ -126,8 +127,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
             state["internal"] = (example, f"{type(exc).__name__}: {exc}\n{tb}")
             raise
-        obs_list = result if isinstance(result, list) else [result]
-        worst = max(obs_list, key=lambda o: o.ratio)
+        worst = observe.worst(result)
         if "failure" not in state:  # examples before the first failure (not shrinking)
             observations.append(worst)
         if worst.ratio > 1.0:
@@ -166,7 +166,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         return res
 
     ratios = [o.ratio for o in observations]
-    worst_obs = max(observations, key=lambda o: o.ratio) if observations else None
+    worst_obs = observe.worst(observations) if observations else None
     res = PropertyResult(
         status="fail" if failed else "pass",
         examples=len(observations),

@@ -96,7 +96,10 @@ def elementwise(diff: np.ndarray, bound: np.ndarray, what: str, detail: str = ""
 
 
 def worst(observations) -> Observation:
-    """The observation with the largest ratio (the first one on ties)."""
+    """The observation with the largest ratio (the first one on ties) of a list, or of a check's
+    result (one observation or a list)."""
+    if isinstance(observations, Observation):
+        return observations
     return max(observations, key=lambda o: o.ratio)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from verify.properties.support.calls import call
+from verify.properties.support.common import Example
 from verify.spec.results import NotApplicable
 
 FORWARD = "forward"
@@ -27,6 +28,19 @@ class FormView:
 def path_names(variant) -> tuple[str, ...]:
     """``forward`` and every entry of ``variant.forms`` (sorted): the code paths to check."""
     return (FORWARD, *sorted(variant.forms))
+
+
+def with_path(variant, inputs):
+    """Examples of ``inputs`` (a strategy), each with a drawn ``path`` among
+    :func:`path_names`."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(inputs)
+        return Example(x, {"path": draw_(st.sampled_from(path_names(variant)))})
+
+    return draw()
 
 
 def path_callable(variant, name: str):
