@@ -112,6 +112,14 @@ class Derivation:
             self.claims.append(Claim(name, Status.FAILED, f"{detail} -- check gave {result!r}"))
         return ok
 
+    def prove(self, name: str, predicate: Callable[[], Any], detail: str = "") -> bool:
+        """``check`` with status ``proved``: ``predicate`` is a general symbolic proof."""
+        return self.check(name, predicate, status=Status.PROVED, detail=detail)
+
+    def verify(self, name: str, predicate: Callable[[], Any], detail: str = "") -> bool:
+        """``check`` with status ``verified``: ``predicate`` checks the instances in ``detail``."""
+        return self.check(name, predicate, status=Status.VERIFIED, detail=detail)
+
     def cite(self, name: str, source: str, detail: str = "") -> None:
         """Record a classical result taken from ``source`` (status ``cited``)."""
         self.claims.append(Claim(name, Status.CITED, detail, source))

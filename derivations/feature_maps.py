@@ -16,7 +16,7 @@ import itertools
 import math
 from fractions import Fraction
 
-from derivations._record import Derivation, Status
+from derivations._record import Derivation
 from derivations._validate import check_choice, check_dim, check_order
 
 BASES = ("symmetric", "tensor")
@@ -279,13 +279,12 @@ def _claim_taylor_coefficients(rec, f) -> None:
     )
     coeff_orders = range(21)
     series = sympy.series(sympy.exp(s), s, 0, 21).removeO()
-    rec.check(
+    rec.verify(
         "taylor_coefficient(n) = [s^n] exp(s)",
         lambda: all(
             to_sympy(f["taylor_coefficient"](k)) == series.coeff(s, k) for k in coeff_orders
         ),
-        status=Status.VERIFIED,
-        detail="n = 0..20 against sympy.series(exp(s), s, 0, 21)",
+        "n = 0..20 against sympy.series(exp(s), s, 0, 21)",
     )
 
 
@@ -320,11 +319,10 @@ def _claim_tensor_power(rec) -> None:
         sol = sympy.rsolve(p(n + 1) - p(n) * s, p(n), {p(0): 1})
         return bool(step_ok and sympy.simplify(sol - s**n) == 0)
 
-    rec.check(
+    rec.prove(
         "<q^(tensor n), k^(tensor n)> = (q.k)^n for all n, d",
         tensor_induction,
-        status=Status.PROVED,
-        detail="symbolic d and number of index tuples M; sympy factor_sum + rsolve",
+        "symbolic d and number of index tuples M; sympy factor_sum + rsolve",
     )
 
 
@@ -355,11 +353,10 @@ def _claim_multinomial(rec, f) -> None:
                         return False
         return True
 
-    rec.check(
+    rec.verify(
         "#{I in [d]^n with counts alpha} = n! * monomial_weight(alpha)",
         multinomial_counts,
-        status=Status.VERIFIED,
-        detail="enumeration, d = 1..3, n = 0..5",
+        "enumeration, d = 1..3, n = 0..5",
     )
 
 
@@ -386,11 +383,10 @@ def _claim_block_sizes(rec, f) -> None:
             and sympy.simplify(sympy.binomial(n + (e + 1) - 1, n) - sympy.binomial(n + e, n)) == 0
         )
 
-    rec.check(
+    rec.prove(
         "symmetric block size = C(n+d-1, n) for all n, d",
         block_recursion,
-        status=Status.PROVED,
-        detail="recursion over alpha_d + hockey-stick identity (induction, symbolic n, e)",
+        "recursion over alpha_d + hockey-stick identity (induction, symbolic n, e)",
     )
 
     def enumerate_blocks():
@@ -417,11 +413,10 @@ def _claim_block_sizes(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "multi_indices / symmetric_block_size / tensor_block_size / feature_count by enumeration",
         enumerate_blocks,
-        status=Status.VERIFIED,
-        detail="d = 1..4, n = 0..6: multi_indices(n, d) equals the brute-force set of "
+        "d = 1..4, n = 0..6: multi_indices(n, d) equals the brute-force set of "
         "exponent vectors, without repeats; sizes equal the enumeration counts",
     )
 
@@ -443,14 +438,13 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
         "an element-wise square x_i^2 alone misses the cross terms for d > 1.",
         sympy.Tuple(sympy.sqrt(sympy.Rational(1, 2)), sympy.Integer(1)),
     )
-    rec.check(
+    rec.verify(
         "order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",
         lambda: (
             sympy.sqrt(to_sympy(f["monomial_weight"]((2, 0)))) == 1 / sympy.sqrt(2)
             and sympy.sqrt(to_sympy(f["monomial_weight"]((1, 1)))) == 1
         ),
-        status=Status.VERIFIED,
-        detail="monomial_weight((2, 0)) and monomial_weight((1, 1))",
+        "monomial_weight((2, 0)) and monomial_weight((1, 1))",
     )
 
     def kernel_identity(builder):
@@ -469,17 +463,15 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
         return check
 
     inst = f"symbolic q1..qd, k1..kd, c > 0; d in {KERNEL_DIMS}, N in {KERNEL_ORDERS}"
-    rec.check(
+    rec.verify(
         "symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
         kernel_identity(f_sym),
-        status=Status.VERIFIED,
-        detail=inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
+        inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
     )
-    rec.check(
+    rec.verify(
         "tensor-power map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
         kernel_identity(f_ten),
-        status=Status.VERIFIED,
-        detail=inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
+        inst + "; expand(lhs - rhs) == 0, rhs from sympy.series(exp)",
     )
 
 
@@ -496,11 +488,10 @@ def _claim_square_map_triggers(rec, f_sym, f_ten) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "trigger inputs of the element-wise-square map give kappa_2 = 5",
         triggers,
-        status=Status.VERIFIED,
-        detail="c = 1, N = 2: q = k = (1, 1) and q = (1, 1, 1, 1), k = -q (both maps)",
+        "c = 1, N = 2: q = k = (1, 1) and q = (1, 1, 1, 1), k = -q (both maps)",
     )
 
 

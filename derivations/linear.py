@@ -13,7 +13,7 @@ Numeric exports (plain Python): ``FEATURE_MAPS``, ``parse_feature_map``, ``featu
 from __future__ import annotations
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation, Status
+from derivations._record import Derivation
 from derivations._validate import check_choice, check_dim
 
 #: feature-map names of the linear-attention API: "taylor" is written "taylor:N"
@@ -172,14 +172,13 @@ def _claim_first_order_term(rec, f) -> None:
         "unnormalized linear attention with the identity feature map on q~, k~.",
         rec.statement["first_order_term"],
     )
-    rec.check(
+    rec.verify(
         "weight of the n = 1 term is 1",
         lambda: (
             fm.to_sympy(f["taylor_coefficient"](1)) == 1
             and fm.to_sympy(f["taylor_coefficient"](0)) == 1
         ),
-        status=Status.VERIFIED,
-        detail="taylor_coefficient(0) = taylor_coefficient(1) = 1",
+        "taylor_coefficient(0) = taylor_coefficient(1) = 1",
     )
 
     def assoc():
@@ -197,11 +196,10 @@ def _claim_first_order_term(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "q~^T sum_s k~_s v_s^T = sum_s (q~.k~_s) v_s^T",
         assoc,
-        status=Status.VERIFIED,
-        detail=f"matrix symbols with symbolic d, d_v; T = 1..{LENGTH}",
+        f"matrix symbols with symbolic d, d_v; T = 1..{LENGTH}",
     )
     qf, kf, vf = sympy.Function("Q"), sympy.Function("K"), sympy.Function("V")
     i_, s_ = sympy.symbols("i s", integer=True)
@@ -215,11 +213,10 @@ def _claim_first_order_term(rec, f) -> None:
             s_
         ) * sympy.Sum(qf(i_) * kf(i_, s_), (i_, 1, d))
 
-    rec.check(
+    rec.prove(
         "exchange of the feature and token sums (all T, d, any feature map)",
         exchange,
-        status=Status.PROVED,
-        detail="entries sum_i Q_i sum_s K_is V_s = sum_s V_s sum_i Q_i K_is; symbolic d, t; "
+        "entries sum_i Q_i sum_s K_is V_s = sum_s V_s sum_i Q_i K_is; symbolic d, t; "
         "sympy factor_sum + Sum.reorder",
     )
 
@@ -236,14 +233,13 @@ def _claim_kappa_1(rec, f) -> None:
         "product, symbolic d).",
         rec.statement["kappa_1"],
     )
-    rec.check(
+    rec.verify(
         "kappa_1(x) = 1 + x (exp series and exported coefficients)",
         lambda: (
             sympy.expand(fm.exp_taylor_polynomial(xs, 1) - (1 + xs)) == 0
             and sum(fm.to_sympy(f["taylor_coefficient"](n)) * xs**n for n in (0, 1)) == 1 + xs
         ),
-        status=Status.VERIFIED,
-        detail="sympy.series(exp) to order 1; taylor_coefficient(0..1)",
+        "sympy.series(exp) to order 1; taylor_coefficient(0..1)",
     )
 
     def block_identity():
@@ -253,11 +249,10 @@ def _claim_kappa_1(rec, f) -> None:
         diff = sympy.simplify(sympy.block_collapse(pq.T * pk) - (one + c * q.T * ks[0]))
         return diff == sympy.ZeroMatrix(1, 1)
 
-    rec.check(
+    rec.prove(
         "[1, sqrt(c) q] . [1, sqrt(c) k] = 1 + c q.k (all d)",
         block_identity,
-        status=Status.PROVED,
-        detail="block matrices with symbolic d; sympy block_collapse",
+        "block matrices with symbolic d; sympy block_collapse",
     )
 
     def map_matches_exports():
@@ -270,11 +265,10 @@ def _claim_kappa_1(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "phi(x) = [1, x~] has feature_dimension('taylor:1', d) = d + 1 = feature_count(1, d)",
         map_matches_exports,
-        status=Status.VERIFIED,
-        detail="d in (1, 2, 3, 5, 64)",
+        "d in (1, 2, 3, 5, 64)",
     )
 
     def dims():
@@ -294,11 +288,10 @@ def _claim_kappa_1(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "feature_dimension matches each map's definition",
         dims,
-        status=Status.VERIFIED,
-        detail="d in (1, 2, 3, 8, 64); taylor:N (N <= 3) against feature_count (D1)",
+        "d in (1, 2, 3, 8, 64); taylor:N (N <= 3) against feature_count (D1)",
     )
 
 
@@ -344,11 +337,10 @@ def _claim_normalized_first_order(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "normalized Taylor-1 attention == kernel linear attention with phi = [1, x~]",
         first_order_equal,
-        status=Status.VERIFIED,
-        detail=f"T = {LENGTH} (causal rows t = 1..3), d in {DIMS}, d_v = {VALUE_DIM}; "
+        f"T = {LENGTH} (causal rows t = 1..3), d in {DIMS}, d_v = {VALUE_DIM}; "
         "numerator and denominator separately",
     )
 
@@ -378,11 +370,10 @@ def _claim_any_feature_map(rec) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "kernel linear attention: state form == parallel form (symbolic features)",
         generic_maps,
-        status=Status.VERIFIED,
-        detail=f"T = {LENGTH}, feature dimension m in {GENERIC_FEATURES}, d_v = {VALUE_DIM}",
+        f"T = {LENGTH}, feature dimension m in {GENERIC_FEATURES}, d_v = {VALUE_DIM}",
     )
 
 

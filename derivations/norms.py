@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from derivations._record import Derivation, Status, main_for
+from derivations._record import Derivation, main_for
 from derivations._validate import check_choice, check_int, check_real
 
 NORM_KINDS = ("l2", "rms", "layernorm")
@@ -230,11 +230,10 @@ def _claim_scalar_gate(rec: Derivation) -> None:
         "every component of N_t); G_t > 0 iff D_t > 0 (exp, even kappa_N; odd kappa_N can give "
         "D_t <= 0, e.g. N = 1, scores (-2, 0): D_t = -1 + 1 = 0)."
     )
-    rec.check(
+    rec.verify(
         "odd kappa_N can vanish: kappa_1(-2) + kappa_1(0) = 0 (G_t undefined)",
         lambda: (1 + sp.Integer(-2)) + (1 + sp.Integer(0)) == 0,
-        status=Status.VERIFIED,
-        detail="N = 1, scores (-2, 0)",
+        "N = 1, scores (-2, 0)",
     )
 
 
@@ -249,18 +248,18 @@ def _claim_l2_rms(rec: Derivation) -> None:
     l2_o = o[i] / sp.sqrt(_sq(o[j]))
     rec.statement["L2"] = sp.Eq(sp.Symbol("L2(N_t)_i"), l2_o)
     rec.step("L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:", l2_N)
-    rec.check(
+    rec.prove(
         "L2(N_t) = L2(o_t) for D_t > 0",
         lambda: sp.simplify(l2_N - l2_o) == 0,
-        detail="symbolic d_v = n (sympy Sum), symbolic components, D > 0",
+        "symbolic d_v = n (sympy Sum), symbolic components, D > 0",
     )
     rms_N = No / sp.sqrt(_fs(_sq(D * o[j])) / n)
     rms_o = o[i] / sp.sqrt(_sq(o[j]) / n)
     rec.statement["RMS"] = sp.Eq(sp.Symbol("RMS(N_t)_i"), rms_o)
-    rec.check(
+    rec.prove(
         "RMS(N_t) = RMS(o_t) for D_t > 0",
         lambda: sp.simplify(rms_N - rms_o) == 0,
-        detail="symbolic d_v = n, D > 0",
+        "symbolic d_v = n, D > 0",
     )
 
 
@@ -279,15 +278,15 @@ def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
         "mean(N_t) = D mean(o_t) and var(N_t) = D^2 var(o_t) (linearity of the sum):",
         sp.Tuple(mu_N, var_N),
     )
-    rec.check(
+    rec.prove(
         "mean(D o) = D mean(o), var(D o) = D^2 var(o)",
         lambda: sp.simplify(mu_N - D * mu_o) == 0 and sp.simplify(var_N - D**2 * var_o) == 0,
-        detail="symbolic d_v = n",
+        "symbolic d_v = n",
     )
-    rec.check(
+    rec.prove(
         "LN(N_t) = LN(o_t) for D_t > 0 (where var(o_t) > 0)",
         lambda: sp.simplify(ln_N - ln_o) == 0,
-        detail="symbolic d_v = n, D > 0",
+        "symbolic d_v = n, D > 0",
     )
 
     def variance(dim: int) -> Any:
@@ -295,18 +294,16 @@ def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
         mean = sum(ys) / dim
         return sp.simplify(sum((y - mean) ** 2 for y in ys) / dim)
 
-    rec.check(
+    rec.verify(
         "d_v = 1: var(o) = 0 identically, so LN(o) is 0/0 (LayerNorm needs d_v >= 2)",
         lambda: variance(1) == 0,
-        status=Status.VERIFIED,
-        detail="d_v = 1, symbolic component",
+        "d_v = 1, symbolic component",
     )
-    rec.check(
+    rec.verify(
         f"LayerNorm identity claimed from d_v = {layernorm_min_dim}: var(o) is not identically "
         "0 there (the identity has content)",
         lambda: all(variance(dim) != 0 for dim in range(layernorm_min_dim, 4)),
-        status=Status.VERIFIED,
-        detail=f"d_v in {layernorm_min_dim}..3, symbolic components",
+        f"d_v in {layernorm_min_dim}..3, symbolic components",
     )
 
 
@@ -329,17 +326,17 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
     for name, (lhs, num, stat) in cases.items():
         rhs = num / sp.sqrt(stat + eps / D**2)
         rec.statement[f"{name}_eps"] = sp.Eq(sp.Symbol(f"{name}_eps(N_t)_i"), rhs)
-        rec.check(
+        rec.prove(
             f"{name}_eps(N_t) = {name}-numerator(o_t) / sqrt(stat(o_t) + eps/D_t^2)",
             lambda lhs=lhs, rhs=rhs: sp.simplify(lhs - rhs) == 0,
-            detail="symbolic d_v = n, D > 0, eps > 0",
+            "symbolic d_v = n, D > 0, eps > 0",
         )
-        rec.check(
+        rec.prove(
             f"{name}_eps(N_t) = {name}(o_t) / sqrt(1 + t), t = eps/(D_t^2 stat(o_t))",
             lambda rhs=rhs, num=num, stat=stat: (
                 sp.simplify(rhs - (num / sp.sqrt(stat)) / sp.sqrt(1 + eps / (D**2 * stat))) == 0
             ),
-            detail="symbolic d_v = n, D > 0, eps > 0",
+            "symbolic d_v = n, D > 0, eps > 0",
         )
     rec.step(
         "So Norm_eps(N_t) is Norm(o_t) shrunk by 1/sqrt(1+t): the gap is parallel to Norm(o_t) "
@@ -350,10 +347,10 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
     if claim_layernorm_eps_exact:
         lhs = cases["LayerNorm"][0]
         ln_o = (o[i] - mu_o) / sp.sqrt(var_o)
-        rec.check(
+        rec.prove(
             "(injected) LN_eps(N_t) = LN(o_t) exactly",
             lambda: sp.simplify(lhs - ln_o) == 0,
-            detail="symbolic d_v = n, D > 0, eps > 0",
+            "symbolic d_v = n, D > 0, eps > 0",
         )
 
 
@@ -379,13 +376,13 @@ def _claim_gap_bound(rec: Derivation, gap_bound: Callable[[Any], Any] | None) ->
         )
         return sp.simplify(h.subs(t, 0)) == 0 and pos
 
-    rec.check(
+    rec.prove(
         "1 - 1/sqrt(1+t) <= t/2 for all t >= 0",
         bound_holds,
-        detail="h(0) = 0; h'(t) written in w = sqrt(1+t) - 1 >= 0 is a ratio of polynomials "
+        "h(0) = 0; h'(t) written in w = sqrt(1+t) - 1 >= 0 is a ratio of polynomials "
         "with non-negative coefficients",
     )
-    rec.check(
+    rec.prove(
         "the bound t/2 is tight to first order (series of 1 - (1+t)^(-1/2) at t = 0)",
         lambda: (
             sp.simplify(
@@ -394,7 +391,7 @@ def _claim_gap_bound(rec: Derivation, gap_bound: Callable[[Any], Any] | None) ->
             )
             == 0
         ),
-        detail="series to O(t^2)",
+        "series to O(t^2)",
     )
 
 
@@ -410,13 +407,13 @@ def _claim_clamp(rec: Derivation) -> None:
         "of norm D||o||/eps, so the gap has norm 1 - D||o||/eps.",
     )
     lam = sp.Symbol("mu", positive=True)  # D||o||/eps = 1/(1 + mu) < 1
-    rec.check(
+    rec.prove(
         "clamp convention: exact when D_t ||o_t|| >= eps, gap 1 - D_t||o_t||/eps otherwise",
         lambda: (
             sp.simplify(D * on / (D * on) - 1) == 0
             and sp.simplify(sp.Abs(1 / (1 + lam) - 1) - (1 - 1 / (1 + lam))) == 0
         ),
-        detail="symbolic D, ||o||; below the clamp D||o||/eps = 1/(1+mu), mu > 0, and the gap "
+        "symbolic D, ||o||; below the clamp D||o||/eps = 1/(1+mu), mu > 0, and the gap "
         "is ||o|| |D/eps - 1/||o||| = |D||o||/eps - 1|",
     )
 
@@ -433,7 +430,7 @@ def _claim_sensitivity(rec: Derivation) -> None:
         "eps; LN_eps(y) = sqrt(d_v) g(P y), P the centering projection (||P|| <= 1)."
     )
     ra, rb = sp.symbols("r_a r_b", positive=True)
-    rec.check(
+    rec.prove(
         "sensitivity: g(b) - g(a) = (b - a)/r(a) + g(b)(r(a) - r(b))/r(a) and r(y) = "
         "h(||y||) with 0 <= h' < 1 (r is 1-Lipschitz in ||y||)",
         lambda: (
@@ -441,7 +438,7 @@ def _claim_sensitivity(rec: Derivation) -> None:
             == 0
             and sp.simplify(sp.diff(sp.sqrt(a_n**2 + e_), a_n) ** 2 - 1).is_negative is True
         ),
-        detail="componentwise identity with r(a), r(b) independent symbols; h(s) = "
+        "componentwise identity with r(a), r(b) independent symbols; h(s) = "
         "sqrt(s^2 + e), e > 0 (e = 0 by continuity)",
     )
 
@@ -455,11 +452,11 @@ def _claim_count_none(rec: Derivation) -> None:
     tt = sp.Symbol("t", positive=True, integer=True)
     count = D * o[i] / tt
     rec.step("count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.", count)
-    rec.check(
+    rec.prove(
         "count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of values in "
         "[e^-r, e^r], lies in that interval)",
         lambda: sp.solve(sp.Eq(count, o[i]), D) == [tt],
-        detail="symbolic t, D",
+        "symbolic t, D",
     )
 
 

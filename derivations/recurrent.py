@@ -13,7 +13,7 @@ polynomials in symbolic q, k, v (numerator and denominator separately).
 from __future__ import annotations
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation, Status
+from derivations._record import Derivation
 from derivations._validate import check_choice, check_dim, check_int, check_order
 
 #: instances of the exact identity: T <= 3, d <= 2, N <= 3, and a chunk size not dividing T
@@ -227,14 +227,13 @@ def _claim_prefix_sum(rec) -> None:
             evaluate=False,
         ),
     )
-    rec.check(
+    rec.prove(
         "the state recursion unrolls to the causal prefix sum (all t)",
         lambda: (
             difference_delta(sympy.Sum(g(s_), (s_, 1, t)), t) == g(t + 1)
             and sympy.Sum(g(s_), (s_, 1, 0)).doit() == 0
         ),
-        status=Status.PROVED,
-        detail="symbolic t, undefined f: difference_delta of the prefix sum is f(t+1)",
+        "symbolic t, undefined f: difference_delta of the prefix sum is f(t+1)",
     )
 
 
@@ -269,11 +268,10 @@ def _claim_readout(rec) -> None:
             and sympy.Sum(1, (s_, 1, t)).doit() == t
         )
 
-    rec.check(
+    rec.prove(
         "recurrent readout = parallel form (all T, d, N), z^(0)_t = t",
         exchange,
-        status=Status.PROVED,
-        detail="symbolic t, M; sympy factor_sum + Sum.reorder; uses D1's tensor-power identity",
+        "symbolic t, M; sympy factor_sum + Sum.reorder; uses D1's tensor-power identity",
     )
 
 
@@ -293,7 +291,7 @@ def _claim_chunk_split(rec) -> None:
             sympy.Sum(g(s_), (s_, 1, t)),
         ),
     )
-    rec.check(
+    rec.prove(
         "state before the chunk + intra-chunk sum = causal prefix sum (all a <= t)",
         lambda: (
             sympy.simplify(
@@ -303,8 +301,7 @@ def _claim_chunk_split(rec) -> None:
             )
             == 0
         ),
-        status=Status.PROVED,
-        detail="symbolic a, t; sympy merges the adjacent ranges",
+        "symbolic a, t; sympy merges the adjacent ranges",
     )
 
 
@@ -324,11 +321,10 @@ def _claim_chunk_partition(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "chunk_bounds partitions 0..T-1 into chunks of size C (last one shorter)",
         chunk_partition,
-        status=Status.VERIFIED,
-        detail="T = 0..7, C = 1..8",
+        "T = 0..7, C = 1..8",
     )
 
 
@@ -374,12 +370,7 @@ def _claim_forms_agree(rec, f) -> None:
         "(2 does not divide 3; 4 > T); numerator and denominator separately"
     )
     for basis in ("tensor", "symmetric"):
-        rec.check(
-            f"parallel == recurrent == chunked ({basis} basis)",
-            forms_agree(basis),
-            status=Status.VERIFIED,
-            detail=detail,
-        )
+        rec.verify(f"parallel == recurrent == chunked ({basis} basis)", forms_agree(basis), detail)
 
 
 def derive(**wrong) -> Derivation:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
-from derivations._record import Derivation, Status, main_for
+from derivations._record import Derivation, main_for
 from derivations._validate import check_exact, check_int, check_open_unit, check_real
 
 HAN_2024 = (
@@ -341,7 +341,7 @@ def _claim_softmax_collisions(rec: Derivation) -> None:
         "x_i - y_i = log S_x - log S_y, the same for every i: x - y is a multiple of 1. The "
         "converse is shift invariance (D6)."
     )
-    rec.check(
+    rec.prove(
         "softmax(x) = softmax(y) => x_i - y_i = log(S_x/S_y) (independent of i)",
         lambda: (
             sp.simplify(
@@ -351,7 +351,7 @@ def _claim_softmax_collisions(rec: Derivation) -> None:
             )
             == 0
         ),
-        detail="symbolic x_i, y_i, S_x, S_y > 0",
+        "symbolic x_i, y_i, S_x, S_y > 0",
     )
 
 
@@ -369,7 +369,7 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
         "is q = q' (injective). If rank [K, 1] < d + 1 a non-zero (u, -c) solves it, u != 0 "
         "(u = 0 forces c 1 = 0, c = 0), and q' = q + u gives softmax(K q') = softmax(K q)."
     )
-    rec.check(
+    rec.verify(
         "[K, 1] (u, -c) = K u - c 1 (block product)",
         lambda: (
             sp.simplify(
@@ -378,8 +378,7 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
             )
             == sp.zeros(n_, 1)
         ),
-        status=Status.VERIFIED,
-        detail="n = 4, d = 2, symbolic entries (row r reads sum_i K_ri u_i - c for every n, d)",
+        "n = 4, d = 2, symbolic entries (row r reads sum_i K_ri u_i - c for every n, d)",
     )
     k_good, k_bad = _K_GOOD, _K_BAD
     q1, q2 = sp.symbols("q1 q2", real=True)
@@ -404,12 +403,11 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
         )
         return bool(good and ok_dir and same and any(x != 0 for x in uv))
 
-    rec.check(
+    rec.verify(
         "instances: rank [K,1] = 3 -> injective; K = [[1,1],[2,0],[0,2],[3,-1]] has K(1,1) = 2*1 "
         "and softmax(K q) = softmax(K (q + u)) for symbolic q",
         injectivity_instances,
-        status=Status.VERIFIED,
-        detail="n = 4, d = 2, exact rationals",
+        "n = 4, d = 2, exact rationals",
     )
     if claim_injective_rank is not None:
         r_claim = claim_injective_rank
@@ -420,10 +418,10 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
             rank = sp.Matrix([r + [1] for r in kk]).rank()
             return rank == r_claim and softmax_injective(kk)
 
-        rec.check(
+        rec.prove(
             f"(injected) softmax(K q) injective when rank [K, 1] = {claim_injective_rank}",
             wrong_inj,
-            detail="n = 4, d = 2",
+            "n = 4, d = 2",
         )
     rec.cite(
         "softmax attention is injective in q iff rank [K, 1] = d + 1",
@@ -456,13 +454,13 @@ def _claim_relu_homogeneous(rec: Derivation) -> None:
         relu(q[i]) * phik[j, i], (j, 1, n), (i, 1, d)
     )
     rec.statement["ReLU linear attention"] = sp.Eq(sp.Symbol("w_s(alpha q)"), sp.Symbol("w_s(q)"))
-    rec.check(
+    rec.prove(
         "relu(alpha x) = alpha relu(x) for alpha > 0, hence the normalized linear-attention "
         "weights of alpha q and q coincide (not injective)",
         lambda: (
             sp.simplify(relu(al * xr) - al * relu(xr)) == 0 and sp.simplify(w_alpha - w_one) == 0
         ),
-        detail="symbolic d, n, alpha > 0, any key features",
+        "symbolic d, n, alpha > 0, any key features",
     )
 
 
@@ -487,12 +485,11 @@ def _claim_rank(rec: Derivation) -> None:
             ok = ok and ones_.rank() == 1 and masked.det() == 1 and masked.rank() == tt
         return ok
 
-    rec.check(
+    rec.verify(
         "instances: a 5x5 product of rank-2 factors has rank 2; with m = 1 all-ones features the "
         "causal-masked matrix is the lower-triangular ones matrix: det 1, rank T",
         rank_instances,
-        status=Status.VERIFIED,
-        detail="T = S = 5, m = 2 (exact); T = 1..8 for the causal instance",
+        "T = S = 5, m = 2 (exact); T = 1..8 for the causal instance",
     )
 
 
@@ -514,12 +511,11 @@ def _claim_total_positivity(rec: Derivation) -> None:
         tp_rows.append(["4 x 4", "69", f"{float(lowest):.6g}"])
         return bool(lowest > 0) and exp_kernel_strictly_totally_positive(q_tp, k_tp)
 
-    rec.check(
+    rec.verify(
         "instance: all 69 minors of exp(q_i k_j), q = (-1, -1/3, 1/2, 1), k = (-1/2, 0, 1/3, 1) "
         "are positive",
         tp_instance,
-        status=Status.VERIFIED,
-        detail="4 x 4, exact rational exponents q_i k_j; every minor (Leibniz formula) "
+        "4 x 4, exact rational exponents q_i k_j; every minor (Leibniz formula) "
         "enclosed by interval arithmetic (mpmath.iv, 60 digits) with a positive lower end",
     )
     rec.tables["exp kernel total positivity"] = (
@@ -550,10 +546,10 @@ def _claim_favor_mgf(rec: Derivation) -> None:
         "Per coordinate, w ~ N(0, 1): E[e^{t w}] = integral e^{t w} e^{-w^2/2}/sqrt(2 pi) =",
         sp.simplify(mgf),
     )
-    rec.check(
+    rec.prove(
         "E[e^{t w}] = e^{t^2/2} for w ~ N(0, 1) and every real t",
         lambda: sp.simplify(mgf - sp.exp(t**2 / 2)) == 0,
-        detail="symbolic t (sympy integral)",
+        "symbolic t (sympy integral)",
     )
     a = sp.IndexedBase("a", real=True)
     prod = sp.Product(sp.exp(a[i] ** 2 / 2), (i, 1, d))
@@ -562,10 +558,10 @@ def _claim_favor_mgf(rec: Derivation) -> None:
         "(Fubini) = prod_i e^{a_i^2/2} =",
         prod.rewrite(sp.Sum),
     )
-    rec.check(
+    rec.prove(
         "E[e^{w.a}] = e^{|a|^2/2} for w ~ N(0, I_d), any d",
         lambda: sp.simplify(prod.rewrite(sp.Sum) - sp.exp(sp.Sum(a[i] ** 2, (i, 1, d)) / 2)) == 0,
-        detail="symbolic d (product of the 1-D moment generating functions)",
+        "symbolic d (product of the 1-D moment generating functions)",
     )
     x = sp.IndexedBase("x", real=True)
     y = sp.IndexedBase("y", real=True)
@@ -576,10 +572,10 @@ def _claim_favor_mgf(rec: Derivation) -> None:
         sp.Sum(y[i] ** 2, (i, 1, d)),
         sp.Sum(x[i] * y[i], (i, 1, d)),
     )
-    rec.check(
+    rec.prove(
         "|x + y|^2 = |x|^2 + |y|^2 + 2 x.y",
         lambda: sp.simplify(sq - (nx + ny + 2 * xy)) == 0,
-        detail="symbolic d",
+        "symbolic d",
     )
 
 
@@ -602,13 +598,13 @@ def _claim_favor_moments(
         "p = x.y, s = |x+y|^2:",
         sp.simplify(raw_k),
     )
-    rec.check(
+    rec.prove(
         "E[Z^k] = exp(k x.y + k(k-1)|x+y|^2/2); k = 1: E[Z] = e^{x.y} (unbiased, Lemma 1)",
         lambda: (
             sp.simplify(raw_k - sp.exp(kk * p + kk * (kk - 1) * s / 2)) == 0
             and sp.simplify(raw_k.subs(kk, 1) - sp.exp(p)) == 0
         ),
-        detail="symbolic k, x.y, |x+y|^2",
+        "symbolic k, x.y, |x+y|^2",
     )
     m = sp.Symbol("m", integer=True, positive=True)
     var1 = sp.simplify(raw_k.subs(kk, 2) - raw_k.subs(kk, 1) ** 2)
@@ -622,10 +618,10 @@ def _claim_favor_moments(
         "E[Z^2] - E[Z]^2 =",
         var1,
     )
-    rec.check(
+    rec.prove(
         "Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid features",
         lambda: sp.simplify(var_m - claimed) == 0,
-        detail="symbolic x.y, |x+y|^2, m",
+        "symbolic x.y, |x+y|^2, m",
     )
     w, gauss1 = _gauss1()
     a1, a2, u1, u2 = sp.symbols("a1 a2 u1 u2", real=True)
@@ -661,12 +657,11 @@ def _claim_favor_moments(
             ok = ok and sp.simplify((second - mean**2) / m - claimed.subs({p: p_v, s: s_v})) == 0
         return bool(ok)
 
-    rec.check(
+    rec.verify(
         "direct Gaussian integrals: E[Z] = e^{x.y} and E[Z^2] = e^{2x.y + |x+y|^2}, hence the "
         "claimed variance, in d = 1 and d = 2",
         direct_integrals,
-        status=Status.VERIFIED,
-        detail="d = 1, 2: sympy integrals over w in R^d with symbolic x, y",
+        "d = 1, 2: sympy integrals over w in R^d with symbolic x, y",
     )
 
 
@@ -708,10 +703,10 @@ def _claim_fourth_moment(rec: Derivation) -> None:
             ok = ok and sp.expand(total - (mm * mu4 + 3 * mm * (mm - 1) * sig2**2)) == 0
         return bool(ok)
 
-    rec.check(
+    rec.prove(
         "E[(phi(x).phi(y) - e^{x.y})^4] = (mu_4 + 3(m-1) sigma^4)/m^3 with the closed-form mu_4",
         fourth_moment,
-        detail="symbolic m (counting), closed-form mu_4 from the raw moments; expansion "
+        "symbolic m (counting), closed-form mu_4 from the raw moments; expansion "
         "re-checked for m = 1..4",
     )
 
@@ -740,11 +735,11 @@ def _claim_confidence_and_citations(rec: Derivation) -> None:
         "Theorem 2",
     )
     xx = sp.Symbol("x", positive=True)
-    rec.check(
+    rec.prove(
         "the normalized output is a ratio of estimates and is biased in general: 1/x is "
         "strictly convex, so E[1/Dhat] > 1/E[Dhat] for a non-degenerate Dhat > 0 (Jensen)",
         lambda: sp.diff(1 / xx, xx, 2).is_positive is True,
-        detail="test unbiasedness on the kernel estimate, not on the attention output",
+        "test unbiasedness on the kernel estimate, not on the attention output",
     )
 
 

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from derivations._record import Status
 from derivations.rounding import (
     FORMAT_SOURCES,
     FORMATS,
@@ -93,11 +92,11 @@ def claim_unit_roundoff(rec, unit_roundoffs: Mapping[str, Any] | None) -> None:
             ok = ok and sp.simplify(claimed_u[name] - derived) == 0
         return ok
 
-    rec.check(
+    rec.prove(
         "u = 2^(1-p)/2 = 2^-p with p = total - exponent - sign + implicit bits: fp64 2^-53, "
         "fp32 2^-24, fp16 2^-11, bf16 2^-8",
         unit_roundoffs_ok,
-        detail="all four formats, exact (Higham Thm 2.2, round to nearest)",
+        "all four formats, exact (Higham Thm 2.2, round to nearest)",
     )
     rec.tables["unit roundoff"] = (["dtype", "bits", "exponent bits", "p", "u"], rows)
     rec.statement["u"] = sp.Tuple(*[claimed_u[k] for k in FORMATS])
@@ -125,10 +124,10 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
         "(1 + delta) - 1 has modulus <= u.",
         gam(1, u),
     )
-    rec.check(
+    rec.prove(
         "base case gamma_1 = u/(1 - u)",
         lambda: sp.simplify(gam(1, u) - u / (1 - u)) == 0,
-        detail="symbolic u",
+        "symbolic u",
     )
     mult_gap = g_n1 - (g_n + u + g_n * u)
     div_gap = g_n1 - (g_n + u) / (1 - u)
@@ -137,20 +136,20 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
         "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}:",
         sp.Tuple(sp.simplify(mult_gap), sp.simplify(div_gap)),
     )
-    rec.check(
+    rec.prove(
         "induction step: gamma_{n+1} >= gamma_n + u + gamma_n u and >= (gamma_n + u)/(1 - u) "
         "for all n > 0, u > 0 with (n+1) u < 1",
         lambda: (
             _nonneg_rational(mult_gap.subs(sub), [n, r])
             and _nonneg_rational(div_gap.subs(sub), [n, r])
         ),
-        detail="symbolic n, u; (n+1)u < 1 parametrized as u = 1/((n+1)(1+r)), r > 0; "
+        "symbolic n, u; (n+1)u < 1 parametrized as u = 1/((n+1)(1+r)), r > 0; "
         "certificate: numerator and denominator polynomials with non-negative coefficients",
     )
-    rec.check(
+    rec.prove(
         "first order: gamma_n = n u + O(u^2)",
         lambda: sp.simplify(sp.series(g_n, u, 0, 2).removeO() - n * u) == 0,
-        detail="series in u",
+        "series in u",
     )
 
 
@@ -175,7 +174,7 @@ def claim_exp_bound(rec) -> None:
         "e^e (1 + r) - 1 (the lower side 1 - e^-e (1 - r) is smaller):",
         A * (1 + rr) - 1,
     )
-    rec.check(
+    rec.prove(
         "exp bound: (e^e - 1) - (1 - e^-e) = (e^(e/2) - e^(-e/2))^2 and "
         "[e^e(1+r) - 1] - [1 - e^-e(1-r)] = (e^(e/2) - e^(-e/2))^2 + r(e^e - e^-e) >= 0",
         lambda: (
@@ -189,9 +188,9 @@ def claim_exp_bound(rec) -> None:
             and sp.simplify(A - 1 / A - 2 * sp.sinh(e_)) == 0
             and sp.sinh(e_).is_nonnegative is True
         ),
-        detail="symbolic e, r >= 0; e^e - e^-e = 2 sinh(e) >= 0",
+        "symbolic e, r >= 0; e^e - e^-e = 2 sinh(e) >= 0",
     )
-    rec.check(
+    rec.prove(
         "first order: e^e (1 + r) - 1 = e + r + O(2)",
         lambda: (
             sp.simplify(
@@ -199,7 +198,7 @@ def claim_exp_bound(rec) -> None:
             )
             == 0
         ),
-        detail="series along (e, r) = t (e, r)",
+        "series along (e, r) = t (e, r)",
     )
 
 
@@ -209,11 +208,11 @@ def claim_library_ulps(rec) -> None:
 
     ee = sp.Symbol("E", integer=True)
     pp = sp.Symbol("p", integer=True, positive=True)
-    rec.check(
+    rec.prove(
         "k ulps => relative error <= 2 k u: ulp(y) = 2^(E+1-p) <= 2^(1-p) |y| = 2u|y| for "
         "|y| in [2^E, 2^(E+1))",
         lambda: sp.simplify(2 ** (ee + 1 - pp) / 2**ee - 2 * 2 ** (-pp)) == 0,
-        detail="symbolic exponent E and precision p (normal range)",
+        "symbolic exponent E and precision p (normal range)",
     )
     rows_c = [[k, v.value, v.source] for k, v in LIBRARY_EXP_ULPS.items()]
     rows_c += [[f"div:{k}", v.value, v.source] for k, v in LIBRARY_DIV_ULPS.items()]
@@ -260,12 +259,12 @@ def claim_ratio(rec) -> None:
         gap = (f_max - f_min).subs(ed, ed2 / (1 + ed2))
         return mono and _nonneg_rational(gap, [en, ed2, dv])
 
-    rec.check(
+    rec.prove(
         "|ratio error| <= (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (attained at a corner)",
         ratio_ok,
-        detail="symbolic e_N, e_div >= 0, 0 <= e_D < 1; certificate of f_max - f_min >= 0",
+        "symbolic e_N, e_div >= 0, 0 <= e_D < 1; certificate of f_max - f_min >= 0",
     )
-    rec.check(
+    rec.prove(
         "first order: ratio bound = e_N + e_D + e_div + O(2)",
         lambda: (
             sp.simplify(
@@ -274,7 +273,7 @@ def claim_ratio(rec) -> None:
             )
             == 0
         ),
-        detail="series along a ray",
+        "series along a ray",
     )
 
 
@@ -290,10 +289,10 @@ def claim_output_identity(rec) -> None:
         "|Nhat/Dhat - o| <= (num_rel A + |o| den_rel B)/(|D| - den_rel B); the division adds "
         "div_rel |Nhat/Dhat| <= div_rel(|o| + that).",
     )
-    rec.check(
+    rec.prove(
         "identity Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat",
         lambda: sp.simplify(Nh / Dh - Nn / Dd - ((Nh - Nn) - (Nn / Dd) * (Dh - Dd)) / Dh) == 0,
-        detail="symbolic",
+        "symbolic",
     )
 
 
@@ -307,10 +306,10 @@ def claim_weighted_sum(rec) -> None:
         " <= (e_w + gamma_S (1 + e_w)) sum W |v|, since |w_hat| <= |w| + e_w W <= (1 + e_w) W:",
         sp.expand((1 + ew) * (1 + gs) - 1),
     )
-    rec.check(
+    rec.prove(
         "weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",
         lambda: sp.expand(ew + gs * (1 + ew) - ((1 + ew) * (1 + gs) - 1)) == 0,
-        detail="symbolic",
+        "symbolic",
     )
 
 
@@ -323,11 +322,11 @@ def claim_taylor_weights(rec) -> None:
     xx = sp.Symbol("x", real=True)
     kapN = sp.Sum(xx**k / sp.factorial(k), (k, 0, N))
     kapN1 = sp.Sum(xx**k / sp.factorial(k), (k, 0, N - 1))
-    rec.check(
+    rec.prove(
         "kappa_N' = kappa_{N-1} (mean value theorem: |kappa_N(x_hat) - kappa_N(x)| <= "
         "kappa_{N-1}(|x| + e) e <= kappa_N(|x| + e) e)",
         lambda: sp.simplify(kapN.diff(xx) - kapN1) == 0,
-        detail="symbolic N (sympy Sum)",
+        "symbolic N (sympy Sum)",
     )
 
     def majorant_instances() -> bool:
@@ -351,11 +350,10 @@ def claim_taylor_weights(rec) -> None:
                 ok = ok and sp.expand(lhs - rhs) == 0
         return ok
 
-    rec.check(
+    rec.verify(
         "feature-form majorant: sum_alpha |Phi_alpha(q) Phi_alpha(k)| = kappa_N(sum_i |q_i||k_i|)",
         majorant_instances,
-        status=Status.VERIFIED,
-        detail="d = 1..3, N = 0..4 (scale 1; multinomial theorem on |q_i||k_i|)",
+        "d = 1..3, N = 0..4 (scale 1; multinomial theorem on |q_i||k_i|)",
     )
 
 
@@ -369,7 +367,7 @@ def claim_two_level(rec) -> None:
         "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| <= a (1 + u_low) + u_low |o|.",
         a_ * (1 + ul) + ul * o_,
     )
-    rec.check(
+    rec.prove(
         "bf16 x bf16 and fp16 x fp16 products are exact in fp32 (2p <= 24); fp32 x fp32 exact "
         "in fp64 (48 <= 53)",
         lambda: (
@@ -378,7 +376,7 @@ def claim_two_level(rec) -> None:
             and product_exact_in("float32", "float64")
             and not product_exact_in("float64", "float64")
         ),
-        detail="precision bits 8, 11, 24, 53",
+        "precision bits 8, 11, 24, 53",
     )
 
 
@@ -417,12 +415,11 @@ def claim_toy_format(rec) -> None:
                 ratios.append(float(err / bound))
         return ok
 
-    rec.check(
+    rec.verify(
         "instances: recursive dot products in a toy binary format (p = 5, exact rounding to "
         "nearest even) obey |fl(a.b) - a.b| <= gamma_n sum |a_i b_i|",
         toy_format,
-        status=Status.VERIFIED,
-        detail="1500 random dot products, n = 1..6, exact rational arithmetic",
+        "1500 random dot products, n = 1..6, exact rational arithmetic",
     )
     if ratios:
         rec.tables["toy-format dot products"] = (

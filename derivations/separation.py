@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from derivations._record import Derivation, Status, main_for
+from derivations._record import Derivation, main_for
 from derivations._validate import check_int, check_open_unit, check_real
 
 
@@ -230,30 +230,30 @@ def _claim_bound_a(rec: Derivation, lower: Any) -> None:
         "e^{-Delta} (exp increasing), so S <= (n-1) e^{-Delta}; 1/(1+S) is decreasing in S:",
         sp.diff(1 / (1 + S), S),
     )
-    rec.check(
+    rec.prove(
         "1/(1+S) is decreasing in S >= 0",
         lambda: sp.diff(1 / (1 + S), S).is_negative is True,
-        detail="symbolic S >= 0",
+        "symbolic S >= 0",
     )
     # extremal row: all other entries z* - Delta (n - 1 of them)
     extremal = sp.exp(zs) / (
         sp.exp(zs) + factor_sum(sp.Sum(sp.exp(zs - gap), (j, 1, n - 1)).doit())
     )
-    rec.check(
+    rec.prove(
         "A holds and is tight: at z_j = z_{i*} - Delta (all j != i*) the peak equals the bound",
         lambda: sp.simplify(extremal - lower) == 0,
-        detail="symbolic n, Delta, z_{i*}",
+        "symbolic n, Delta, z_{i*}",
     )
     at_sep = sp.simplify(lower.subs(gap, sp.log(3 * (n - 1))))
     rec.step("At Delta = log(3(n-1)) (n >= 2) the bound is", at_sep)
-    rec.check(
+    rec.prove(
         "Delta >= log(3(n-1)) gives softmax(z)_{i*} >= 3/4 (bound increasing in Delta)",
         lambda: (
             sp.simplify(at_sep - sp.Rational(3, 4)) == 0
             and sp.simplify(sp.diff(lower, gap) * (1 + (n - 1) * sp.exp(-gap)) ** 2 / (n - 1))
             == sp.exp(-gap)
         ),
-        detail="symbolic n >= 2",
+        "symbolic n >= 2",
     )
 
 
@@ -275,13 +275,13 @@ def _claim_bound_b(rec: Derivation, upper: Any) -> None:
         sp.simplify(sp.diff(x / (x + c), x)),
     )
     corner = sp.exp(a) / (sp.exp(a) + factor_sum(sp.Sum(sp.exp(0), (j, 1, n - 1)).doit()))
-    rec.check(
+    rec.prove(
         "B holds and is tight: x/(x+c) increasing; at z = (a, 0, ..., 0) the peak equals the bound",
         lambda: (
             sp.simplify(sp.diff(x / (x + c), x)).is_positive is True
             and sp.simplify(corner - upper) == 0
         ),
-        detail="symbolic n, a >= 0",
+        "symbolic n, a >= 0",
     )
 
 
@@ -298,20 +298,20 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
         "one entry 1 + log(3n), the rest in [0,1]: gap >= log(3n), inf peak (rest all 1) =",
         sp.simplify(inf1),
     )
-    rec.check(
+    rec.prove(
         "inf peak(D_1) = 3n/(4n-1) > 3/4 > 1/2 for every n >= 1",
         lambda: (
             sp.simplify(inf1 - 3 * nn / (4 * nn - 1)) == 0
             and sp.simplify(3 * nn / (4 * nn - 1) - sp.Rational(3, 4) - 3 / (4 * (4 * nn - 1))) == 0
         ),
-        detail="symbolic n (3n/(4n-1) - 3/4 = 3/(4(4n-1)) > 0)",
+        "symbolic n (3n/(4n-1) - 3/4 = 3/(4(4n-1)) > 0)",
     )
     sol = sp.solve_univariate_inequality(sup0 < sp.Rational(1, 2), nn, relational=False).intersect(
         sp.Interval.open(0, sp.oo)
     )
     rec.step("sup peak(D_0) = e/(e+n-1) < 1/2 solved for n > 0:", sol)
     k = separating_n
-    rec.check(
+    rec.prove(
         f"threshold 1/2 separates every sample iff n >= {k}: e/(e+n-1) < 1/2 iff n > 1 + e, "
         f"and the smallest such integer is {k}",
         lambda: (
@@ -319,7 +319,7 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
             and bool(sup0.subs(nn, k) < sp.Rational(1, 2))
             and bool(sup0.subs(nn, k - 1) > sp.Rational(1, 2))
         ),
-        detail="exact comparison with e (sympy)",
+        "exact comparison with e (sympy)",
     )
     rec.step(
         "For n <= 3 the D_0 peak at (1, 0, ..., 0) is e/(e+n-1) > 1/2 and the peak is "
@@ -334,11 +334,10 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
         ["n", "sup peak D_0 = e/(e+n-1)", "inf peak D_1 = 3n/(4n-1)", "1/2 separates"],
         rows,
     )
-    rec.check(
+    rec.verify(
         f"exported smallest_separating_n(1/2) == {k}",
         lambda: smallest_separating_n(0.5) == k,
-        status=Status.VERIFIED,
-        detail="mpmath, 50 digits",
+        "mpmath, 50 digits",
     )
 
 
@@ -352,24 +351,24 @@ def _claim_linear_attention(rec: Derivation) -> None:
     lin_up = (M + D) / ((n - 1) * m + M + D)
     rec.statement["C"] = sp.Le(sp.Symbol("lin peak"), lin_up)
     rec.step("lin peak = (M+Delta)/(sum_{j != i*} z_j + M + Delta) with sum >= (n-1) m:", lin_up)
-    rec.check(
+    rec.prove(
         "C: the bound is attained at z_j = m and tends to 0 as n -> oo",
         lambda: (
             sp.limit(lin_up, n, sp.oo) == 0
             and sp.diff((M + D) / (S + M + D), S).is_negative is True
         ),
-        detail="symbolic m, M, Delta > 0, n",
+        "symbolic m, M, Delta > 0, n",
     )
     tau = sp.Symbol("tau", positive=True)
     n_fail = 1 + (M + D) * (1 - tau) / (tau * m)
-    rec.check(
+    rec.prove(
         "any fixed threshold tau in (0,1) fails: the bound equals tau at n = 1 + (M+Delta)"
         "(1-tau)/(tau m) and is decreasing in n",
         lambda: (
             sp.simplify(lin_up.subs(n, n_fail) - tau) == 0
             and sp.simplify(sp.diff(lin_up, n) + m * (M + D) / ((n - 1) * m + M + D) ** 2) == 0
         ),
-        detail="symbolic tau, m, M, Delta",
+        "symbolic tau, m, M, Delta",
     )
     sup_lin0 = M / (M + (n - 1) * m)
     inf_lin1 = (M + D) / ((n - 1) * M + M + D)
@@ -380,11 +379,11 @@ def _claim_linear_attention(rec: Derivation) -> None:
         diff_,
     )
     target = (n - 1) * ((M + D) * m - M**2) / ((M + (n - 1) * m) * ((n - 1) * M + M + D))
-    rec.check(
+    rec.prove(
         "C': an n-scaled threshold separates the linear construction for every n >= 2 iff "
         "Delta > M(M-m)/m (the sign of the difference is that of (M+Delta) m - M^2)",
         lambda: sp.simplify(diff_ - target) == 0,
-        detail="symbolic n, m, M, Delta; this construction is separable, with tau_n ~ 1/n",
+        "symbolic n, m, M, Delta; this construction is separable, with tau_n ~ 1/n",
     )
 
 
@@ -399,10 +398,10 @@ def _claim_scale(rec: Derivation) -> None:
     z = sp.IndexedBase("z", positive=True)
     i = sp.Symbol("i", integer=True, positive=True)
     lin_c = cz * z[i] / factor_sum(sp.Sum(cz * z[j], (j, 1, n)))
-    rec.check(
+    rec.prove(
         "lin(c z) = lin(z) for c > 0 (no readout of lin separates {z} from {c z})",
         lambda: sp.simplify(lin_c - z[i] / sp.Sum(z[j], (j, 1, n))) == 0,
-        detail="symbolic n, c > 0",
+        "symbolic n, c > 0",
     )
     zr = sp.IndexedBase("z", real=True)
     zm = sp.Symbol("z_max", real=True)
@@ -416,7 +415,7 @@ def _claim_scale(rec: Derivation) -> None:
         sp.diff(peak, cz),
     )
     w_j = sp.exp(cz * zr[j]) / Sc
-    rec.check(
+    rec.prove(
         "d peak/dc = peak (z_max - sum_j w_j z_j) and z_max - zbar = sum_j w_j (z_max - z_j)",
         lambda: (
             sp.simplify(sp.diff(peak, cz) - peak * (zm - mean_w)) == 0
@@ -426,18 +425,18 @@ def _claim_scale(rec: Derivation) -> None:
             )
             == 0
         ),
-        detail="symbolic n, c; sum_j w_j = 1",
+        "symbolic n, c; sum_j w_j = 1",
     )
     r_, b_, z0 = sp.symbols("r beta z_0", positive=True)
     pw = (r_ * z0) ** b_ / ((r_ * z0) ** b_ + (n - 1) * z0**b_)
     rec.statement["power attention"] = sp.Eq(sp.Symbol("power peak"), r_**b_ / (r_**b_ + n - 1))
-    rec.check(
+    rec.prove(
         "power attention peak = r^beta/(r^beta + n - 1) exactly (-> 1 as beta -> oo, r > 1)",
         lambda: (
             sp.simplify(sp.expand_power_base(pw) - r_**b_ / (r_**b_ + n - 1)) == 0
             and sp.limit((sp.Integer(2)) ** b_ / (2**b_ + n - 1), b_, sp.oo) == 1
         ),
-        detail="symbolic r, beta, z_0 > 0, n; limit at r = 2",
+        "symbolic r, beta, z_0 > 0, n; limit at r = 2",
     )
 
 

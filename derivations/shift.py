@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
-from derivations._record import Derivation, Status, main_for
+from derivations._record import Derivation, main_for
 from derivations._validate import check_exact, check_order
 from derivations.feature_maps import taylor_coefficients
 
@@ -187,10 +187,10 @@ def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
         "denominator and cancels with the numerator:",
         factor_sums(sp.expand(w_shift, power_exp=True)),
     )
-    rec.check(
+    rec.prove(
         "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a",
         lambda: sp.simplify(factor_sums(sp.expand(w_shift, power_exp=True)) - w) == 0,
-        detail="symbolic n (sympy Sum), symbolic a",
+        "symbolic n (sympy Sum), symbolic a",
     )
     rec.step(
         "Hence subtracting m = max_s x_s (any common constant) before exp is exact in real "
@@ -219,23 +219,23 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         "(x+a)^N/N! contributes to x^N in kappa_N(x+a), with coefficient",
         lead,
     )
-    rec.check(
+    rec.prove(
         "x^N coefficient of kappa_N(x+a) is 1/N! (forces c = 1)",
         lambda: sp.simplify(lead - 1 / sp.factorial(N)) == 0,
-        detail="symbolic N >= 1",
+        "symbolic N >= 1",
     )
     rec.step(
         "The x^(N-1) coefficient of kappa_N(x+a) - kappa_N(x) gets C(N-1,N-1)/(N-1)! from "
         "(x+a)^(N-1)/(N-1)!, C(N,N-1) a/N! from (x+a)^N/N!, minus 1/(N-1)! from kappa_N(x):",
         sp.combsimp(sub),
     )
-    rec.check(
+    rec.prove(
         "[x^(N-1)] (kappa_N(x+a) - kappa_N(x)) = a/(N-1)! != 0 for a != 0 (not a multiple)",
         lambda: (
             sp.simplify(sp.combsimp(sub) - anz / sp.factorial(N - 1)) == 0
             and sp.combsimp(sub).is_zero is False
         ),
-        detail="symbolic N >= 1, symbolic a != 0",
+        "symbolic N >= 1, symbolic a != 0",
     )
     # two-key weights: P(x1, x2) = kappa(x1+a) kappa(x2) - kappa(x2+a) kappa(x1)
     coef_p = (1 / sp.factorial(N - 1) + anz / sp.factorial(N - 1)) / sp.factorial(N) - (
@@ -247,14 +247,14 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         "x1^(N-1) x2^N in P is [(1 + a)/(N-1)!]/N! - (1/N!)(1/(N-1)!):",
         sp.simplify(coef_p),
     )
-    rec.check(
+    rec.prove(
         "P is a non-zero polynomial (coefficient a/((N-1)! N!)), so kappa_N weights change "
         "under a shift except on a proper algebraic subset of score pairs",
         lambda: (
             sp.simplify(coef_p - anz / (sp.factorial(N - 1) * sp.factorial(N))) == 0
             and sp.simplify(coef_p).is_zero is False
         ),
-        detail="symbolic N >= 1; a row with more keys reduces to the ratio of two weights",
+        "symbolic N >= 1; a row with more keys reduces to the ratio of two weights",
     )
 
 
@@ -274,11 +274,10 @@ def _claim_shift_instances(rec: Derivation) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "instances: kappa_N(x+a) - kappa_N(x) has degree N-1 and leading coefficient a/(N-1)!",
         poly_instances,
-        status=Status.VERIFIED,
-        detail=f"N in {INSTANCE_ORDERS}, symbolic a (exact polynomial expansion)",
+        f"N in {INSTANCE_ORDERS}, symbolic a (exact polynomial expansion)",
     )
     rows: list[list[Any]] = []
 
@@ -291,11 +290,10 @@ def _claim_shift_instances(rec: Derivation) -> None:
             ok = ok and before != after
         return ok
 
-    rec.check(
+    rec.verify(
         "exact counterexample: scores (0, 1) shifted by a = 1 change the kappa_N weights",
         counterexamples,
-        status=Status.VERIFIED,
-        detail=f"N in {INSTANCE_ORDERS}, exact rationals; e.g. N=2: 2/7 -> 1/3",
+        f"N in {INSTANCE_ORDERS}, exact rationals; e.g. N=2: 2/7 -> 1/3",
     )
     rec.tables["kappa_N shift counterexample"] = (
         ["N", "scores", "shift a", "w_0 before", "w_0 after"],
@@ -315,10 +313,8 @@ def _claim_injected_shift_invariance(rec: Derivation, order: int) -> None:
         k1a, k2a = _kappa_poly(order, y1 + a), _kappa_poly(order, y2 + a)
         return sp.simplify(k1a / (k1a + k2a) - k1 / (k1 + k2)) == 0
 
-    rec.check(
-        f"(injected) kappa_{order} weights are shift-invariant",
-        wrong,
-        detail="symbolic two-key row",
+    rec.prove(
+        f"(injected) kappa_{order} weights are shift-invariant", wrong, "symbolic two-key row"
     )
 
 
@@ -337,10 +333,10 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
         "e^{-M}/(e^{-M} + S), S = sum of the visible keys' e^{x_s} > 0:",
         leak,
     )
-    rec.check(
+    rec.prove(
         "exp: the masked key's weight is > 0 for every finite sentinel -M and every S > 0",
         lambda: leak.is_positive is True,
-        detail="symbolic M > 0, S > 0",
+        "symbolic M > 0, S > 0",
     )
     leak_low = sp.exp(-M) / (sp.exp(-M) + nv * sp.exp(-M - b))
     rec.step(
@@ -348,19 +344,19 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
         "weight is",
         sp.simplify(leak_low),
     )
-    rec.check(
+    rec.prove(
         "exp: with visible scores -M - b the masked weight is 1/(1 + n_v e^{-b}) -> 1 (b -> oo)",
         lambda: (
             sp.simplify(leak_low - 1 / (1 + nv * sp.exp(-b))) == 0
             and sp.limit(1 / (1 + nv * sp.exp(-b)), b, sp.oo) == 1
         ),
-        detail="symbolic M, b > 0, n_v >= 1",
+        "symbolic M, b > 0, n_v >= 1",
     )
     if claim_sentinel_masks:
-        rec.check(
+        rec.prove(
             "(injected) a finite sentinel gives the masked key exactly zero weight (exp)",
             lambda: sp.simplify(leak) == 0,
-            detail="symbolic M, S",
+            "symbolic M, S",
         )
 
 
@@ -377,13 +373,13 @@ def _claim_kappa_sentinel(rec: Derivation) -> None:
         lower,
     )
     nn = sp.Symbol("n", integer=True, nonnegative=True)
-    rec.check(
+    rec.prove(
         "|kappa_N(-M)| >= M^(N-1)(M/N! - e) -> oo as M -> oo (any N >= 1)",
         lambda: (
             sp.summation(1 / sp.factorial(nn), (nn, 0, sp.oo)) == sp.E
             and sp.limit(lower, M, sp.oo) is sp.oo
         ),
-        detail="symbolic N >= 1",
+        "symbolic N >= 1",
     )
     Kv = sp.Symbol("K", real=True, nonzero=True)  # kappa_N(-M)
     Sr = sp.Symbol("S", real=True)  # sum of visible kappa_N values (any sign for odd N)
@@ -393,10 +389,10 @@ def _claim_kappa_sentinel(rec: Derivation) -> None:
         "(either sign) for fixed visible scores:",
         sp.Eq(sp.Limit(wk, Kv, sp.oo), sp.limit(wk, Kv, sp.oo)),
     )
-    rec.check(
+    rec.prove(
         "kappa_N, N >= 1: the masked weight -> 1 as the sentinel -> -oo (K -> +oo or -oo)",
         lambda: sp.limit(wk, Kv, sp.oo) == 1 and sp.limit(wk, Kv, -sp.oo) == 1,
-        detail="symbolic K, S",
+        "symbolic K, S",
     )
 
 
@@ -420,12 +416,11 @@ def _claim_sentinel_instances(rec: Derivation) -> None:
                 ok = ok and not sp.real_roots(poly) and poly.eval(0) > 0
         return ok
 
-    rec.check(
+    rec.verify(
         "instances: finite sentinels -1e4, -1e9 give kappa_N(-M) != 0 and a non-zero masked "
         "weight (even N: kappa_N > 0 everywhere, so a huge positive weight)",
         sentinel_instances,
-        status=Status.VERIFIED,
-        detail=f"N in {INSTANCE_ORDERS}, visible scores (0, 0), exact rationals; "
+        f"N in {INSTANCE_ORDERS}, visible scores (0, 0), exact rationals; "
         "even-N positivity by exact real-root isolation",
     )
 
@@ -436,12 +431,11 @@ def _claim_sentinel_instances(rec: Derivation) -> None:
             ok = ok and len(roots) == 1 and bool(roots[0] < 0) and bool(roots[0] > -10)
         return ok
 
-    rec.check(
+    rec.verify(
         "odd N: kappa_N has exactly one real root r_N (negative), so kappa_N(-M) = 0 only at "
         "M = -r_N (e.g. N = 1, M = 1); every other finite sentinel leaks",
         odd_roots,
-        status=Status.VERIFIED,
-        detail="N in (1, 3, 5), exact real-root isolation; |r_N| < 10, far from -1e4",
+        "N in (1, 3, 5), exact real-root isolation; |r_N| < 10, far from -1e4",
     )
     rec.tables["finite sentinel leak"] = (
         ["N", "sentinel", "kappa_N(sentinel)", "masked weight (visible scores 0, 0)"],
@@ -469,11 +463,10 @@ def _claim_negative_infinity(rec: Derivation) -> None:
             and sp.limit(sp.exp(xs), xs, -sp.oo) == 0
         )
 
-    rec.check(
+    rec.verify(
         "additive -inf: e^{-inf} = 0 (exact for exp) but kappa_N(-inf) = (-1)^N inf (NaN weights)",
         neg_inf_limits,
-        status=Status.VERIFIED,
-        detail=f"N in {INSTANCE_ORDERS}",
+        f"N in {INSTANCE_ORDERS}",
     )
 
 
@@ -496,11 +489,10 @@ def _claim_select_mask(rec: Derivation) -> None:
         "A correct mask selects: w_s = m_s kappa(x_s) / sum_j m_j kappa(x_j) with m in {0,1} "
         "(where(mask, kappa, 0), never a multiplication of a possibly infinite value by 0)."
     )
-    rec.check(
+    rec.verify(
         "selection mask: the masked weight is exactly 0 and no weight depends on the masked score",
         select_mask,
-        status=Status.VERIFIED,
-        detail="3 keys, mask (1, 1, 0), kernels exp, kappa_2, kappa_3",
+        "3 keys, mask (1, 1, 0), kernels exp, kappa_2, kappa_3",
     )
 
 

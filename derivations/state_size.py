@@ -18,7 +18,7 @@ import math
 from fractions import Fraction
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation, Status
+from derivations._record import Derivation
 from derivations._validate import check_choice, check_dim, check_order
 
 #: the stated table of D5 at d = d_v = 64: (symmetric, tensor) block sizes per order N, and the
@@ -165,11 +165,10 @@ def _claim_composition(rec, f) -> None:
                         return False
         return True
 
-    rec.check(
+    rec.verify(
         "state sizes == enumeration of the numerator and denominator blocks",
         composition,
-        status=Status.VERIFIED,
-        detail="d = 1..4, d_v in {1, 2, 5}, N = 0..4; blocks enumerated with D1's "
+        "d = 1..4, d_v in {1, 2, 5}, N = 0..4; blocks enumerated with D1's "
         "multi_indices and itertools.product",
     )
 
@@ -185,13 +184,12 @@ def _claim_hockey_stick(rec, f) -> None:
         "and C(N+d, N) + C(N+d, N+1) = C(N+d+1, N+1) (Pascal's rule).",
         rec.statement["symmetric_state"],
     )
-    rec.check(
+    rec.prove(
         "sum_{n<=N} C(n+d-1, n) = C(N+d, N) (all N >= 0, d >= 1)",
         lambda: fm.hockey_stick_step(f["closed_form"]),
-        status=Status.PROVED,
-        detail="induction with symbolic N, d; sympy simplify/gammasimp of the step",
+        "induction with symbolic N, d; sympy simplify/gammasimp of the step",
     )
-    rec.check(
+    rec.prove(
         "sympy summation agrees: sum_{n<=N} C(n+d-1, n) -> C(N+d, N)",
         lambda: (
             sympy.simplify(
@@ -202,8 +200,7 @@ def _claim_hockey_stick(rec, f) -> None:
             )
             == 0
         ),
-        status=Status.PROVED,
-        detail="sympy.summation with symbolic N, d",
+        "sympy.summation with symbolic N, d",
     )
 
 
@@ -225,11 +222,10 @@ def _claim_geometric(rec) -> None:
         general = sympy.simplify(total.subs(d, e + 2) - ((e + 2) ** (big_n + 1) - 1) / (e + 1))
         return bool(general == 0 and total.subs(d, 1) == big_n + 1)
 
-    rec.check(
+    rec.prove(
         "sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) (d >= 2), N + 1 (d = 1)",
         geometric,
-        status=Status.PROVED,
-        detail="sympy.summation with symbolic N, d",
+        "sympy.summation with symbolic N, d",
     )
 
 
@@ -260,11 +256,10 @@ def _claim_crossover(rec, f) -> None:
                             return False
         return True
 
-    rec.check(
+    rec.verify(
         "kv_cache_numbers, crossover_ratio, crossover_length (= first T with KV >= state)",
         kv_and_crossover,
-        status=Status.VERIFIED,
-        detail="d in {1, 2, 3, 8}, d_v in {1, 2, 8}, N = 0..3, both bases; brute-force search",
+        "d in {1, 2, 3, 8}, d_v in {1, 2, 8}, N = 0..3, both bases; brute-force search",
     )
 
 
@@ -295,12 +290,11 @@ def _claim_stated_table(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "stated D5 table: blocks 2,080/4,096, 45,760/262,144, 766,480/16,777,216; "
         "T* = 1,089, 24,327, 413,555 (nearest integer)",
         stated_table,
-        status=Status.VERIFIED,
-        detail="d = d_v = 64, N = 2, 3, 4",
+        "d = d_v = 64, N = 2, 3, 4",
     )
 
 

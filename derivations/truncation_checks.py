@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from derivations._record import Status
 from derivations.truncation import (
     delta,
     dominant_order,
@@ -65,11 +64,10 @@ def check_kappa(rec, f) -> None:
                         return False
         return True
 
-    rec.check(
+    rec.verify(
         "kappa == sympy kappa_N",
         kappa_ok,
-        status=Status.VERIFIED,
-        detail="N = 0..8, x in {-3, -1/2, 0, 5/4, 7/2}: Fraction exact, float correctly "
+        "N = 0..8, x in {-3, -1/2, 0, 5/4, 7/2}: Fraction exact, float correctly "
         "rounded, mpf at 50 digits",
     )
 
@@ -98,11 +96,10 @@ def check_remainder_bound(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "remainder_bound == e^{max(x,0)}|x|^{N+1}/(N+1)! and bounds |e^x - kappa_N|",
         remainder_ok,
-        status=Status.VERIFIED,
-        detail="N in {0, 1, 3, 6}, x in {-3, -1/2, 1/2, 2, 5}",
+        "N in {0, 1, 3, 6}, x in {-3, -1/2, 1/2, 2, 5}",
     )
 
 
@@ -129,11 +126,10 @@ def check_relative_error(rec, f) -> None:
             ref = mpmath.mpf(str(g_num(10, sympy.Rational(1, 1000))))
             return bool(abs(got - ref) <= 1e-45 * abs(ref))
 
-    rec.check(
+    rec.verify(
         "relative_error == 1 - kappa_N(x) e^{-x}",
         relative_ok,
-        status=Status.VERIFIED,
-        detail="N in {0, 1, 2, 5, 10}, x in {-4, -1, -1e-3, 1e-3, 1, 4} (tiny g: "
+        "N in {0, 1, 2, 5, 10}, x in {-4, -1, -1e-3, 1e-3, 1, 4} (tiny g: "
         "cancellation); mpf at 50 digits for N = 10, x = 1e-3",
     )
 
@@ -150,11 +146,10 @@ def check_delta(rec, f) -> None:
                     return False
         return f["delta"](3, 0.0) == 0
 
-    rec.check(
+    rec.verify(
         "delta == max(|g_N(-r)|, |g_N(r)|)",
         delta_ok,
-        status=Status.VERIFIED,
-        detail="N = 1..6, r in {1/2, 1, 2, 3}; delta_N(0) = 0",
+        "N = 1..6, r in {1/2, 1, 2, 3}; delta_N(0) = 0",
     )
 
 
@@ -184,11 +179,10 @@ def check_output_error_bound(rec, f) -> None:
             return False
         return True
 
-    rec.check(
+    rec.verify(
         "output_error_bound == 2 delta/(1 + sqrt(1 - delta^2)); ValueError off [0, 1)",
         bound_ok,
-        status=Status.VERIFIED,
-        detail="delta in {0, 0.1, 0.5, 0.6, 0.8, 0.99}; 1, 1.5, -0.1 rejected",
+        "delta in {0, 0.1, 0.5, 0.6, 0.8, 0.99}; 1, 1.5, -0.1 rejected",
     )
 
 
@@ -212,11 +206,10 @@ def check_informative_radius(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "informative_radius = largest float r with delta_N(r) < target",
         radius_ok,
-        status=Status.VERIFIED,
-        detail="N in {1, 2, 4, 6}, target in {1/2, 1}: sympy delta at r and at the next float",
+        "N in {1, 2, 4, 6}, target in {1/2, 1}: sympy delta at r and at the next float",
     )
 
 
@@ -232,11 +225,10 @@ def check_first_order_below(rec, f) -> None:
                     return False
         return True
 
-    rec.check(
+    rec.verify(
         "first_order_below == first N with |g_N(x)| < level",
         first_ok,
-        status=Status.VERIFIED,
-        detail="x in {-4, -8, -5/2, 3}, level in {1, 1/10}",
+        "x in {-4, -8, -5/2, 3}, level in {1, 1/10}",
     )
 
 
@@ -267,11 +259,10 @@ def check_dominant_order(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "dominant_order == floor(|x|) (tie with floor(|x|) - 1 at integers)",
         dominant_ok,
-        status=Status.VERIFIED,
-        detail="x in {0, 1/2, 1, 5/2, 3, 36/5, -4, -8, -77/10}: argmax of exact terms",
+        "x in {0, 1/2, 1, 5/2, 3, 36/5, -4, -8, -77/10}: argmax of exact terms",
     )
 
 
@@ -286,12 +277,7 @@ def check_real_root_count(rec, f) -> None:
             for order in range(12)
         )
 
-    rec.check(
-        "real_root_count == number of real roots (Sturm)",
-        roots_ok,
-        status=Status.VERIFIED,
-        detail="N = 0..11",
-    )
+    rec.verify("real_root_count == number of real roots (Sturm)", roots_ok, "N = 0..11")
 
 
 def tables(rec) -> None:

@@ -13,7 +13,6 @@ import functools
 from fractions import Fraction
 
 from derivations import feature_maps as fm
-from derivations._record import Status
 from derivations.truncation import STATED_DELTAS, STATED_FIRST_BELOW_ONE
 
 #: decimal digits of the sympy reference values (>= 2x the largest cancellation met here:
@@ -132,16 +131,14 @@ def claim_kappa_series(rec, f) -> None:
         "polynomial built from the exported taylor_coefficient must equal sympy's series.",
         rec.statement["kappa_N"],
     )
-    rec.check(
+    rec.verify(
         "kappa_N from taylor_coefficient = Taylor polynomial of exp",
         lambda: all(
             sympy.expand(kappa_coeffs(k, f)(x) - kappa_series(k)(x)) == 0
             and sympy.expand(kappa_series(k)(x) - fm.exp_taylor_polynomial(x, k)) == 0
             for k in range(13)
         ),
-        status=Status.VERIFIED,
-        detail="N = 0..12; reference coefficients from sympy's exp.taylor_term and "
-        "sympy.series(exp)",
+        "N = 0..12; reference coefficients from sympy's exp.taylor_term and sympy.series(exp)",
     )
 
 
@@ -169,11 +166,10 @@ def claim_derivative(rec) -> None:
         )
         return bool(zero and term == 0 and shifted == _ksum(npos - 1) and d_k.limits[0][1] == 0)
 
-    rec.check(
+    rec.prove(
         "kappa_N' = kappa_{N-1} (all N >= 1)",
         derivative_lemma,
-        status=Status.PROVED,
-        detail="symbolic N, n; sympy diff, simplify, Sum.change_index",
+        "symbolic N, n; sympy diff, simplify, Sum.change_index",
     )
 
 
@@ -192,11 +188,10 @@ def claim_last_term(rec) -> None:
             evaluate=False,
         ),
     )
-    rec.check(
+    rec.prove(
         "kappa_N - kappa_{N-1} = x^N/N! (all N >= 1)",
         lambda: difference_delta(_ksum(npos - 1), npos) == x**npos / sympy.factorial(npos),
-        status=Status.PROVED,
-        detail="symbolic N; sympy difference_delta",
+        "symbolic N; sympy difference_delta",
     )
 
 
@@ -227,17 +222,15 @@ def claim_relative_error_derivative(rec, f) -> None:
         )
         return bool(chain and order0 and closed == 0)
 
-    rec.check(
+    rec.prove(
         "g_N'(x) = x^N e^{-x}/N! (all N)",
         g_prime,
-        status=Status.PROVED,
-        detail="symbolic N: substitution of the two lemmas; also sympy's lowergamma closed form",
+        "symbolic N: substitution of the two lemmas; also sympy's lowergamma closed form",
     )
-    rec.check(
+    rec.prove(
         "g_N(0) = 0 (all N)",
         lambda: _ksum(big_n).subs(x, 0).doit() == 1,
-        status=Status.PROVED,
-        detail="symbolic N: kappa_N(0) = 1",
+        "symbolic N: kappa_N(0) = 1",
     )
 
     def g_prime_instances():
@@ -247,11 +240,10 @@ def claim_relative_error_derivative(rec, f) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "g_N' = x^N e^{-x}/N! with kappa_N from the exported coefficients",
         g_prime_instances,
-        status=Status.VERIFIED,
-        detail="N = 0..12",
+        "N = 0..12",
     )
 
 
@@ -276,11 +268,10 @@ def claim_monotone(rec) -> None:
         sign_fixed = sympy.simplify((-1) ** (big_n + 1) * gp_neg - magnitude) == 0
         return bool(pos_right is True and sign_fixed and magnitude.is_positive is True)
 
-    rec.check(
+    rec.prove(
         "|g_N| increases with |x| on each side of 0: delta_N(r) = max(|g_N(-r)|, |g_N(r)|)",
         monotone,
-        status=Status.PROVED,
-        detail="symbolic N, t > 0, y > 0; sympy assumptions (is_positive) and simplify",
+        "symbolic N, t > 0, y > 0; sympy assumptions (is_positive) and simplify",
     )
 
 
@@ -304,11 +295,10 @@ def claim_remainder(rec) -> None:
         ok_max = all(sympy.simplify(z + sympy.Max(0, -z) - sympy.Max(z, 0)) == 0 for z in (xp, xn))
         return bool(ok_int and ok_max)
 
-    rec.check(
+    rec.prove(
         "|e^x - kappa_N(x)| <= e^{max(x,0)} |x|^{N+1}/(N+1)! (all N, x)",
         remainder_lemma,
-        status=Status.PROVED,
-        detail="symbolic N, y > 0: int_0^y t^N/N! dt = y^(N+1)/(N+1)!; x + max(0,-x) = "
+        "symbolic N, y > 0: int_0^y t^N/N! dt = y^(N+1)/(N+1)!; x + max(0,-x) = "
         "max(x,0) in the cases x > 0, x < 0 (x = 0 trivial)",
     )
 
@@ -328,11 +318,10 @@ def claim_dominant_term(rec) -> None:
         "exactly when |x| >= 1 is an integer.",
         sympy.Eq(ratio, xa / npos_n),
     )
-    rec.check(
+    rec.prove(
         "ratio of consecutive terms = |x|/n (all n >= 1)",
         lambda: sympy.gammasimp(ratio - xa / npos_n) == 0,
-        status=Status.PROVED,
-        detail="symbolic n >= 1, |x| = X > 0",
+        "symbolic n >= 1, |x| = X > 0",
     )
 
 
@@ -356,11 +345,10 @@ def claim_stated_deltas(rec) -> None:
                 return False
         return True
 
-    rec.check(
+    rec.verify(
         "stated values: delta_2(1) ~ 0.36, delta_4(2) ~ 1.46, delta_6(2) ~ 0.15, delta_6(3) ~ 6.3",
         deltas,
-        status=Status.VERIFIED,
-        detail="rounded to the stated digits",
+        "rounded to the stated digits",
     )
 
 
@@ -377,11 +365,10 @@ def claim_stated_first_below(rec) -> None:
         g20 = abs(g_num(20, sympy.Integer(-8)))
         return bool(float(f"{float(g20):.0e}") == 4e2)
 
-    rec.check(
+    rec.verify(
         "stated values: |g_N(x)| first < 1 at N = 12, 26, 54 (x = -4, -8, -16); |g_20(-8)| ~ 4e2",
         first_below,
-        status=Status.VERIFIED,
-        detail="N/|x| in [3, 3.6] for the three points",
+        "N/|x| in [3, 3.6] for the three points",
     )
 
 
@@ -424,11 +411,10 @@ def claim_split_bound(rec) -> None:
         value = sympy.simplify(2 * upper.subs(m, 1 - dl + 2 * a * dl) - f_a) == 0
         return bool(du and dlow and cross and value)
 
-    rec.check(
+    rec.prove(
         "sum |w^ - w| <= F(a) = 4a(1-a) delta/(1-delta+2a delta) for a split of weight a",
         crossing_value,
-        status=Status.PROVED,
-        detail="dU/dm = -a(1+delta)/m^2 < 0, dL/dm = (1-a)(1-delta)/m^2 > 0; crossing and value "
+        "dU/dm = -a(1+delta)/m^2 < 0, dL/dm = (1-a)(1-delta)/m^2 > 0; crossing and value "
         "by sympy solve/simplify",
     )
 
@@ -468,11 +454,10 @@ def claim_supremum(rec) -> None:
         looser_ok = sympy.simplify(looser - 2 * tt * (2 - (1 - tt) ** 2) / (1 - tt) ** 2) == 0
         return bool(square and onto and sq and param and attained and looser_ok)
 
-    rec.check(
+    rec.prove(
         "sup over all weights and errors of sum |w^ - w| = 2 delta/(1 + sqrt(1 - delta^2))",
         supremum,
-        status=Status.PROVED,
-        detail="sympy factor of F* - F(a) as a square; sqrt(1-delta^2) = (1-t^2)/(1+t^2) on "
+        "sympy factor of F* - F(a) as a square; sqrt(1-delta^2) = (1-t^2)/(1+t^2) on "
         "t in [0, 1); attained at a = (1-t)/2; "
         "<= 2 delta/(1-delta) since 2 - (1-t)^2 > 0 on (0, 1)",
     )
@@ -484,11 +469,10 @@ def claim_supremum(rec) -> None:
         tot = sum(abs(b / sum(big) - wi) for b, wi in zip(big, w))
         return tot == b_star.subs(dl, d_s) == sympy.Rational(2, 3)
 
-    rec.check(
+    rec.verify(
         "the supremum is attained: w = (1/3, 2/3), e = (+3/5, -3/5) gives exactly 2/3 = B(3/5)",
         two_key_attains,
-        status=Status.VERIFIED,
-        detail="exact rationals",
+        "exact rationals",
     )
 
     def below_b(total: Fraction, d_s: Fraction) -> bool:
@@ -514,11 +498,10 @@ def claim_supremum(rec) -> None:
         # the comparison itself must be able to fail: the loose bound's value at d = 1/2 is 2
         return not below_b(Fraction(2), Fraction(1, 2)) and below_b(Fraction(2, 3), Fraction(3, 5))
 
-    rec.check(
+    rec.verify(
         "sum |w^ - w| <= B(delta) on random exact configurations",
         random_configs,
-        status=Status.VERIFIED,
-        detail="300 configurations, 2-6 keys, delta in {0.01..0.99}, errors +-delta or interior "
+        "300 configurations, 2-6 keys, delta in {0.01..0.99}, errors +-delta or interior "
         "(random.Random(0)); exact rational comparison after squaring",
     )
 
@@ -552,11 +535,10 @@ def claim_thresholds(rec) -> None:
             and loose[sympy.Rational(1, 2)] == [sympy.Rational(1, 5)]
         )
 
-    rec.check(
+    rec.prove(
         "thresholds: B = 1 at delta = 4/5, B = 1/2 at 8/17, B -> 2 as delta -> 1",
         thresholds,
-        status=Status.PROVED,
-        detail="sympy solve / limit on the closed form",
+        "sympy solve / limit on the closed form",
     )
 
 
@@ -584,11 +566,10 @@ def claim_positivity(rec) -> None:
         terms_nonneg = (xn**nn / sympy.factorial(nn)).is_nonnegative
         return bool(at_min is True and terms_nonneg is True)
 
-    rec.check(
+    rec.prove(
         "kappa_2m > 0 on R; kappa_{2m+1} has exactly one real root, negative (all m)",
         general,
-        status=Status.PROVED,
-        detail="uses kappa_N' = kappa_{N-1} and kappa_N - kappa_{N-1} = x^N/N! (proved above); "
+        "uses kappa_N' = kappa_{N-1} and kappa_N - kappa_{N-1} = x^N/N! (proved above); "
         "sympy assumptions: x0^(2m)/(2m)! > 0 for real x0 != 0, x^n/n! >= 0 for x >= 0",
     )
     rec.cite(
@@ -618,11 +599,10 @@ def claim_root_counts(rec, f) -> None:
         crit = sympy.solve(sympy.diff(k2, x), x)
         return bool(crit == [-1] and k2.subs(x, -1) == sympy.Rational(1, 2))
 
-    rec.check(
+    rec.verify(
         "real root counts (Sturm): 0 for even N, 1 negative for odd N; min kappa_2 = 1/2 at -1",
         counts,
-        status=Status.VERIFIED,
-        detail="N = 0..11 with kappa_N from the exported coefficients; sympy Poly.count_roots",
+        "N = 0..11 with kappa_N from the exported coefficients; sympy Poly.count_roots",
     )
 
 
@@ -641,9 +621,8 @@ def claim_signed_weights(rec, f) -> None:
         "Odd orders give signed weights: N = 1, scores (-3, 1/2, 1) -> kappa_1 = (-2, 3/2, 2), "
         "sum 3/2, normalized weights (-4/3, 1, 4/3).",
     )
-    rec.check(
+    rec.verify(
         "N = 1, scores (-3, 0.5, 1): normalized weights (-4/3, 1, 4/3)",
         counterexample,
-        status=Status.VERIFIED,
-        detail="exact rationals",
+        "exact rationals",
     )
