@@ -25,6 +25,8 @@ from derivations import rounding as d10
 from derivations.rounding import gamma, unit_roundoff
 from verify.exact import error_terms, errors
 from verify.exact.oracle import linear_reference, softmax_reference, taylor_reference
+from verify.spec.kernel import UNKNOWN, from_feature_map
+from verify.spec.kernel import parse as parse_kernel
 
 __all__ = ["U", "assert_within", "callable_map_bound", "gamma", "oracle_bound", "output_bound"]
 
@@ -40,19 +42,22 @@ _U64 = U[torch.float64]
 
 
 def model_kernel(kernel: str) -> str:
-    """A test kernel name as ``verify.errors`` spells it: ``exp`` -> ``softmax``, ``taylor:N``
-    unchanged (kappa_N on scores or through features: every form), feature maps ->
-    ``linear:MAP``."""
-    if kernel == "exp":
-        return "softmax"
-    if isinstance(kernel, str) and kernel.startswith("taylor:"):
-        return kernel
-    if kernel in ("identity", "elu1", "relu", "favor"):
-        return f"linear:{kernel}"
-    raise ValueError(
-        f"kernel: expected exp, taylor:N, identity, elu1, relu or favor, got {kernel!r} "
-        "(a test's own feature map: use callable_map_bound)"
-    )
+    """A test kernel name as ``verify.exact.errors`` spells it: ``exp`` -> ``softmax``,
+    ``taylor:N`` unchanged (kappa_N on scores or through features: every form), feature maps
+    -> ``linear:MAP``."""
+    try:
+        kern = parse_kernel(kernel)
+    except ValueError:
+        try:
+            kern = from_feature_map(kernel)
+        except ValueError:
+            kern = UNKNOWN
+    if not kern.known:
+        raise ValueError(
+            f"kernel: expected exp, taylor:N, identity, elu1, relu or favor, got {kernel!r} "
+            "(a test's own feature map: use callable_map_bound)"
+        )
+    return str(kern)
 
 
 def _bound(kernel, q, k, v, *, dtype, exact, form, basis, device, **kw):
@@ -67,81 +72,33 @@ def _bound(kernel, q, k, v, *, dtype, exact, form, basis, device, **kw):
 
 
 def output_bound(
-    kernel,
-    q,
-    k,
-    v,
-    *,
-    dtype,
-    causal=False,
-    attn_mask=None,
-    scale=None,
-    denominator="sum",
-    eps=0.0,
-    projection=None,
-    form="any",
-    basis=None,
-    device="cpu",
+    kernel, q, k, v, *, dtype, exact=None, form="any", basis=None, device="cpu", **options
 ):
-    """(float64 reference, elementwise bound), both float64 (B, H, T, d_v) CPU tensors.
+    """(reference, elementwise bound), both float64 (B, H, T, d_v) CPU tensors.
 
     The check is ``|out - ref| <= bound`` for an output computed in ``dtype`` (a torch dtype;
     bf16/fp16: the two-level model, fp32 accumulation, output rounded to the dtype) by any
     ``form`` (default ``any``: the worst per key of the score and feature evaluations; ``basis``
     None: the larger Taylor feature count), on ``device`` (``cuda``: CUDA's cited exp ulps).
-    The bound includes the reference's own float64 bound. Rows with no visible key: reference
-    0, bound 0. Not checked here: ``errors.outside_model``'s no-underflow criterion, a
-    sufficient condition that ordinary inputs of high Taylor orders in float32 fail (entries
-    below about 1e-3 for N = 4); callers choose inputs whose products stay normal.
+    ``options``: causal, attn_mask, scale, denominator, eps, projection. Without ``exact`` the
+    reference is the float64 evaluation and the bound includes its own float64 bound; with
+    ``exact`` (the ``verify.exact.oracle`` result on the same inputs and options) the reference
+    is the exact output rounded once and the bound uses the exact |o|. Rows with no visible
+    key: reference 0, bound 0. Not checked here: ``errors.outside_model``'s no-underflow
+    criterion, a sufficient condition that ordinary inputs of high Taylor orders in float32
+    fail (entries below about 1e-3 for N = 4); callers choose inputs whose products stay normal.
     """
-    kw = dict(
-        causal=causal,
-        attn_mask=attn_mask,
-        scale=scale,
-        denominator=denominator,
-        eps=eps,
-        projection=projection,
-    )
     name, bound = _bound(
-        kernel, q, k, v, dtype=dtype, exact=None, form=form, basis=basis, device=device, **kw
+        kernel, q, k, v, dtype=dtype, exact=exact, form=form, basis=basis, device=device, **options
     )
-    return torch.from_numpy(errors.float64_reference(name, q, k, v, **kw)), bound
+    if exact is not None:
+        return torch.from_numpy(exact.float64), bound
+    return torch.from_numpy(errors.float64_reference(name, q, k, v, **options)), bound
 
 
-def oracle_bound(
-    kernel,
-    exact,
-    q,
-    k,
-    v,
-    *,
-    dtype,
-    causal=False,
-    attn_mask=None,
-    scale=None,
-    denominator="sum",
-    eps=0.0,
-    projection=None,
-    form="any",
-    basis=None,
-    device="cpu",
-):
-    """(exact output rounded once to float64, elementwise bound) for ``exact``, the
-    ``verify.oracle`` result on the same inputs and options: as :func:`output_bound`, but the
-    comparison is against the exact output, so no reference error is added and the bound uses
-    the exact |o|."""
-    kw = dict(
-        causal=causal,
-        attn_mask=attn_mask,
-        scale=scale,
-        denominator=denominator,
-        eps=eps,
-        projection=projection,
-    )
-    _, bound = _bound(
-        kernel, q, k, v, dtype=dtype, exact=exact, form=form, basis=basis, device=device, **kw
-    )
-    return torch.from_numpy(exact.float64), bound
+def oracle_bound(kernel, exact, q, k, v, **kw):
+    """:func:`output_bound` against the exact output ``exact`` (same inputs and options)."""
+    return output_bound(kernel, q, k, v, exact=exact, **kw)
 
 
 def callable_map_bound(
