@@ -211,3 +211,11 @@ def main_for(derive: Callable[[], Derivation]) -> None:
     record = derive()
     print(record.describe())
     raise SystemExit(0 if record.status is not Status.FAILED else 1)
+
+
+def pick(table: dict[str, Any], *names: str) -> tuple[Any, ...]:
+    """The entries ``names`` of a module's symbol table, in order.
+
+    ``n, big_n, d = pick(_syms(), "n", "N", "d")`` unpacks the symbols a claim group uses.
+    """
+    return tuple(table[name] for name in names)

@@ -16,7 +16,7 @@ import itertools
 import math
 from fractions import Fraction
 
-from derivations._record import Derivation
+from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_order
 
 BASES = ("symmetric", "tensor")
@@ -235,8 +235,7 @@ def _builders(f):
 def _statement(rec) -> None:
     import sympy
 
-    v = _syms()
-    c, n, big_n, d, i, s = v["c"], v["n"], v["N"], v["d"], v["i"], v["s"]
+    c, n, big_n, d, i, s = pick(_syms(), "c", "n", "N", "d", "i", "s")
     qs, ks = sympy.IndexedBase("q"), sympy.IndexedBase("k")
     qk = sympy.Sum(qs[i] * ks[i], (i, 1, d))
     rec.statement["exp_series"] = sympy.Eq(
@@ -292,8 +291,7 @@ def _claim_tensor_power(rec) -> None:
     """2. <q^(tensor n), k^(tensor n)> = (q.k)^n for general d and n (induction)."""
     import sympy
 
-    v = _syms()
-    n, d, i, s = v["n"], v["d"], v["i"], v["s"]
+    n, d, i, s = pick(_syms(), "n", "d", "i", "s")
     a_fn, b_fn = sympy.Function("a"), sympy.Function("b")
     big_i = sympy.Symbol("I", integer=True)
     m_sym = sympy.Symbol("M", integer=True, positive=True)

@@ -13,7 +13,7 @@ Numeric exports (plain Python): ``FEATURE_MAPS``, ``parse_feature_map``, ``featu
 from __future__ import annotations
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation
+from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim
 
 #: feature-map names of the linear-attention API: "taylor" is written "taylor:N"
@@ -123,6 +123,31 @@ def _ring(names):
     return ring_.one, gens
 
 
+def _token_ring(lead, blocks):
+    """QQ[lead, then per (prefix, width) in ``blocks`` the LENGTH x width generators prefix{t}_{i}].
+
+    Returns (one, the ``lead`` generators, per block its LENGTH rows of ``width`` generators).
+    """
+    names = list(lead)
+    for prefix, width in blocks:
+        names += [f"{prefix}{t}_{i}" for t in range(LENGTH) for i in range(width)]
+    one, gens = _ring(names)
+    head, rest, rows = gens[: len(lead)], gens[len(lead) :], []
+    for _, width in blocks:
+        rows.append([rest[t * width : (t + 1) * width] for t in range(LENGTH)])
+        rest = rest[LENGTH * width :]
+    return one, head, rows
+
+
+def _forms_agree(fq, fk, kern, v, one) -> bool:
+    """Recurrent == parallel rows, for the numerator (values ``v``) and the denominator (v = 1)."""
+    for vals in (v, [[one]] * LENGTH):
+        lin, par = _linear_rows(fq, fk, vals, one), _kernel_rows(kern, vals, one)
+        if any(a - b != 0 for ra, rb in zip(lin, par) for a, b in zip(ra, rb)):
+            return False
+    return True
+
+
 # -- the record, one function per claim group ----------------------------------------------------
 def _syms():
     """Symbols of the D3 statement and proofs (equal symbols compare equal)."""
@@ -164,8 +189,7 @@ def _claim_first_order_term(rec, f) -> None:
     import sympy
     from sympy.simplify.simplify import factor_sum
 
-    v = _syms()
-    d, d_v, q, ks, vs = v["d"], v["d_v"], v["q"], v["ks"], v["vs"]
+    d, d_v, q, ks, vs = pick(_syms(), "d", "d_v", "q", "ks", "vs")
     rec.step(
         "The n = 1 term of the Taylor numerator has weight taylor_coefficient(1) = 1/1! = 1; "
         "by associativity and distributivity q~^T (sum_s k~_s v_s^T) = sum_s (q~^T k~_s) v_s^T: "
@@ -225,8 +249,7 @@ def _claim_kappa_1(rec, f) -> None:
     """2. kappa_1(x) = 1 + x and the map [1, x~]: block product, sizes against the exports."""
     import sympy
 
-    v = _syms()
-    c, xs, q, ks = v["c"], v["x"], v["q"], v["ks"]
+    c, xs, q, ks = pick(_syms(), "c", "x", "q", "ks")
     rec.step(
         "Orders {0, 1}: kappa_1(x) = 1 + x, the first-order Taylor polynomial of exp. The map "
         "phi(x) = [1, sqrt(c) x] has phi(q).phi(k) = 1 + c q.k = kappa_1(c q.k) (block "
@@ -310,36 +333,22 @@ def _claim_normalized_first_order(rec, f) -> None:
     tt = sympy.Dummy("t")
     kappa1 = [QQ.convert(fm.exp_taylor_polynomial(tt, 1).coeff(tt, n)) for n in (0, 1)]
 
-    def first_order_equal():
-        for dd in DIMS:
-            names = ["r"]
-            names += [f"q{t}_{i}" for t in range(LENGTH) for i in range(dd)]
-            names += [f"k{t}_{i}" for t in range(LENGTH) for i in range(dd)]
-            names += [f"v{t}_{j}" for t in range(LENGTH) for j in range(VALUE_DIM)]
-            one, g = _ring(names)
-            r, g = g[0], g[1:]
-            qq = [g[t * dd : (t + 1) * dd] for t in range(LENGTH)]
-            kk = [g[LENGTH * dd + t * dd : LENGTH * dd + (t + 1) * dd] for t in range(LENGTH)]
-            base = 2 * LENGTH * dd
-            vv = [g[base + t * VALUE_DIM : base + (t + 1) * VALUE_DIM] for t in range(LENGTH)]
-            fq = [f["feature_map"](x, r, one) for x in qq]
-            fk = [f["feature_map"](x, r, one) for x in kk]
-            kern = [
-                [
-                    kappa1[0] * one + kappa1[1] * r * r * sum(a * b for a, b in zip(qt, ks_))
-                    for ks_ in kk
-                ]
-                for qt in qq
+    def first_order_equal(dd):
+        one, (r,), (qq, kk, vv) = _token_ring(["r"], [("q", dd), ("k", dd), ("v", VALUE_DIM)])
+        fq = [f["feature_map"](x, r, one) for x in qq]
+        fk = [f["feature_map"](x, r, one) for x in kk]
+        kern = [
+            [
+                kappa1[0] * one + kappa1[1] * r * r * sum(a * b for a, b in zip(qt, ks_))
+                for ks_ in kk
             ]
-            for vals in (vv, [[one]] * LENGTH):  # numerator, then denominator
-                lin, par = _linear_rows(fq, fk, vals, one), _kernel_rows(kern, vals, one)
-                if any(a - b != 0 for ra, rb in zip(lin, par) for a, b in zip(ra, rb)):
-                    return False
-        return True
+            for qt in qq
+        ]
+        return _forms_agree(fq, fk, kern, vv, one)
 
     rec.verify(
         "normalized Taylor-1 attention == kernel linear attention with phi = [1, x~]",
-        first_order_equal,
+        lambda: all(first_order_equal(dd) for dd in DIMS),
         f"T = {LENGTH} (causal rows t = 1..3), d in {DIMS}, d_v = {VALUE_DIM}; "
         "numerator and denominator separately",
     )
@@ -353,26 +362,14 @@ def _claim_any_feature_map(rec) -> None:
         "state form equals the parallel form with kernel phi(q_t).phi(k_s).",
     )
 
-    def generic_maps():
-        for m in GENERIC_FEATURES:
-            names = [f"fq{t}_{i}" for t in range(LENGTH) for i in range(m)]
-            names += [f"fk{t}_{i}" for t in range(LENGTH) for i in range(m)]
-            names += [f"v{t}_{j}" for t in range(LENGTH) for j in range(VALUE_DIM)]
-            one, g = _ring(names)
-            fq = [g[t * m : (t + 1) * m] for t in range(LENGTH)]
-            fk = [g[LENGTH * m + t * m : LENGTH * m + (t + 1) * m] for t in range(LENGTH)]
-            base = 2 * LENGTH * m
-            vv = [g[base + t * VALUE_DIM : base + (t + 1) * VALUE_DIM] for t in range(LENGTH)]
-            kern = [[sum(a * b for a, b in zip(a_, b_)) for b_ in fk] for a_ in fq]
-            for vals in (vv, [[one]] * LENGTH):
-                lin, par = _linear_rows(fq, fk, vals, one), _kernel_rows(kern, vals, one)
-                if any(a - b != 0 for ra, rb in zip(lin, par) for a, b in zip(ra, rb)):
-                    return False
-        return True
+    def generic_map(m):
+        one, _, (fq, fk, vv) = _token_ring([], [("fq", m), ("fk", m), ("v", VALUE_DIM)])
+        kern = [[sum(a * b for a, b in zip(a_, b_)) for b_ in fk] for a_ in fq]
+        return _forms_agree(fq, fk, kern, vv, one)
 
     rec.verify(
         "kernel linear attention: state form == parallel form (symbolic features)",
-        generic_maps,
+        lambda: all(generic_map(m) for m in GENERIC_FEATURES),
         f"T = {LENGTH}, feature dimension m in {GENERIC_FEATURES}, d_v = {VALUE_DIM}",
     )
 

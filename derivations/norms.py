@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from derivations._record import Derivation, main_for
+from derivations._record import Derivation, main_for, pick
 from derivations._validate import check_choice, check_int, check_real
 
 NORM_KINDS = ("l2", "rms", "layernorm")
@@ -209,8 +209,7 @@ def _moments() -> dict[str, Any]:
     """mean and population variance of o_t and of N_t = D o_t (linearity applied to N_t)."""
     import sympy as sp
 
-    v = _syms()
-    n, j, D, o = v["n"], v["j"], v["D"], v["o"]
+    n, j, D, o = pick(_syms(), "n", "j", "D", "o")
     mu_o = sp.Sum(o[j], (j, 1, n)) / n
     mu_N = _fs(sp.Sum(D * o[j], (j, 1, n)) / n)
     return {
@@ -241,8 +240,7 @@ def _claim_l2_rms(rec: Derivation) -> None:
     """L2(N_t) = L2(o_t) and RMS(N_t) = RMS(o_t) for D_t > 0."""
     import sympy as sp
 
-    v = _syms()
-    n, i, j, D, o = v["n"], v["i"], v["j"], v["D"], v["o"]
+    n, i, j, D, o = pick(_syms(), "n", "i", "j", "D", "o")
     No = D * o[i]  # component i of N_t = D_t o_t
     l2_N = No / sp.sqrt(_fs(_sq(D * o[j])))
     l2_o = o[i] / sp.sqrt(_sq(o[j]))
@@ -267,8 +265,7 @@ def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
     """LN(N_t) = LN(o_t) for D_t > 0, and from which d_v on the identity has content."""
     import sympy as sp
 
-    v = _syms()
-    i, D, o = v["i"], v["D"], v["o"]
+    i, D, o = pick(_syms(), "i", "D", "o")
     mom = _moments()
     mu_o, var_o, mu_N, var_N = mom["mu_o"], mom["var_o"], mom["mu_N"], mom["var_N"]
     ln_N = (D * o[i] - mu_N) / sp.sqrt(var_N)
@@ -311,8 +308,7 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
     """With eps inside the root: Norm_eps(N_t) = Norm(o_t)/sqrt(1 + t), an exact shrink."""
     import sympy as sp
 
-    v = _syms()
-    n, i, j, D, eps, o = v["n"], v["i"], v["j"], v["D"], v["eps"], v["o"]
+    n, i, j, D, eps, o = pick(_syms(), "n", "i", "j", "D", "eps", "o")
     mom = _moments()
     mu_o, var_o, mu_N, var_N = mom["mu_o"], mom["var_o"], mom["mu_N"], mom["var_N"]
     No = D * o[i]
@@ -447,8 +443,7 @@ def _claim_count_none(rec: Derivation) -> None:
     """The ``count`` and ``none`` denominators are not o_t unless D_t = t (resp. 1)."""
     import sympy as sp
 
-    v = _syms()
-    i, D, o = v["i"], v["D"], v["o"]
+    i, D, o = pick(_syms(), "i", "D", "o")
     tt = sp.Symbol("t", positive=True, integer=True)
     count = D * o[i] / tt
     rec.step("count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.", count)

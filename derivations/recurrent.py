@@ -13,7 +13,7 @@ polynomials in symbolic q, k, v (numerator and denominator separately).
 from __future__ import annotations
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation
+from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_int, check_order
 
 #: instances of the exact identity: T <= 3, d <= 2, N <= 3, and a chunk size not dividing T
@@ -184,8 +184,7 @@ def _syms():
 def _statement(rec) -> None:
     import sympy
 
-    v = _syms()
-    t, s_, n, big_n = v["t"], v["s"], v["n"], v["N"]
+    t, s_, n, big_n = pick(_syms(), "t", "s", "n", "N")
     kap = sympy.Function("kappa_N")
     x_ts = sympy.Function("x")(t, s_)
     v_s = sympy.Function("v")(s_)
@@ -214,8 +213,7 @@ def _claim_prefix_sum(rec) -> None:
     import sympy
     from sympy.series.limitseq import difference_delta
 
-    v = _syms()
-    t, s_, g = v["t"], v["s"], v["f"]
+    t, s_, g = pick(_syms(), "t", "s", "f")
     rec.step(
         "Unrolling: S_t = sum_{s<=t} f(s) with f(s) = k~_s^(tensor n) v_s^T satisfies "
         "S_t - S_{t-1} = f(t) and S_0 = 0 (empty sum); the recursion has one solution, so "
@@ -242,8 +240,7 @@ def _claim_readout(rec) -> None:
     import sympy
     from sympy.simplify.simplify import factor_sum
 
-    v = _syms()
-    t, s_, big_i, m_sym = v["t"], v["s"], v["I"], v["M"]
+    t, s_, big_i, m_sym = pick(_syms(), "t", "s", "I", "M")
     qf, kf, vf = sympy.Function("Q"), sympy.Function("K"), sympy.Function("V")
     rec.step(
         "Readout: <q~^(tensor n), sum_s k~_s^(tensor n) v_s> = sum_s <q~^n, k~_s^n> v_s "
@@ -279,8 +276,7 @@ def _claim_chunk_split(rec) -> None:
     """The state before a chunk plus the intra-chunk sum is the causal prefix sum."""
     import sympy
 
-    v = _syms()
-    t, s_, a_, g = v["t"], v["s"], v["a"], v["f"]
+    t, s_, a_, g = pick(_syms(), "t", "s", "a", "f")
     rec.step(
         "Chunked: for a chunk [a, b) and a <= t < b, the state before the chunk holds "
         "s <= a-1 and the intra-chunk parallel part s = a..t; the two ranges are adjacent, so "

@@ -259,6 +259,19 @@ def favor_kernel_fourth_central_moment(x_dot_y: float, x_plus_y_sq: float, m: in
         return float(val) if val < mpmath.mpf(2) ** 1023 else math.inf
 
 
+def _markov_half_width(name, moment, alpha, n_tests, root) -> float:
+    """root(moment n_tests/alpha): Markov's inequality on |X - E X|^k, ``root`` the k-th root.
+
+    ``math.inf`` for an infinite (float) ``moment``, before any other argument is checked.
+    """
+    if isinstance(moment, float) and moment == math.inf:
+        return math.inf
+    m = check_real(name, moment, nonneg=True)
+    a = check_open_unit("alpha", alpha)
+    n = check_int("n_tests", n_tests, 1)
+    return root(m * n / a)
+
+
 def chebyshev_half_width(variance: float, alpha: float, n_tests: int = 1) -> float:
     """t with P(|X - E X| >= t) <= alpha/n_tests by Chebyshev: sqrt(variance n_tests/alpha).
 
@@ -271,12 +284,7 @@ def chebyshev_half_width(variance: float, alpha: float, n_tests: int = 1) -> flo
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    if isinstance(variance, float) and variance == math.inf:
-        return math.inf
-    v = check_real("variance", variance, nonneg=True)
-    a = check_open_unit("alpha", alpha)
-    n = check_int("n_tests", n_tests, 1)
-    return math.sqrt(v * n / a)
+    return _markov_half_width("variance", variance, alpha, n_tests, math.sqrt)
 
 
 def fourth_moment_half_width(fourth_central_moment: float, alpha: float, n_tests: int = 1) -> float:
@@ -285,12 +293,9 @@ def fourth_moment_half_width(fourth_central_moment: float, alpha: float, n_tests
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    if isinstance(fourth_central_moment, float) and fourth_central_moment == math.inf:
-        return math.inf
-    m4 = check_real("fourth_central_moment", fourth_central_moment, nonneg=True)
-    a = check_open_unit("alpha", alpha)
-    n = check_int("n_tests", n_tests, 1)
-    return (m4 * n / a) ** 0.25
+    return _markov_half_width(
+        "fourth_central_moment", fourth_central_moment, alpha, n_tests, lambda x: x**0.25
+    )
 
 
 def favor_confidence_half_width(

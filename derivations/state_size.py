@@ -18,7 +18,7 @@ import math
 from fractions import Fraction
 
 from derivations import feature_maps as fm
-from derivations._record import Derivation
+from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_order
 
 #: the stated table of D5 at d = d_v = 64: (symmetric, tensor) block sizes per order N, and the
@@ -120,8 +120,7 @@ def _syms():
 def _statement(rec) -> None:
     import sympy
 
-    v = _syms()
-    n, big_n, d, d_v, t_len = v["n"], v["N"], v["d"], v["d_v"], v["T"]
+    n, big_n, d, d_v, t_len = pick(_syms(), "n", "N", "d", "d_v", "T")
     rec.statement["symmetric_state"] = sympy.Eq(
         sympy.Sum(sympy.binomial(n + d - 1, n), (n, 0, big_n)) * (d_v + 1),
         sympy.binomial(big_n + d, big_n) * (d_v + 1),
@@ -177,8 +176,7 @@ def _claim_hockey_stick(rec, f) -> None:
     """sum_{n<=N} C(n+d-1, n) = C(N+d, N): induction, and sympy's own summation."""
     import sympy
 
-    v = _syms()
-    n, big_n, d = v["n"], v["N"], v["d"]
+    n, big_n, d = pick(_syms(), "n", "N", "d")
     rec.step(
         "Hockey stick: sum_{n<=N} C(n+d-1, n) = C(N+d, N), by induction on N: true at N = 0, "
         "and C(N+d, N) + C(N+d, N+1) = C(N+d+1, N+1) (Pascal's rule).",
@@ -208,8 +206,7 @@ def _claim_geometric(rec) -> None:
     """The tensor-power state: sum_{n<=N} d^n as a geometric sum."""
     import sympy
 
-    v = _syms()
-    n, big_n, d = v["n"], v["N"], v["d"]
+    n, big_n, d = pick(_syms(), "n", "N", "d")
     rec.step(
         "Tensor power: the geometric sum sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) for d >= 2 "
         "and N + 1 for d = 1.",

@@ -13,6 +13,7 @@ import functools
 from fractions import Fraction
 
 from derivations import feature_maps as fm
+from derivations._record import pick
 from derivations.truncation import STATED_DELTAS, STATED_FIRST_BELOW_ONE
 
 #: decimal digits of the sympy reference values (>= 2x the largest cancellation met here:
@@ -94,8 +95,7 @@ def b_star_expr():
 def statement(rec) -> None:
     import sympy
 
-    v = _syms()
-    x, n, big_n = v["x"], v["n"], v["N"]
+    x, n, big_n = pick(_syms(), "x", "n", "N")
     kap = sympy.Function("kappa_N")
     g = sympy.Function("g_N")
     r, dl = sympy.Symbol("r", nonnegative=True), sympy.Symbol("delta", nonnegative=True)
@@ -146,8 +146,7 @@ def claim_derivative(rec) -> None:
     """kappa_N' = kappa_{N-1} (termwise derivative, index shift)."""
     import sympy
 
-    v = _syms()
-    x, n, npos, npos_n = v["x"], v["n"], v["Np"], v["n_pos"]
+    x, n, npos, npos_n = pick(_syms(), "x", "n", "Np", "n_pos")
     d_k = sympy.diff(_ksum(npos), x)
     rec.step(
         "Termwise derivative: d/dx kappa_N = sum_{n=0}^N n x^(n-1)/n!; the n = 0 term is 0 and "
@@ -178,8 +177,7 @@ def claim_last_term(rec) -> None:
     import sympy
     from sympy.series.limitseq import difference_delta
 
-    v = _syms()
-    x, npos = v["x"], v["Np"]
+    x, npos = pick(_syms(), "x", "Np")
     rec.step(
         "Last term: kappa_N - kappa_{N-1} = x^N/N! (forward difference of the partial sums).",
         sympy.Eq(
@@ -199,8 +197,7 @@ def claim_relative_error_derivative(rec, f) -> None:
     """g_N' = x^N e^{-x}/N! and g_N(0) = 0 (symbolic N; instances from the exports)."""
     import sympy
 
-    v = _syms()
-    x, big_n, npos = v["x"], v["N"], v["Np"]
+    x, big_n, npos = pick(_syms(), "x", "N", "Np")
     k_n, k_n1 = sympy.Function("kappa_N"), sympy.Function("kappa_{N-1}")
     rec.step(
         "Relative error g_N = 1 - kappa_N e^{-x}: g_N' = e^{-x}(kappa_N - kappa_N') "
@@ -233,16 +230,13 @@ def claim_relative_error_derivative(rec, f) -> None:
         "symbolic N: kappa_N(0) = 1",
     )
 
-    def g_prime_instances():
-        for k in range(13):
-            g = 1 - kappa_coeffs(k, f)(x) * sympy.exp(-x)
-            if sympy.simplify(sympy.diff(g, x) - x**k * sympy.exp(-x) / sympy.factorial(k)) != 0:
-                return False
-        return True
+    def g_prime_instance(k):
+        g = 1 - kappa_coeffs(k, f)(x) * sympy.exp(-x)
+        return sympy.simplify(sympy.diff(g, x) - x**k * sympy.exp(-x) / sympy.factorial(k)) == 0
 
     rec.verify(
         "g_N' = x^N e^{-x}/N! with kappa_N from the exported coefficients",
-        g_prime_instances,
+        lambda: all(g_prime_instance(k) for k in range(13)),
         "N = 0..12",
     )
 
@@ -251,8 +245,7 @@ def claim_monotone(rec) -> None:
     """|g_N| increases with |x| on each side of 0, hence the closed form of delta_N."""
     import sympy
 
-    v = _syms()
-    t, y, big_n = v["t"], v["y"], v["N"]
+    t, y, big_n = pick(_syms(), "t", "y", "N")
     gp_neg = -((-y) ** big_n) * sympy.exp(y) / sympy.factorial(big_n)  # d/dy g(-y)
     rec.step(
         "Each side of 0: g_N(y) = int_0^y t^N e^{-t}/N! dt with a positive integrand, so g_N > 0 "
@@ -279,8 +272,7 @@ def claim_remainder(rec) -> None:
     """The Lagrange remainder bound from the integral form of g_N."""
     import sympy
 
-    v = _syms()
-    t, y, big_n = v["t"], v["y"], v["N"]
+    t, y, big_n = pick(_syms(), "t", "y", "N")
     rec.step(
         "Remainder: e^x - kappa_N(x) = e^x g_N(x) = e^x int_0^x t^N e^{-t}/N! dt. Bounding "
         "e^{-t} by its maximum e^{max(0,-x)} between 0 and x and int_0^|x| t^N/N! dt = "
