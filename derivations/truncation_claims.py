@@ -374,6 +374,32 @@ def _split_weight():
     return a, dl, 4 * a * (1 - a) * dl / (1 - dl + 2 * a * dl)
 
 
+def random_perturbations(rng, count, max_keys, steps, max_weight, interior_steps):
+    """``count`` random exact configurations (delta, w, e) for the output bound, from ``rng``.
+
+    Per configuration, drawn in this order: 2..``max_keys`` keys; delta = i/``steps`` with
+    0 < i < ``steps``; unnormalized weights w_s in 1..``max_weight``; relative errors e_s, each
+    +delta, -delta or the interior delta j/``interior_steps`` (|j| <= ``interior_steps``).
+    """
+
+    def error(d_s):
+        interior = d_s * Fraction(rng.randint(-interior_steps, interior_steps), interior_steps)
+        return rng.choice([d_s, -d_s, interior])
+
+    for _ in range(count):
+        nk = rng.randint(2, max_keys)
+        d_s = Fraction(rng.randint(1, steps - 1), steps)
+        w = [Fraction(rng.randint(1, max_weight)) for _ in range(nk)]
+        yield d_s, w, [error(d_s) for _ in range(nk)]
+
+
+def weight_change(a, eps):
+    """Exact sum_s |w^_s - w_s|: weights w_s = a_s/A against the renormalized a_s (1 + e_s)."""
+    big = [a_s * (1 + e) for a_s, e in zip(a, eps)]
+    tot_a, tot_big = sum(a), sum(big)
+    return sum(abs(b / tot_big - a_s / tot_a) for b, a_s in zip(big, a))
+
+
 def claim_split_bound(rec) -> None:
     """For a split P of weight a: sum |w^ - w| <= min(2U(m), 2L(m)) <= F(a)."""
     import sympy
@@ -473,20 +499,11 @@ def claim_supremum(rec) -> None:
         return rhs >= 0 and total**2 * (1 - d_s**2) <= rhs**2
 
     def random_configs():
-        rng = random.Random(0)
-        for _ in range(300):
-            nk = rng.randint(2, 6)
-            d_s = Fraction(rng.randint(1, 99), 100)
-            w = [Fraction(rng.randint(1, 50)) for _ in range(nk)]
-            eps = [
-                rng.choice([d_s, -d_s, d_s * Fraction(rng.randint(-100, 100), 100)])
-                for _ in range(nk)
-            ]
-            tot_w = sum(w)
-            big = [wi * (1 + e) for wi, e in zip(w, eps)]
-            tot = sum(abs(b / sum(big) - wi / tot_w) for b, wi in zip(big, w))
-            if not below_b(tot, d_s):
-                return False
+        configs = random_perturbations(
+            random.Random(0), 300, max_keys=6, steps=100, max_weight=50, interior_steps=100
+        )
+        if not all(below_b(weight_change(w, eps), d_s) for d_s, w, eps in configs):
+            return False
         # the comparison itself must be able to fail: the loose bound's value at d = 1/2 is 2
         return not below_b(Fraction(2), Fraction(1, 2)) and below_b(Fraction(2, 3), Fraction(3, 5))
 

@@ -22,6 +22,7 @@ import sympy
 from derivations import feature_maps as fm
 from derivations import linear, recurrent, state_size, truncation, truncation_record
 from derivations._record import Status
+from derivations.truncation_claims import random_perturbations, weight_change
 
 TWO_ULP = 2.0**-52
 MODULES = {"D1": fm, "D2": recurrent, "D3": linear, "D4": truncation_record, "D5": state_size}
@@ -384,14 +385,11 @@ def test_output_error_bound_is_the_supremum():
 def test_output_error_bound_holds_on_random_weights():
     import random
 
-    rng = random.Random(1)
-    for _ in range(500):
-        n = rng.randint(2, 7)
-        d = Fraction(rng.randint(1, 999), 1000)
-        w = [Fraction(rng.randint(1, 100)) for _ in range(n)]
-        eps = [rng.choice([d, -d, d * Fraction(rng.randint(-50, 50), 50)]) for _ in range(n)]
-        a, ah = sum(w), sum(wi * (1 + e) for wi, e in zip(w, eps))
-        moved = sum(abs(wi * (1 + e) / ah - wi / a) for wi, e in zip(w, eps))
+    configs = random_perturbations(
+        random.Random(1), 500, max_keys=7, steps=1000, max_weight=100, interior_steps=50
+    )
+    for d, w, eps in configs:
+        moved = weight_change(w, eps)
         with mpmath.workdps(50):
             exact_b = 2 * mpmath.mpf(d.numerator) / d.denominator
             exact_b /= 1 + mpmath.sqrt(1 - (mpmath.mpf(d.numerator) / d.denominator) ** 2)

@@ -774,6 +774,32 @@ def _softmax_fp32(q, k, v, scale):
     return (w @ v) / w.sum(dim=-1, keepdim=True), scores
 
 
+def _row_within_bound(o_hat, t, row, rel, u, abs_num, abs_den, den, low=None):
+    """Assert |o_hat[t, j] - row[j]| <= D10's kernel-attention output bound for every j.
+
+    ``rel`` = (num_rel, den_rel); ``abs_num[j]`` = sum_s W_s |v_sj|, ``abs_den`` = sum_s W_s,
+    ``den`` the exact denominator; ``low``: the dtype the output was rounded to (None: float32).
+    Returns the largest err/bound of the row.
+    """
+    worst = 0.0
+    for j in range(len(row)):
+        bound = rounding.kernel_attention_output_bound(
+            num_rel=rel[0],
+            den_rel=rel[1],
+            abs_numerator=abs_num[j],
+            abs_denominator=abs_den,
+            denominator=den,
+            output_abs=abs(float(row[j])),
+            div_rel=rounding.division_relative_bound(u),
+        )
+        if low:
+            bound = rounding.low_precision_output_bound(bound, abs(float(row[j])), low)
+        err = abs(float(mpmath.mpf(float(o_hat[t, j])) - row[j]))
+        assert err <= bound, (t, j, err, bound)
+        worst = max(worst, err / bound)
+    return worst
+
+
 @pytest.mark.parametrize("low", [None, "bfloat16", "float16"])
 def test_softmax_attention_within_composed_bound(low):
     import torch
@@ -803,22 +829,11 @@ def test_softmax_attention_within_composed_bound(low):
         num_rel = rounding.weighted_sum_relative_bound(s_len, e_w, u, True)
         den_rel = rounding.weighted_sum_relative_bound(s_len, e_w, u, False)
         p = [ws[s] / den for s in range(s_len)]  # exact softmax weights (W_s = w_s)
-        for j in range(v.shape[1]):
-            a_j = float(mpmath.fsum(p[s] * va[s, j] for s in range(s_len)))
-            bound = rounding.kernel_attention_output_bound(
-                num_rel=num_rel,
-                den_rel=den_rel,
-                abs_numerator=a_j,
-                abs_denominator=1.0,
-                denominator=1.0,
-                output_abs=abs(float(row[j])),
-                div_rel=rounding.division_relative_bound(u),
-            )
-            if low:
-                bound = rounding.low_precision_output_bound(bound, abs(float(row[j])), low)
-            err = abs(float(mpmath.mpf(float(o_hat[t, j])) - row[j]))
-            assert err <= bound, (t, j, err, bound)
-            worst = max(worst, err / bound)
+        abs_num = [
+            float(mpmath.fsum(p[s] * va[s, j] for s in range(s_len))) for j in range(v.shape[1])
+        ]
+        rel = (num_rel, den_rel)
+        worst = max(worst, _row_within_bound(o_hat, t, row, rel, u, abs_num, 1.0, 1.0, low))
     assert worst > 1e-6  # D10 error model: a bound never approached within 1e-6 is loose
 
 
@@ -856,19 +871,11 @@ def test_taylor3_parallel_within_composed_bound():
         signed = signed or any(ws[s] < 0 for s in range(s_len))
         num_rel = rounding.weighted_sum_relative_bound(s_len, e_w, u, True)
         den_rel = rounding.weighted_sum_relative_bound(s_len, e_w, u, False)
-        for j in range(v.shape[1]):
-            bound = rounding.kernel_attention_output_bound(
-                num_rel=num_rel,
-                den_rel=den_rel,
-                abs_numerator=sum(big_w[s] * va[s, j] for s in range(s_len)),
-                abs_denominator=sum(big_w),
-                denominator=float(den),
-                output_abs=abs(float(row[j])),
-                div_rel=rounding.division_relative_bound(u),
-            )
-            err = abs(float(mpmath.mpf(float(o_hat[t, j])) - row[j]))
-            assert err <= bound, (t, j, err, bound)
-            worst = max(worst, err / bound)
+        abs_num = [sum(big_w[s] * va[s, j] for s in range(s_len)) for j in range(v.shape[1])]
+        rel = (num_rel, den_rel)
+        worst = max(
+            worst, _row_within_bound(o_hat, t, row, rel, u, abs_num, sum(big_w), float(den))
+        )
     assert signed  # the instance exercises negative kernel values
     assert worst > 1e-6
 
@@ -911,19 +918,11 @@ def test_taylor2_recurrent_feature_form_within_composed_bound():
         big_w = [kappa2(scale * float(qa[t] @ ka[s])) * (1 + 1e-12) for s in range(n_keys)]
         num_rel = rounding.feature_form_relative_bound(e_phi, n_feat, n_keys, u, True)
         den_rel = rounding.feature_form_relative_bound(e_phi, n_feat, n_keys, u, False)
-        for j in range(v.shape[1]):
-            bound = rounding.kernel_attention_output_bound(
-                num_rel=num_rel,
-                den_rel=den_rel,
-                abs_numerator=sum(big_w[s] * va[s, j] for s in range(n_keys)),
-                abs_denominator=sum(big_w),
-                denominator=float(den),
-                output_abs=abs(float(row[j])),
-                div_rel=rounding.division_relative_bound(u),
-            )
-            err = abs(float(mpmath.mpf(float(o_hat[t, j])) - row[j]))
-            assert err <= bound, (t, j, err, bound)
-            worst = max(worst, err / bound)
+        abs_num = [sum(big_w[s] * va[s, j] for s in range(n_keys)) for j in range(v.shape[1])]
+        rel = (num_rel, den_rel)
+        worst = max(
+            worst, _row_within_bound(o_hat, t, row, rel, u, abs_num, sum(big_w), float(den))
+        )
     assert worst > 1e-6
 
 
