@@ -203,39 +203,15 @@ def test_hanging_and_crashing_variants_fail_the_property_and_the_run_continues(t
             os._exit(7)
         """,
     )
-    hang = run_cli(
-        "userattn:hangs",
-        "--kernel",
-        "softmax",
-        "--select",
-        "determinism",
-        "oracle-agreement",
-        "--dtype",
-        "float64",
-        "--timeout",
-        "10",
-        "--json",
-        "-",
-        cwd=tmp_path,
-    )
+    common = ["--kernel", "softmax", "--select", "determinism", "oracle-agreement"]
+    common += ["--dtype", "float64", "--json", "-"]
+    hang = run_cli("userattn:hangs", *common, "--timeout", "10", cwd=tmp_path)
     assert hang.returncode == 1
     results = _json(hang)["results"]
     assert len(results) == 2  # the watchdog killed the first, the second still ran
     assert all(r["status"] == "fail" for r in results)
     assert any("hung" in r["reason"] for r in results)
-    crash = run_cli(
-        "userattn:crashes",
-        "--kernel",
-        "softmax",
-        "--select",
-        "determinism",
-        "oracle-agreement",
-        "--dtype",
-        "float64",
-        "--json",
-        "-",
-        cwd=tmp_path,
-    )
+    crash = run_cli("userattn:crashes", *common, cwd=tmp_path)
     assert crash.returncode == 1
     results = _json(crash)["results"]
     assert len(results) == 2
