@@ -23,7 +23,6 @@ from verify.properties.support.grads import (
     variant_gradients,
     with_grad_output,
 )
-from verify.properties.support.grads import upstream_gradient as upstream_gradient  # snippets
 from verify.properties.support.paths import modes, require_mode
 from verify.spec.results import Observation
 

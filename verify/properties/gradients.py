@@ -70,7 +70,6 @@ from verify.properties.support.grads import (
     variant_gradients,
     with_grad_output,
 )
-from verify.properties.support.grads import upstream_gradient as upstream_gradient  # snippets
 from verify.properties.support.inputs import by_causal
 from verify.properties.support.paths import (
     call_kwargs,

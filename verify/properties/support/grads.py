@@ -116,7 +116,7 @@ class GradExample(Example):
 
     def snippet(self) -> str:
         return super().snippet() + (
-            "from verify.properties.gradients import upstream_gradient\n\n"
+            "from verify.properties.support.grads import upstream_gradient\n\n"
             f"g = upstream_gradient(q, v, {self.choices['g_seed']})  # the upstream gradient\n"
             "# grads: torch.autograd.grad(o, (q, k, v), g) with q, k, v requiring grad\n"
         )
