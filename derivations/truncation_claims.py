@@ -4,7 +4,8 @@ Each ``claim_*`` function appends the steps and checked claims of one group to t
 record; ``f`` maps export names to the (possibly overridden) callables under test. The sympy
 references here are independent of the exports: kappa_N from sympy's own Taylor terms of exp,
 g_N evaluated at 150 digits (also used by ``derivations.truncation_checks``). Imported only by
-``derive`` (sympy work never runs at import).
+``derive`` (sympy work never runs at import) and, for ``random_perturbations`` /
+``weight_change``, by the D4 tests.
 """
 
 from __future__ import annotations
