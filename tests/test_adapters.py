@@ -16,8 +16,9 @@ import math
 import pytest
 import torch
 
-from verify import checker
-from verify.adapters import ADAPTERS
+import verify
+from verify.adapters import ADAPTERS, MODULES, module_of
+from verify.spec.target import as_variant
 from verify.spec.variant import AttentionVariant
 
 torch.set_num_threads(1)
@@ -85,13 +86,31 @@ def test_every_adapter_spec_resolves():
     _fla()
     _performer()
     for name, spec in ADAPTERS.items():
-        v = checker.as_variant(spec)
+        v = as_variant(spec)
         assert v.name == name
+
+
+def test_adapters_are_the_modules_variants_in_card_order():
+    names = [n for m in MODULES.values() for n in m.VARIANTS]
+    assert list(ADAPTERS) == names and names[0] == "torch-sdpa"
+    assert all(ADAPTERS[n].startswith(f"verify.adapters.{module_of(n)}:") for n in names)
+    with pytest.raises(KeyError, match="unknown adapter"):
+        module_of("no-such-adapter")
+
+
+def test_card_dtypes_follow_the_claims():
+    from verify.adapters.card_settings import card_dtypes
+    from verify.adapters.sdpa import sdpa_variant
+
+    v = sdpa_variant()
+    assert card_dtypes(v) == ("float64", "float32", "bfloat16")
+    assert card_dtypes(v.with_claims(dtypes=("float64", "float32"))) == ("float64", "float32")
+    assert card_dtypes(v, quick=True) == ("float64",)
 
 
 # -- smoke checks with expected verdicts --------------------------------------------------------
 def test_sdpa_passes_oracle_agreement_and_causality_in_float64():
-    res = checker.check(
+    res = verify.check(
         "verify.adapters.sdpa:sdpa_variant",
         dtypes=("float64",),
         select=["oracle-agreement", "causality"],
@@ -106,7 +125,7 @@ def test_parallel_based_passes_with_its_declared_eps():
     _fla()
     from verify.adapters.fla import parallel_based_variant
 
-    res = checker.check(
+    res = verify.check(
         parallel_based_variant(),
         dtypes=("float64",),
         select=["oracle-agreement", "causality"],
@@ -133,7 +152,7 @@ def test_chunk_based_small_chunk_agrees_with_the_oracle():
     _fla()
     from verify.adapters.fla import chunk_based_variant
 
-    res = checker.check(
+    res = verify.check(
         chunk_based_variant(), dtypes=("float64",), select=["oracle-agreement"], **SMOKE
     )
     assert _status(res, "oracle-agreement")["status"] == "pass"
@@ -144,7 +163,7 @@ def test_recurrent_linear_attn_fails_float64_because_it_computes_in_float32():
     _fla()
     from verify.adapters import fla
 
-    res = checker.check(
+    res = verify.check(
         fla.recurrent_linear_unnormalized_variant(),
         dtypes=("float64", "float32"),
         select=["oracle-agreement"],
@@ -170,7 +189,7 @@ def test_feature_map_kernels_are_identified():
     assert taylor["kappa_2(x) = 1 + x + x^2/2"] < 64 * u and taylor["x^2"] > 0.1
     assert rebased["x^2"] < 64 * u and rebased["kappa_2(x) = 1 + x + x^2/2"] > 0.1
     assert k["TaylorFeatureMap"]["features_by_d"]["4"] == 1 + 4 + 10
-    res = checker.check(
+    res = verify.check(
         fla.taylor_feature_map_variant(), dtypes=("float64",), select=["kernel-identity"], **SMOKE
     )
     assert _status(res, "kernel-identity")["status"] == "pass"
@@ -212,8 +231,8 @@ def test_performer_causal_single_key_fails_only_through_its_denominator_constant
     default = performer.causal_variant()
     twin = default.with_claims(forward=constants_off, feature_map=None)
     kw = dict(dtypes=("float64",), select=["single-key"], **SMOKE)
-    assert _status(checker.check(default, **kw), "single-key")["status"] == "fail"
-    assert _status(checker.check(twin, **kw), "single-key")["status"] == "pass"
+    assert _status(verify.check(default, **kw), "single-key")["status"] == "fail"
+    assert _status(verify.check(twin, **kw), "single-key")["status"] == "pass"
 
 
 @pytest.mark.thirdparty
@@ -258,7 +277,7 @@ def test_feature_count_experiment_error_shrinks():
 @pytest.mark.thirdparty
 def test_cards_are_byte_identical_on_rerun(tmp_path):
     _fla()
-    from verify.adapters.cards import build_cards
+    from verify.render.cards import build_cards
 
     names = ["torch-sdpa", "fla-naive_chunk_based"]
     first = build_cards(tmp_path / "a", quick=True, names=names, isolate=False)
@@ -273,7 +292,7 @@ def test_cards_are_byte_identical_on_rerun(tmp_path):
 
 
 def test_build_cards_rejects_unknown_names(tmp_path):
-    from verify.adapters.cards import build_cards
+    from verify.render.cards import build_cards
 
     with pytest.raises(KeyError, match="unknown adapter"):
         build_cards(tmp_path, names=["no-such-adapter"])

@@ -1,9 +1,17 @@
 """Adapters that declare real third-party attention implementations as checked variants.
 
-Each entry of :data:`ADAPTERS` is an import spec ``"verify.adapters.<module>:<factory>"`` of a
-zero-argument factory returning an :class:`~verify.spec.variant.AttentionVariant`; pass it to
-``attn-theory check`` or :func:`verify.check`. :func:`verify.adapters.cards.build_cards`
-regenerates the committed report cards (``reports/variants/<name>.md|json``).
+Each adapter module (:mod:`~verify.adapters.sdpa`, :mod:`~verify.adapters.fla`,
+:mod:`~verify.adapters.performer`) exports
+
+* ``VARIANTS``: card name -> import spec ``"verify.adapters.<module>:<factory>"`` of a
+  zero-argument factory returning an :class:`~verify.spec.variant.AttentionVariant` (pass it to
+  ``attn-theory check`` or :func:`verify.check`);
+* ``card_facts(name, *, quick, isolate)``: what that variant's report card shows besides the
+  battery (measured conventions, restrictions, findings), as JSON values.
+
+:data:`ADAPTERS` is their union and :func:`card_facts` dispatches by name;
+``verify.render.cards.build_cards`` regenerates the committed report cards
+(``reports/variants/<name>.md|json``) from them.
 
 Importing this package is cheap: the third-party packages (fla-core, performer-pytorch) are
 imported by the factories, which raise ImportError when a package is missing.
@@ -11,21 +19,17 @@ imported by the factories, which raise ImportError when a package is missing.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
+from verify.adapters import fla, performer, sdpa
+
+#: adapter module name -> module, in card order
+MODULES: dict[str, ModuleType] = {"sdpa": sdpa, "fla": fla, "performer": performer}
+
 #: card name -> import spec of the variant's factory
 ADAPTERS: dict[str, str] = {
-    "torch-sdpa": "verify.adapters.sdpa:sdpa_variant",
-    "fla-naive_parallel_based": "verify.adapters.fla:parallel_based_variant",
-    "fla-naive_chunk_based": "verify.adapters.fla:chunk_based_variant",
-    "fla-naive_recurrent_linear_attn-normalize": (
-        "verify.adapters.fla:recurrent_linear_normalized_variant"
-    ),
-    "fla-naive_recurrent_linear_attn-no_normalize": (
-        "verify.adapters.fla:recurrent_linear_unnormalized_variant"
-    ),
-    "fla-TaylorFeatureMap": "verify.adapters.fla:taylor_feature_map_variant",
-    "fla-RebasedFeatureMap": "verify.adapters.fla:rebased_feature_map_variant",
-    "performer-FastAttention-noncausal": "verify.adapters.performer:noncausal_variant",
-    "performer-FastAttention-causal": "verify.adapters.performer:causal_variant",
+    name: spec for module in MODULES.values() for name, spec in module.VARIANTS.items()
 }
 
 #: the package each adapter module needs (for skip messages)
@@ -35,4 +39,26 @@ REQUIRES: dict[str, str] = {
     "performer": "performer-pytorch",
 }
 
-__all__ = ["ADAPTERS", "REQUIRES"]
+
+def module_of(name: str) -> str:
+    """The adapter module (a key of :data:`MODULES`) declaring the card ``name``.
+
+    Raises:
+        KeyError: an unknown card name.
+    """
+    for key, module in MODULES.items():
+        if name in module.VARIANTS:
+            return key
+    raise KeyError(f"name: unknown adapter {name!r}; known: {sorted(ADAPTERS)}")
+
+
+def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[str, Any]:
+    """The facts the card ``name`` shows besides the battery (its module's ``card_facts``).
+
+    Raises:
+        KeyError: an unknown card name. ImportError: the adapter's package is missing.
+    """
+    return MODULES[module_of(name)].card_facts(name, quick=quick, isolate=isolate)
+
+
+__all__ = ["ADAPTERS", "MODULES", "REQUIRES", "card_facts", "module_of"]

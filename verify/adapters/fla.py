@@ -5,7 +5,7 @@ forms are Triton kernels). Each factory returns an :class:`~verify.spec.variant.
 whose claims state what the function computes; the checker then says whether it does.
 
 * ``naive_parallel_based`` (fla.ops.based.naive): causal only, ``kappa_2(q.k/sqrt(d))`` =
-  1 + x + x^2/2 (Based, Arora et al. 2024; THEORY.md D1), normalized by the kernel sum + 1e-6
+  1 + x + x^2/2 (Based, Arora et al. 2024; D1), normalized by the kernel sum + 1e-6
   (declared ``eps=1e-6``); builds its causal mask from T alone, so T != S is not supported.
 * ``naive_chunk_based(q, k, v, chunk_size=256)``: the same kernel in chunked form; T must be a
   multiple of ``chunk_size`` (declared ``length_multiple``; the probes find it and the smallest
@@ -30,14 +30,35 @@ whose claims state what the function computes; the checker then says whether it 
 
 The feature-map variants' forward is plain torch kernel linear attention
 (:func:`feature_attention`), so any defect the battery finds in them is the map's.
+
+:data:`VARIANTS` names the variants' cards; :func:`card_facts` measures what each card shows.
 """
 
 from __future__ import annotations
 
 import warnings
 from functools import cache
+from typing import Any
 
+from verify.adapters.card_settings import SEED
 from verify.spec.variant import AttentionVariant
+
+#: card name -> import spec of the variant's zero-argument factory
+VARIANTS: dict[str, str] = {
+    "fla-naive_parallel_based": "verify.adapters.fla:parallel_based_variant",
+    "fla-naive_chunk_based": "verify.adapters.fla:chunk_based_variant",
+    "fla-naive_recurrent_linear_attn-normalize": (
+        "verify.adapters.fla:recurrent_linear_normalized_variant"
+    ),
+    "fla-naive_recurrent_linear_attn-no_normalize": (
+        "verify.adapters.fla:recurrent_linear_unnormalized_variant"
+    ),
+    "fla-TaylorFeatureMap": "verify.adapters.fla:taylor_feature_map_variant",
+    "fla-RebasedFeatureMap": "verify.adapters.fla:rebased_feature_map_variant",
+}
+#: random (q, k) pairs of :func:`feature_map_kernels` on a card (and on a quick card)
+KERNEL_PAIRS = 2000
+QUICK_KERNEL_PAIRS = 200
 
 #: fla's default chunk size of naive_chunk_based (its signature's default)
 CHUNK_SIZE = 256
@@ -150,7 +171,7 @@ def rebased_features(x):
 
 
 def feature_attention(q, k, v, *, causal: bool, feature_map):
-    """Normalized kernel linear attention with a feature map, in plain torch (THEORY.md D3).
+    """Normalized kernel linear attention with a feature map, in plain torch (D3).
 
     o_t = sum_s w_ts v_s / sum_s w_ts with w_ts = phi(q_t).phi(k_s), s <= t when causal (T == S).
     q: (B, H, T, d), k: (B, H, S, d), v: (B, H, S, d_v); returns (B, H, T, d_v).
@@ -404,3 +425,44 @@ def feature_map_gradient_finding() -> dict:
                 res[how] = f"raises {type(exc).__name__}: {first.split('. ')[0].rstrip('.')}"
         out[name] = res
     return out
+
+
+# -- the cards' facts ---------------------------------------------------------------------------
+def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[str, Any]:
+    """What an fla card shows besides the battery (JSON values, in card order).
+
+    Returns:
+        ``fla-naive_chunk_based``: ``default_chunk_lengths``, the black-box length scan of
+        :func:`chunk_based_default_variant` (``verify.probes``, float64, the card seed).
+        ``fla-naive_recurrent_linear_attn-*``: ``float64_inputs``
+        (:func:`recurrent_float64_finding`) and ``default_scale``
+        (:func:`recurrent_default_scale_ratio`).
+        ``fla-TaylorFeatureMap`` and ``fla-RebasedFeatureMap``: ``feature_map_kernels``
+        (:func:`feature_map_kernels`, :data:`QUICK_KERNEL_PAIRS` pairs when ``quick``), for
+        Rebased ``default_normalize_on_cpu`` (:func:`rebased_default_on_cpu`), and the map's
+        ``gradients`` (:func:`feature_map_gradient_finding`).
+        ``fla-naive_parallel_based``: nothing. ``isolate`` is unused (no check runs here).
+
+    Raises:
+        KeyError: ``name`` is not in :data:`VARIANTS`.
+    """
+    if name not in VARIANTS:
+        raise KeyError(f"name: expected one of {sorted(VARIANTS)}, got {name!r}")
+    facts: dict[str, Any] = {}
+    if name == "fla-naive_chunk_based":
+        from verify import probes
+
+        rep = probes.probe(chunk_based_default_variant(), dtype="float64", seed=SEED)
+        facts["default_chunk_lengths"] = rep.to_json().get("lengths", {})
+    if name.startswith("fla-naive_recurrent_linear_attn"):
+        facts["float64_inputs"] = recurrent_float64_finding()
+        facts["default_scale"] = recurrent_default_scale_ratio()
+    if name in ("fla-TaylorFeatureMap", "fla-RebasedFeatureMap"):
+        facts["feature_map_kernels"] = feature_map_kernels(
+            pairs=QUICK_KERNEL_PAIRS if quick else KERNEL_PAIRS
+        )
+        mine = name.removeprefix("fla-")
+        if mine == "RebasedFeatureMap":
+            facts["default_normalize_on_cpu"] = rebased_default_on_cpu().rstrip(".")
+        facts["gradients"] = feature_map_gradient_finding()[mine]
+    return facts

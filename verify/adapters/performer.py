@@ -6,7 +6,7 @@ causality in the constructor, so there is one factory per causality. The adapter
 module per head dimension d (the battery varies d), seeding torch's generator with
 ``PERFORMER_SEED + d`` inside ``torch.random.fork_rng`` (the global generator is left alone),
 and exposes the module's ``projection_matrix`` through the ``projection`` claim: the oracle then
-evaluates the FAVOR+ estimate with exactly these directions (THEORY.md D9), so
+evaluates the FAVOR+ estimate with exactly these directions (D9), so
 ``oracle-agreement`` compares performer with the estimator it implements, not with softmax.
 
 What performer computes on top of FAVOR+ (read from ``softmax_kernel`` and the attention
@@ -23,6 +23,8 @@ functions; the checks decide whether it matters):
 ``nb_features`` is fixed at :data:`NB_FEATURES` for the battery (performer's default
 int(d ln d) is 0 at d = 1 and 1 at d = 2). :func:`feature_count_experiment` measures the error
 against exact softmax as nb_features grows (the card's "error shrinking" section).
+
+:data:`VARIANTS` names the variants' cards; :func:`card_facts` measures what each card shows.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ import contextlib
 import io
 import math
 import warnings
+from typing import Any
 
 from verify.spec.variant import AttentionVariant
+
+#: card name -> import spec of the variant's zero-argument factory
+VARIANTS: dict[str, str] = {
+    "performer-FastAttention-noncausal": "verify.adapters.performer:noncausal_variant",
+    "performer-FastAttention-causal": "verify.adapters.performer:causal_variant",
+}
 
 NB_FEATURES = 16
 PERFORMER_SEED = 20210301
@@ -128,7 +137,7 @@ def performer_features(x, *, nb_features: int = NB_FEATURES):
     ``softmax_kernel(x, is_query=True)`` = m^-1/2 (exp(w.x~ - |x~|^2/2 - M) + 1e-4), x~ = d^-1/4 x,
     M = max_i w_i.x~, multiplied back by e^M (the row factor cancels in the attention output,
     the 1e-4 does not): m^-1/2 (exp(w.x~ - |x~|^2/2) + 1e-4 e^M). Returns (..., m) of x's dtype.
-    Used by the FAVOR+ statistics properties (unbiasedness, variance; THEORY.md D9).
+    Used by the FAVOR+ statistics properties (unbiasedness, variance; D9).
     """
     import torch
 
@@ -167,18 +176,22 @@ def _variant(causal: bool) -> AttentionVariant:
 
 
 def noncausal_variant() -> AttentionVariant:
-    """``FastAttention(d, 64, causal=False)`` claimed as the FAVOR+ estimate with its directions."""
+    """``FastAttention(d, NB_FEATURES, causal=False)`` claimed as the FAVOR+ estimate with its
+    directions."""
     return _variant(False)
 
 
 def causal_variant() -> AttentionVariant:
-    """``FastAttention(d, 64, causal=True)`` (performer's CPU prefix-sum form)."""
+    """``FastAttention(d, NB_FEATURES, causal=True)`` (performer's CPU prefix-sum form)."""
     return _variant(True)
 
 
 # -- the feature-count experiment ---------------------------------------------------------------
 FEATURE_COUNTS = (16, 64, 256, 1024)
 EXPERIMENT_SEEDS = 8
+#: the experiment on a quick card (tests)
+QUICK_FEATURE_COUNTS = (16, 64)
+QUICK_SEEDS = 2
 
 
 def feature_count_experiment(
@@ -305,7 +318,7 @@ def orthogonal_sign_bias(d: int = 3, draws: int = 2000, seed: int = 0) -> dict:
     performer takes Q from ``torch.linalg.qr`` of a Gaussian matrix without multiplying its
     columns by sign(diag(R)); Householder QR then fixes those signs, so the directions are not
     Haar distributed (the first direction of every block has a negative first coordinate) and
-    E[phi(q).phi(k)] = exp(c q.k) (THEORY.md D9) fails. Correct sampling: Mezzadri, "How to
+    E[phi(q).phi(k)] = exp(c q.k) (D9) fails. Correct sampling: Mezzadri, "How to
     generate random matrices from the classical compact groups", Notices AMS 54 (2007).
 
     Returns:
@@ -330,7 +343,7 @@ def orthogonal_sign_bias(d: int = 3, draws: int = 2000, seed: int = 0) -> dict:
 
 
 def causal_leak_evidence(seed: int = 0) -> list[dict]:
-    """Why causal ``FastAttention`` lets a later key change earlier outputs (FAULTS 9).
+    """Why causal ``FastAttention`` lets a later key change earlier outputs (fault class 9).
 
     performer stabilizes key features by M = the largest w.k~ over *all* tokens and features,
     so a later key rescales every earlier key feature by e^-M'; that cancels in the normalized
@@ -369,3 +382,30 @@ def causal_leak_evidence(seed: int = 0) -> list[dict]:
                 }
             )
     return out
+
+
+# -- the cards' facts ---------------------------------------------------------------------------
+def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[str, Any]:
+    """What a performer card shows besides the battery (JSON values, in card order).
+
+    Returns:
+        ``orthogonal_sign_bias`` (:func:`orthogonal_sign_bias`); for the causal variant
+        ``causal_leak`` (:func:`causal_leak_evidence`); for the non-causal one
+        ``feature_count_experiment`` (:func:`feature_count_experiment`, with
+        :data:`QUICK_FEATURE_COUNTS` and :data:`QUICK_SEEDS` when ``quick``). ``isolate`` is
+        unused (no check runs here).
+
+    Raises:
+        KeyError: ``name`` is not in :data:`VARIANTS`.
+    """
+    if name not in VARIANTS:
+        raise KeyError(f"name: expected one of {sorted(VARIANTS)}, got {name!r}")
+    facts: dict[str, Any] = {"orthogonal_sign_bias": orthogonal_sign_bias()}
+    if name.endswith("-causal"):
+        facts["causal_leak"] = causal_leak_evidence()
+    if name.endswith("-noncausal"):
+        facts["feature_count_experiment"] = feature_count_experiment(
+            QUICK_FEATURE_COUNTS if quick else FEATURE_COUNTS,
+            seeds=QUICK_SEEDS if quick else EXPERIMENT_SEEDS,
+        )
+    return facts

@@ -9,9 +9,9 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
   math path -- taken e.g. when d != d_v or under autograd -- raises), so for a masked causal
   call the adapter passes the documented equivalent: ``attn_mask & tril`` (top-left) with
   ``is_causal=False``;
-* causal T != S is aligned top-left (query t sees keys s <= t; FAULTS 7), declared
+* causal T != S is aligned top-left (query t sees keys s <= t; fault class 7), declared
   ``causal_alignment="top-left"`` and checked by the ``causal-alignment`` property;
-* a row with no visible key returns zeros (older torch returned NaN; FAULTS 8);
+* a row with no visible key returns zeros (older torch returned NaN; fault class 8);
 * every CPU dtype runs ``aten::_scaled_dot_product_flash_attention_for_cpu`` (seen with
   ``torch.profiler``), whose ``_exp_reduce_sum_fusion_kernel`` calls ``Vectorized::exp_u20()``
   (pytorch/pytorch, aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): declared
@@ -22,14 +22,27 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
   float32: a second low-precision rounding that the two-level D10 model (accumulate in float32,
   round the output once) does not allow for. The card shows the resulting failures and
   :func:`bf16_weight_rounding_evidence` measures the mechanism.
+
+:data:`VARIANTS` names the variant's card; :func:`card_facts` measures what the card shows.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from verify.adapters.card_settings import PROFILE, SEED
 from verify.spec.variant import AttentionVariant
 
 #: the exp SDPA's fused CPU kernel calls in float32 / bf16 / fp16 (see the module docstring)
 SDPA_EXP_LIBRARY = "cpu-torch-exp_u20"
+#: the 1-ulp exp model the card compares the declared one with
+ALTERNATIVE_EXP_LIBRARY = "cpu-sleef-u10"
+#: the properties and dtypes of that comparison
+EXP_COMPARISON_SELECT = ("oracle-agreement", "edge-cases")
+EXP_COMPARISON_DTYPES = ("float32", "bfloat16")
+
+#: card name -> import spec of the variant's zero-argument factory
+VARIANTS: dict[str, str] = {"torch-sdpa": "verify.adapters.sdpa:sdpa_variant"}
 
 
 def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
@@ -95,7 +108,8 @@ def _row_kind(row) -> str:
 
 
 def measure_conventions(dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16")) -> dict:
-    """What SDPA does where conventions differ between libraries (FAULTS 7, 8), measured.
+    """What SDPA does where conventions differ between libraries (fault classes 7 and 8),
+    measured.
 
     Returns a dict of JSON values:
         ``empty_row``: {dtype: output of a query row whose mask is all False ("zeros", "NaN")};
@@ -185,3 +199,42 @@ def bf16_weight_rounding_evidence(seed: int = 0) -> dict:
         }
         for name, x in models.items()
     }
+
+
+# -- the card's facts ---------------------------------------------------------------------------
+def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[str, Any]:
+    """What the ``torch-sdpa`` card shows besides the battery (JSON values, in card order).
+
+    Returns:
+        ``conventions`` (:func:`measure_conventions`), ``bf16_weight_rounding``
+        (:func:`bf16_weight_rounding_evidence`) and, unless ``quick``,
+        ``exp_library_comparison``: the properties :data:`EXP_COMPARISON_SELECT` rerun in
+        :data:`EXP_COMPARISON_DTYPES` under :data:`ALTERNATIVE_EXP_LIBRARY` (``verify.check``,
+        the card's profile and seed; ``isolate`` as for the card), as property_id, dtype,
+        status and max_ratio per result.
+
+    Raises:
+        KeyError: ``name`` is not in :data:`VARIANTS`.
+    """
+    import verify
+
+    if name not in VARIANTS:
+        raise KeyError(f"name: expected one of {sorted(VARIANTS)}, got {name!r}")
+    facts: dict[str, Any] = {
+        "conventions": measure_conventions(),
+        "bf16_weight_rounding": bf16_weight_rounding_evidence(),
+    }
+    if not quick:
+        alt = verify.check(
+            VARIANTS[name],
+            dtypes=EXP_COMPARISON_DTYPES,
+            profile=PROFILE,
+            seed=SEED,
+            select=list(EXP_COMPARISON_SELECT),
+            exp_library=ALTERNATIVE_EXP_LIBRARY,
+            isolate=isolate,
+        )
+        facts["exp_library_comparison"] = [
+            {k: r[k] for k in ("property_id", "dtype", "status", "max_ratio")} for r in alt.results
+        ]
+    return facts

@@ -1,8 +1,15 @@
-"""Report cards for checked variants: ``<name>.md`` and ``<name>.json`` (schema in JSON)."""
+"""Report cards for checked variants: ``<name>.md`` and ``<name>.json`` (schema in JSON).
+
+:func:`render` writes the card of a check result; :func:`claims_vs_probes`, :func:`restrictions`
+and :func:`reading` are the sections an adapter's card adds from the black-box probes and its
+failures (``verify.render.cards`` assembles them).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from verify.render import markdown as md
 from verify.spec.variant import sanitize_name
@@ -117,3 +124,128 @@ def write(result, report_dir: Path) -> tuple[Path, Path]:
     md.write_text(md_path, render(result))
     md.write_json(json_path, result.to_json())
     return md_path, json_path
+
+
+# -- sections of the adapters' cards ------------------------------------------------------------
+#: property ids that assume the normalized weights sum to exactly 1 (no declared eps)
+SUM_ONE = ("convex-combination", "positive-weights", "truncation-within-d4", "convergence-in-n")
+
+
+def fmt(x: Any) -> str:
+    """A float with 3 significant digits; anything else as ``str``."""
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return str(x)
+
+
+def short(text: Any, n: int = 120) -> str:
+    """``text`` on one line, cut to ``n`` characters (an ellipsis marks the cut)."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def claims_vs_probes(claims: Mapping, suggested: Mapping, compared: Sequence[str]) -> str:
+    """The declared claims next to those the black-box probes suggest, for each of ``compared``
+    (floats agree within a relative 1e-3)."""
+    rows = []
+    for key in compared:
+        declared = claims.get(key)
+        if key not in suggested:
+            rows.append([key, fmt(declared), "not settled by the probes", ""])
+            continue
+        found = suggested[key]
+        rows.append(
+            [key, fmt(declared), fmt(found), "agrees" if _same(declared, found) else "DIFFERS"]
+        )
+    return "\n".join(
+        [
+            "## Declared claims against the black-box probes",
+            "",
+            md.table(["claim", "declared", "probes", ""], rows),
+        ]
+    )
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-3 * max(abs(a), abs(b))
+    return a == b
+
+
+def restrictions(title: str, probe: Mapping) -> str:
+    """The probes' length scan and T != S findings (``probe``: a probe report's JSON)."""
+    lengths = probe.get("lengths", {})
+    tested = lengths.get("tested", {})
+    rows = [[t, short(r)] for t, r in tested.items()]
+    lines = [f"## {title}", ""]
+    lines.append(
+        f"- Sequence lengths (T = S, {lengths.get('mode', '?')}): {lengths.get('rule', '?')}; "
+        f"smallest failing T: {lengths.get('smallest_failing')}."
+    )
+    cross = probe.get("cross", {})
+    if cross.get("detail"):
+        lines.append(f"- T ≠ S: {cross['detail']}.")
+    lines += ["", md.table(["T", "result"], rows)]
+    return "\n".join(lines)
+
+
+def reading(
+    result, probe: Mapping, *, causes: Mapping[str, str] | None = None, causes_note: str = ""
+) -> str:
+    """Notes on what the failures show (the failures stay in the table; these lines say what
+    causes them, or how a property meets a declared convention); "" when there is none.
+
+    Args:
+        result: the check result. probe: the probe report's JSON.
+        causes: property id -> the cause of its failure, known for this implementation (listed
+            first, for the properties that fail); causes_note: one more line when any does.
+    """
+    causes = causes or {}
+    claims = result.claims
+    notes: list[str] = []
+    failed = {r["property_id"]: r for r in result.failed}
+    for pid, cause in causes.items():
+        if pid in failed:
+            notes.append(f"`{pid}`: {cause}.")
+    if causes_note and any(p in failed for p in causes):
+        notes.append(causes_note)
+    if probe.get("output_precision") == "float32":
+        f64 = sorted({r["property_id"] for r in result.failed if r["dtype"] == "float64"})
+        if f64:
+            notes.append(
+                "Every output of a float64 call is a float32 number (probes): the float64 "
+                f"failures ({', '.join(f'`{p}`' for p in f64)}) measure a float32 computation "
+                "against float64 bounds; float32 and bfloat16 runs meet their own bounds "
+                "where no other cause is listed."
+            )
+    kind = probe.get("normalization", {}).get("kind")
+    if claims.get("normalized") and kind not in (None, "sum", "sum+eps"):
+        notes.append(
+            f"The probes read the normalization as `{kind}`; the declared kernel-sum "
+            "normalization is what `oracle-agreement` checks (see its float32 verdict)."
+        )
+    if "causal-mismatch-rejected" in failed:
+        notes.append(
+            "`causal-mismatch-rejected` is the project's API contract (causal T ≠ S raises a "
+            "ValueError naming `causal`); it runs here because the adapter's glue lives in "
+            "`verify.adapters`. What the implementation does instead is in its reason and in "
+            "the probes' T ≠ S line."
+        )
+    eps = claims.get("eps") or 0.0
+    hit = [p for p in SUM_ONE if p in failed]
+    if eps and hit:
+        notes.append(
+            f"{', '.join(f'`{p}`' for p in hit)} assume weights that sum to exactly 1; with the "
+            f"declared eps = {eps:g} they sum to D/(D + eps), so the observed deviation is about "
+            "eps/D (the properties do not take eps into account; `oracle-agreement` does)."
+        )
+    mult = claims.get("length_multiple") or 1
+    edge = failed.get("edge-cases")
+    if mult > 1 and edge and "forward raised" in (edge.get("reason") or ""):
+        notes.append(
+            f"`edge-cases` draws T = 1 (a single key), which the declared length_multiple = "
+            f"{mult} excludes: the failure is the declared restriction, not a numerical error."
+        )
+    if not notes:
+        return ""
+    return "\n".join(["## Reading the failures", ""] + [f"- {n}" for n in notes])

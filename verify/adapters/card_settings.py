@@ -1,0 +1,26 @@
+"""How the adapters' report cards are run: one profile and one seed for every check, probe and
+measurement (so a rerun in the same environment gives the same bytes), and the quick run the
+tests use.
+"""
+
+from __future__ import annotations
+
+SEED = 0
+PROFILE = "ci"
+#: a quick run (tests): two properties, three examples, float64
+QUICK_SELECT = ("oracle-agreement", "causality")
+QUICK_EXAMPLES = 3
+
+
+def card_dtypes(variant, *, quick: bool = False) -> tuple[str, ...]:
+    """The dtypes a card checks: float64 and float32, plus bfloat16 when the variant claims it
+    (its low-precision properties run too); float64 only for a quick run.
+
+    Args:
+        variant: the adapter's :class:`~verify.spec.variant.AttentionVariant`.
+    """
+    if quick:
+        return ("float64",)
+    if "bfloat16" in variant.dtypes:
+        return ("float64", "float32", "bfloat16")
+    return ("float64", "float32")
