@@ -24,11 +24,11 @@ def _load(path: Path):
         return None
 
 
-def error_vs_radius(path: Path, extra=None) -> tuple[str, dict]:
+def error_vs_radius(path: Path) -> tuple[str, dict]:
     """Max |variant - softmax| over fixed inputs rescaled to score radius r, for r in RADII,
-    with the D4 output bound output_error_bound(delta_N(r)) max|v| for the Taylor variants.
+    for the built-ins of ``FIGURE_VARIANTS``, with the D4 output bound
+    output_error_bound(delta_N(r)) max|v| for the Taylor variants.
 
-    ``extra``: {label: forward(q, k, v, *, causal)} third-party callables (float64 inputs).
     Returns (relative figure path, data).
     """
     import torch
@@ -45,8 +45,8 @@ def error_vs_radius(path: Path, extra=None) -> tuple[str, dict]:
     base = np.max(np.abs(c * q0 @ np.swapaxes(k0, -1, -2)))
     data: dict[str, list] = {"radii": list(RADII)}
     curves = {}
-    for name in FIGURE_VARIANTS + tuple(extra or {}):
-        fwd = extra[name] if extra and name in extra else variants.get(name).forward
+    for name in FIGURE_VARIANTS:
+        fwd = variants.get(name).forward
         errs = []
         for r in RADII:
             s = np.sqrt(r / base)
@@ -87,14 +87,7 @@ def build(
     stage: Path, *, records, verification, cards, claims, source_dir: Path, quick: bool = False
 ) -> None:
     """Write ``index.md`` (and the error-vs-radius figure) under ``stage``."""
-    extra = {}
-    try:
-        from verify.adapters import figure_callables
-
-        extra = figure_callables()
-    except ImportError:
-        pass
-    fig_path, fig_data = error_vs_radius(stage / "figures" / "error_vs_radius.png", extra)
+    fig_path, _ = error_vs_radius(stage / "figures" / "error_vs_radius.png")
     s = verification["summary"]
     out = [
         "# attn-theory reports",
