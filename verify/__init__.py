@@ -9,7 +9,8 @@ __all__ = ["check"]
 
 
 def check(target, **claims):
-    """Run the property battery on an attention variant; see :mod:`verify.checker`."""
-    from verify.checker import check as _check
+    """Run the probes and the property battery on an attention variant: a
+    :class:`verify.engine.check.CheckResult` (see :func:`verify.engine.check.check`)."""
+    from verify.engine.check import check as _check
 
     return _check(target, **claims)

@@ -209,14 +209,14 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
         ``conventions`` (:func:`measure_conventions`), ``bf16_weight_rounding``
         (:func:`bf16_weight_rounding_evidence`) and, unless ``quick``,
         ``exp_library_comparison``: the properties :data:`EXP_COMPARISON_SELECT` rerun in
-        :data:`EXP_COMPARISON_DTYPES` under :data:`ALTERNATIVE_EXP_LIBRARY` (``verify.check``,
-        the card's profile and seed; ``isolate`` as for the card), as property_id, dtype,
-        status and max_ratio per result.
+        :data:`EXP_COMPARISON_DTYPES` under :data:`ALTERNATIVE_EXP_LIBRARY`
+        (``verify.engine.check``, the card's profile and seed; ``isolate`` as for the card), as
+        property_id, dtype, status and max_ratio per result.
 
     Raises:
         KeyError: ``name`` is not in :data:`VARIANTS`.
     """
-    import verify
+    from verify.engine.check import check
 
     if name not in VARIANTS:
         raise KeyError(f"name: expected one of {sorted(VARIANTS)}, got {name!r}")
@@ -225,7 +225,7 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
         "bf16_weight_rounding": bf16_weight_rounding_evidence(),
     }
     if not quick:
-        alt = verify.check(
+        alt = check(
             VARIANTS[name],
             dtypes=EXP_COMPARISON_DTYPES,
             profile=PROFILE,
@@ -235,6 +235,7 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
             isolate=isolate,
         )
         facts["exp_library_comparison"] = [
-            {k: r[k] for k in ("property_id", "dtype", "status", "max_ratio")} for r in alt.results
+            {k: getattr(r, k) for k in ("property_id", "dtype", "status", "max_ratio")}
+            for r in alt.results
         ]
     return facts

@@ -98,11 +98,11 @@ def build(
         progress=progress,
     )
 
-    from verify.adapters import cards as adapter_cards
     from verify.render import claims as claims_mod
+    from verify.render.cards import build_cards
 
     progress("third-party variants")
-    cards = adapter_cards.build_cards(stage / "variants", quick=quick)
+    cards = build_cards(stage / "variants", quick=quick)
 
     from verify.render import faults
 

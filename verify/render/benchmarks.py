@@ -50,7 +50,8 @@ def render(doc: dict) -> str:
         "## Correctness gate (before timing)",
         "",
         "Each implementation against a float64 evaluation of the parallel form, within the "
-        "derived D10 bound (`verify.exact.errors.attention_error_bound`, worst form and basis per key; "
+        "derived D10 bound (`verify.exact.errors.attention_error_bound`, worst form and basis per "
+        "key; "
         "naive_chunk_based also gets its +1e-6 denominator shift, |o| 1e-6 / D).",
         "",
         table(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.render import markdown as md
+from verify.render.check import to_json
 from verify.spec.variant import sanitize_name
 
 
@@ -19,26 +20,26 @@ def _ratio(r) -> str:
     return "" if r.get("max_ratio") is None else f"{r['max_ratio']:.3g}"
 
 
-def render(result, *, extra_sections: list[str] | None = None) -> str:
-    """Markdown report card of a :class:`verify.checker.CheckResult`."""
-    c = result.counts
+def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -> str:
+    """Markdown report card from a check's JSON document (``verify.render.check.to_json``)."""
+    c = doc["counts"]
     verdict = {
         0: "passes every applicable property",
         1: "FAILS at least one property",
         3: "no property applied",
-    }[result.exit_code]
+    }[doc["exit_code"]]
     out = [
-        f"# Report card: `{result.variant}`",
+        f"# Report card: `{doc['variant']}`",
         "",
-        f"**What it computes:** {result.description}.",
+        f"**What it computes:** {doc['description']}.",
         "",
         f"**Verdict:** {verdict} — {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped"
         + (f", {c['error']} internal errors" if c.get("error") else "")
         + ".",
         "",
     ]
-    if result.notes:
-        out += [f"- {n}" for n in result.notes] + [""]
+    if doc["notes"]:
+        out += [f"- {n}" for n in doc["notes"]] + [""]
     out += [
         "## Declared conventions",
         "",
@@ -46,14 +47,14 @@ def render(result, *, extra_sections: list[str] | None = None) -> str:
             ["claim", "value"],
             [
                 [k, v if not isinstance(v, (list, dict)) else (v if v else "—")]
-                for k, v in result.claims.items()
+                for k, v in doc["claims"].items()
             ],
         ),
         "",
     ]
     for section in extra_sections or []:
         out += [section, ""]
-    if result.probe:
+    if doc["probe"]:
         out += [
             "## Black-box probes",
             "",
@@ -61,7 +62,7 @@ def render(result, *, extra_sections: list[str] | None = None) -> str:
                 ["probe", "finding"],
                 [
                     [k, v]
-                    for k, v in result.probe.items()
+                    for k, v in doc["probe"].items()
                     if not isinstance(v, (dict, list)) and k != "runtime_s"  # no timings in cards
                 ],
             ),
@@ -92,15 +93,15 @@ def render(result, *, extra_sections: list[str] | None = None) -> str:
                     r.get("bound_kind") or "",
                     (r.get("reason") or "").split("\n")[0][:160],
                 ]
-                for r in result.results
+                for r in doc["results"]
             ],
         ),
         "",
     ]
-    failed = result.failed
-    if failed:
+    failing = failed(doc)
+    if failing:
         out += ["## Failures with minimal counterexamples", ""]
-        for r in failed:
+        for r in failing:
             out += [
                 f"### `{r['property_id']}` ({r['dtype']})",
                 "",
@@ -116,13 +117,19 @@ def render(result, *, extra_sections: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
+def failed(doc: Mapping[str, Any]) -> list[dict]:
+    """The failing (and internally erring) results of a check document."""
+    return [r for r in doc["results"] if r["status"] in ("fail", "error")]
+
+
 def write(result, report_dir: Path) -> tuple[Path, Path]:
     """Write ``<sanitized name>.md`` and ``.json`` under ``report_dir``; returns both paths."""
     report_dir = Path(report_dir)
-    name = sanitize_name(result.variant)
+    doc = to_json(result)
+    name = sanitize_name(doc["variant"])
     md_path, json_path = report_dir / f"{name}.md", report_dir / f"{name}.json"
-    md.write_text(md_path, render(result))
-    md.write_json(json_path, result.to_json())
+    md.write_text(md_path, render(doc))
+    md.write_json(json_path, doc)
     return md_path, json_path
 
 
@@ -190,27 +197,32 @@ def restrictions(title: str, probe: Mapping) -> str:
 
 
 def reading(
-    result, probe: Mapping, *, causes: Mapping[str, str] | None = None, causes_note: str = ""
+    doc: Mapping[str, Any],
+    probe: Mapping,
+    *,
+    causes: Mapping[str, str] | None = None,
+    causes_note: str = "",
 ) -> str:
     """Notes on what the failures show (the failures stay in the table; these lines say what
     causes them, or how a property meets a declared convention); "" when there is none.
 
     Args:
-        result: the check result. probe: the probe report's JSON.
+        doc: the check's JSON document (``verify.render.check.to_json``). probe: the probe
+            report's JSON.
         causes: property id -> the cause of its failure, known for this implementation (listed
             first, for the properties that fail); causes_note: one more line when any does.
     """
     causes = causes or {}
-    claims = result.claims
+    claims = doc["claims"]
     notes: list[str] = []
-    failed = {r["property_id"]: r for r in result.failed}
+    failing = {r["property_id"]: r for r in failed(doc)}
     for pid, cause in causes.items():
-        if pid in failed:
+        if pid in failing:
             notes.append(f"`{pid}`: {cause}.")
-    if causes_note and any(p in failed for p in causes):
+    if causes_note and any(p in failing for p in causes):
         notes.append(causes_note)
     if probe.get("output_precision") == "float32":
-        f64 = sorted({r["property_id"] for r in result.failed if r["dtype"] == "float64"})
+        f64 = sorted({r["property_id"] for r in failed(doc) if r["dtype"] == "float64"})
         if f64:
             notes.append(
                 "Every output of a float64 call is a float32 number (probes): the float64 "
@@ -224,7 +236,7 @@ def reading(
             f"The probes read the normalization as `{kind}`; the declared kernel-sum "
             "normalization is what `oracle-agreement` checks (see its float32 verdict)."
         )
-    if "causal-mismatch-rejected" in failed:
+    if "causal-mismatch-rejected" in failing:
         notes.append(
             "`causal-mismatch-rejected` is the project's API contract (causal T ≠ S raises a "
             "ValueError naming `causal`); it runs here because the adapter's glue lives in "
@@ -232,7 +244,7 @@ def reading(
             "the probes' T ≠ S line."
         )
     eps = claims.get("eps") or 0.0
-    hit = [p for p in SUM_ONE if p in failed]
+    hit = [p for p in SUM_ONE if p in failing]
     if eps and hit:
         notes.append(
             f"{', '.join(f'`{p}`' for p in hit)} assume weights that sum to exactly 1; with the "
@@ -240,7 +252,7 @@ def reading(
             "eps/D (the properties do not take eps into account; `oracle-agreement` does)."
         )
     mult = claims.get("length_multiple") or 1
-    edge = failed.get("edge-cases")
+    edge = failing.get("edge-cases")
     if mult > 1 and edge and "forward raised" in (edge.get("reason") or ""):
         notes.append(
             f"`edge-cases` draws T = 1 (a single key), which the declared length_multiple = "

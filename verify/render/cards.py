@@ -1,13 +1,13 @@
 """Report cards of the third-party adapters: ``reports/variants/<name>.md`` and ``.json``.
 
 :func:`build_cards` is one loop over :data:`verify.adapters.ADAPTERS`: for each adapter it runs
-:func:`verify.check` (profile ``ci``, float64 and float32, plus bfloat16 where the adapter claims
-it), the black-box probes (``verify.probes``) for the input restrictions and what the variant
-computes, and the adapter module's ``card_facts`` (SDPA's conventions, fla's restrictions and
-feature-map kernels, performer's error as the feature count grows); this module words those
-facts and writes each card through :mod:`verify.render.card`. The output holds no timings, and
-every number comes from seeded, derandomized runs, so a rerun in the same environment gives the
-same bytes.
+:func:`verify.engine.check.check` (profile ``ci``, float64 and float32, plus bfloat16 where the
+adapter claims it), the black-box probes (``verify.probes``) for the input restrictions and what
+the variant computes, and the adapter module's ``card_facts`` (SDPA's conventions, fla's
+restrictions and feature-map kernels, performer's error as the feature count grows); this module
+words those facts and writes each card through :mod:`verify.render.card`. The output holds no
+timings, and every number comes from seeded, derandomized runs, so a rerun in the same environment
+gives the same bytes.
 
 Command: ``python -m verify.render.cards [REPORT_DIR] [--quick] [--only NAME ...]``.
 """
@@ -25,6 +25,7 @@ from verify.adapters.card_settings import PROFILE, QUICK_EXAMPLES, QUICK_SELECT,
 from verify.render import card
 from verify.render import markdown as md
 from verify.render.card import fmt, short
+from verify.render.check import to_json
 from verify.spec import faults
 
 __all__ = ["ADAPTERS", "build_cards", "main"]
@@ -63,8 +64,8 @@ def build_cards(
         progress: called with one line per finished card.
 
     Returns:
-        list of the check results of :func:`verify.check` (adapters whose package is missing
-        are left out, and so are their cards).
+        list of the check results of :func:`verify.engine.check.check` (adapters whose package
+        is missing are left out, and so are their cards).
 
     Raises:
         KeyError: an unknown adapter name.
@@ -73,7 +74,7 @@ def build_cards(
     """
     import torch
 
-    import verify
+    from verify.engine.check import check
     from verify.spec.target import TargetError, as_variant
 
     chosen = list(ADAPTERS) if names is None else list(names)
@@ -95,7 +96,7 @@ def build_cards(
                         progress(f"{name}: skipped ({exc})")
                     continue
                 raise
-            result = verify.check(
+            result = check(
                 spec,
                 dtypes=card_dtypes(variant, quick=quick),
                 profile=PROFILE,
@@ -104,20 +105,21 @@ def build_cards(
                 max_examples=QUICK_EXAMPLES if quick else None,
                 isolate=isolate,
             )
-            if result.probe:
-                result.probe.pop("runtime_s", None)  # a timing: never in a card
-            sections, extra = _card(name, variant, result, quick=quick, isolate=isolate)
-            _write(name, result, sections, extra, report_dir)
+            doc = to_json(result)
+            if doc["probe"]:
+                doc["probe"].pop("runtime_s", None)  # a timing: never in a card
+            sections, extra = _card(name, variant, doc, quick=quick, isolate=isolate)
+            _write(name, doc, sections, extra, report_dir)
             results.append(result)
             if progress:
-                c = result.counts
+                c = doc["counts"]
                 progress(f"{name}: {c['pass']} pass, {c['fail']} fail, {c['skip']} skip")
     finally:
         torch.set_num_threads(threads)
     return results
 
 
-def _card(name: str, variant, result, *, quick: bool, isolate: bool) -> tuple[list[str], dict]:
+def _card(name: str, variant, doc, *, quick: bool, isolate: bool) -> tuple[list[str], dict]:
     """The card's sections after the declared conventions, and its JSON ``adapter`` entry."""
     from verify import probes
     from verify.render.probes import probe_json
@@ -137,28 +139,28 @@ def _card(name: str, variant, result, *, quick: bool, isolate: bool) -> tuple[li
     facts = card_facts(name, quick=quick, isolate=isolate)
     module = module_of(name)
     causes, note = _FAILURE_CAUSES.get(module, ({}, ""))
-    out = [_findings(result, probe["description"], quick)]
-    notes = card.reading(result, probe, causes=causes, causes_note=note)
+    out = [_findings(doc, probe["description"], quick)]
+    notes = card.reading(doc, probe, causes=causes, causes_note=note)
     if notes:
         out.append(notes)
-    out.append(card.claims_vs_probes(result.claims, suggested, COMPARED_CLAIMS))
+    out.append(card.claims_vs_probes(doc["claims"], suggested, COMPARED_CLAIMS))
     out.append(card.restrictions("Input restrictions (black-box probes, float64)", probe))
-    out += _SECTIONS[module](name, result, probe, facts, quick)
+    out += _SECTIONS[module](name, doc, probe, facts, quick)
     extra.update(facts)
     return out, extra
 
 
-def _write(name: str, result, sections: list[str], extra: dict, report_dir: Path) -> None:
+def _write(name: str, doc, sections: list[str], extra: dict, report_dir: Path) -> None:
     from verify.spec.variant import sanitize_name
 
     stem = sanitize_name(name)
-    md.write_text(report_dir / f"{stem}.md", card.render(result, extra_sections=sections))
-    data = result.to_json()
+    md.write_text(report_dir / f"{stem}.md", card.render(doc, extra_sections=sections))
+    data = dict(doc)
     data["adapter"] = extra
     md.write_json(report_dir / f"{stem}.json", data)  # non-finite floats as "inf", "nan"
 
 
-def _findings(result, probe_description: str, quick: bool) -> str:
+def _findings(doc, probe_description: str, quick: bool) -> str:
     lines = ["## What the suite finds", ""]
     if quick:
         lines += [
@@ -168,21 +170,21 @@ def _findings(result, probe_description: str, quick: bool) -> str:
         ]
     lines.append(f"- Black-box probes (claims ignored): {probe_description}.")
     lines.append(
-        f"- Checked with `attn-theory check {result.target}` (profile {PROFILE}, seed {SEED}); "
+        f"- Checked with `attn-theory check {doc['target']}` (profile {PROFILE}, seed {SEED}); "
         f"this card: `{COMMAND}`."
     )
     by_prop: dict[str, list[str]] = {}
-    for r in result.results:
+    for r in doc["results"]:
         if r["status"] in ("pass", "fail", "error"):
             ratio = "" if r.get("max_ratio") is None else f", max obs/bound {fmt(r['max_ratio'])}"
             by_prop.setdefault(r["property_id"], []).append(f"{r['dtype']} {r['status']}{ratio}")
     for pid in ("oracle-agreement", "edge-cases", "dtype-agreement"):
         if pid in by_prop:
             lines.append(f"- `{pid}` (error against the derived bound): {'; '.join(by_prop[pid])}.")
-    failed = sorted({r["property_id"] for r in result.failed})
-    if failed:
+    failing = sorted({r["property_id"] for r in card.failed(doc)})
+    if failing:
         lines.append(
-            "- Failing properties (minimal inputs below): " + ", ".join(f"`{p}`" for p in failed)
+            "- Failing properties (minimal inputs below): " + ", ".join(f"`{p}`" for p in failing)
         )
     else:
         lines.append("- No property fails.")
@@ -190,7 +192,7 @@ def _findings(result, probe_description: str, quick: bool) -> str:
 
 
 # -- SDPA ---------------------------------------------------------------------------------------
-def _sdpa(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]:
+def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
     import torch
 
     conv, ev = facts["conventions"], facts["bf16_weight_rounding"]
@@ -216,7 +218,7 @@ def _sdpa(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]
     ]
     low = [
         r
-        for r in result.results
+        for r in doc["results"]
         if r["dtype"] in ("bfloat16", "float16") and r["status"] in ("fail", "error")
     ]
     lines += [
@@ -256,7 +258,7 @@ def _sdpa(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]
         "`derivations.rounding.LIBRARY_EXP_ULPS`).",
     ]
     if "exp_library_comparison" in facts:
-        declared = {(r["property_id"], r["dtype"]): r for r in result.results}
+        declared = {(r["property_id"], r["dtype"]): r for r in doc["results"]}
         rows = []
         for r in facts["exp_library_comparison"]:
             d = declared.get((r["property_id"], r["dtype"]))
@@ -282,7 +284,7 @@ def _sdpa(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]
 
 
 # -- fla ----------------------------------------------------------------------------------------
-def _fla(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]:
+def _fla(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
     from verify.adapters import fla
 
     out: list[str] = []
@@ -428,7 +430,7 @@ _PERFORMER_NOTE = (
 )
 
 
-def _performer(name: str, result, probe: dict, facts: dict, quick: bool) -> list[str]:
+def _performer(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
     bias = facts["orthogonal_sign_bias"]
     fracs = ", ".join(f"{f:.3f}" for f in bias["negative_diagonal_fraction"])
     text = [

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from verify.environment import environment
 from verify.render import markdown as md
-from verify.render.metadata import environment, markdown_block
+from verify.render.metadata import markdown_block
 from verify.spec.variant import sanitize_name
 
 #: score radii of the error-vs-radius figure, and the fixed inputs it uses
