@@ -35,7 +35,7 @@ def _performer():
 
 
 def _status(result, prop, dtype="float64"):
-    (r,) = [r for r in result.results if r["property_id"] == prop and r["dtype"] == dtype]
+    (r,) = [r for r in result.results if r.property_id == prop and r.dtype == dtype]
     return r
 
 
@@ -116,8 +116,8 @@ def test_sdpa_passes_oracle_agreement_and_causality_in_float64():
         select=["oracle-agreement", "causality"],
         **SMOKE,
     )
-    assert _status(res, "oracle-agreement")["status"] == "pass"
-    assert _status(res, "causality")["status"] == "pass"
+    assert _status(res, "oracle-agreement").status == "pass"
+    assert _status(res, "causality").status == "pass"
 
 
 @pytest.mark.thirdparty
@@ -131,8 +131,8 @@ def test_parallel_based_passes_with_its_declared_eps():
         select=["oracle-agreement", "causality"],
         **SMOKE,
     )
-    assert _status(res, "oracle-agreement")["status"] == "pass"
-    assert _status(res, "causality")["status"] == "pass"
+    assert _status(res, "oracle-agreement").status == "pass"
+    assert _status(res, "causality").status == "pass"
 
 
 @pytest.mark.thirdparty
@@ -155,7 +155,7 @@ def test_chunk_based_small_chunk_agrees_with_the_oracle():
     res = verify.check(
         chunk_based_variant(), dtypes=("float64",), select=["oracle-agreement"], **SMOKE
     )
-    assert _status(res, "oracle-agreement")["status"] == "pass"
+    assert _status(res, "oracle-agreement").status == "pass"
 
 
 @pytest.mark.thirdparty
@@ -170,8 +170,8 @@ def test_recurrent_linear_attn_fails_float64_because_it_computes_in_float32():
         **SMOKE,
     )
     r64 = _status(res, "oracle-agreement", "float64")
-    assert r64["status"] == "fail" and r64["counterexample"]
-    assert _status(res, "oracle-agreement", "float32")["status"] == "pass"
+    assert r64.status == "fail" and r64.counterexample
+    assert _status(res, "oracle-agreement", "float32").status == "pass"
     finding = fla.recurrent_float64_finding()
     assert all(v["outputs_are_float32_numbers"] for v in finding.values())
 
@@ -192,7 +192,7 @@ def test_feature_map_kernels_are_identified():
     res = verify.check(
         fla.taylor_feature_map_variant(), dtypes=("float64",), select=["kernel-identity"], **SMOKE
     )
-    assert _status(res, "kernel-identity")["status"] == "pass"
+    assert _status(res, "kernel-identity").status == "pass"
 
 
 @pytest.mark.thirdparty
@@ -231,8 +231,8 @@ def test_performer_causal_single_key_fails_only_through_its_denominator_constant
     default = performer.causal_variant()
     twin = default.with_claims(forward=constants_off, feature_map=None)
     kw = dict(dtypes=("float64",), select=["single-key"], **SMOKE)
-    assert _status(verify.check(default, **kw), "single-key")["status"] == "fail"
-    assert _status(verify.check(twin, **kw), "single-key")["status"] == "pass"
+    assert _status(verify.check(default, **kw), "single-key").status == "fail"
+    assert _status(verify.check(twin, **kw), "single-key").status == "pass"
 
 
 @pytest.mark.thirdparty
@@ -288,7 +288,7 @@ def test_cards_are_byte_identical_on_rerun(tmp_path):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     text = (tmp_path / "a" / "fla-naive_chunk_based.md").read_text()
     assert "smallest failing T = 1" in text and "multiple of 256" in text
-    assert [r.variant for r in first] == names
+    assert [d["variant"] for d in first] == names
 
 
 def test_build_cards_rejects_unknown_names(tmp_path):

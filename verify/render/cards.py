@@ -64,8 +64,9 @@ def build_cards(
         progress: called with one line per finished card.
 
     Returns:
-        list of the check results of :func:`verify.engine.check.check` (adapters whose package
-        is missing are left out, and so are their cards).
+        the JSON documents of the cards (``verify.render.check.to_json`` of each check result plus
+        the ``adapter`` entry); adapters whose package is missing are left out, and so are their
+        cards.
 
     Raises:
         KeyError: an unknown adapter name.
@@ -110,7 +111,7 @@ def build_cards(
                 doc["probe"].pop("runtime_s", None)  # a timing: never in a card
             sections, extra = _card(name, variant, doc, quick=quick, isolate=isolate)
             _write(name, doc, sections, extra, report_dir)
-            results.append(result)
+            results.append(doc)
             if progress:
                 c = doc["counts"]
                 progress(f"{name}: {c['pass']} pass, {c['fail']} fail, {c['skip']} skip")

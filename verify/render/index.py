@@ -9,6 +9,7 @@ import numpy as np
 
 from verify.environment import environment
 from verify.render import markdown as md
+from verify.render.card import failed
 from verify.render.metadata import markdown_block
 from verify.spec.variant import sanitize_name
 
@@ -131,10 +132,10 @@ def build(
                 ["variant", "what the suite finds it computes", "verdict", "failing properties"],
                 [
                     [
-                        f"[{c.variant}](variants/{sanitize_name(c.variant)}.md)",
-                        c.description,
-                        {0: "passes", 1: "fails", 3: "nothing applied"}[c.exit_code],
-                        ", ".join(sorted({r["property_id"] for r in c.failed})) or "—",
+                        f"[{c['variant']}](variants/{sanitize_name(c['variant'])}.md)",
+                        c["description"],
+                        {0: "passes", 1: "fails", 3: "nothing applied"}[c["exit_code"]],
+                        ", ".join(sorted({r["property_id"] for r in failed(c)})) or "—",
                     ]
                     for c in cards
                 ],
@@ -213,6 +214,7 @@ def build(
         "- [verification.md](verification.md): property × implementation matrix per dtype",
         "- [variants/](variants/): report cards of third-party variants",
         "- [claims.md](claims.md): the seed papers' claims, traced",
+        "- [faults.md](faults.md): the fault classes the checker catches, with their properties",
         "- [benchmarks.md](benchmarks.md), [experiments.md](experiments.md)",
         "",
     ]
