@@ -129,6 +129,32 @@ def test_convergence_in_n_reports_slow_convergence_facts():
     assert "x = -4: N = 12, x = -8: N = 26, x = -16: N = 54" in truncation._slow_convergence_facts()
 
 
+@pytest.mark.parametrize("prop", ["TRUNCATION_WITHIN_D4", "CONVERGENCE_IN_N"])
+def test_d4_properties_hold_a_declared_eps_to_its_exact_shift(prop):
+    """A Taylor-2 attention adding eps = 1e-6 to its denominator (as fla's naive based
+    attention does): with q = k = 0 and v = (0, 1) the exact output 1/2 moves to
+    (1/2) D/(D + eps), a shift of |o_eps| eps/D = 2.5e-7. Declared, the D4 properties add that
+    exact term and pass; undeclared, the shift is far beyond rounding and they fail."""
+    from verify.properties.support.common import Example
+    from verify.properties.support.inputs import make_inputs
+    from verify.properties.support.observe import worst
+
+    eps = 1e-6
+    declared = AttentionVariant(
+        name="taylor-2-eps",
+        forward=partial(taylor_attention, order=2, eps=eps),
+        kernel="taylor:2",
+        eps=eps,
+    )
+    zeros = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
+    v = torch.tensor([[[[0.0], [1.0]]]], dtype=torch.float64)
+    x = make_inputs(zeros, zeros, v, causal=True)
+    check = getattr(truncation, prop).check
+    assert worst(check(declared, Example(x), ctx())).ratio <= 1
+    undeclared = declared.with_claims(eps=0.0)
+    assert worst(check(undeclared, Example(x), ctx())).ratio > 1e3
+
+
 def test_convergence_in_n_catches_a_wrong_order():
     res = assert_fail(truncation.CONVERGENCE_IN_N, WRONG_ORDER, n=10)
     assert "the variant (order 4)" in res.reason

@@ -64,6 +64,17 @@ def _softmax_exact(variant, x):
     )
 
 
+def _eps_term(ref, eps: float):
+    """|o_eps - o| for a declared eps, exactly: o_eps = N/(D + eps) = o D/(D + eps), so
+    |o_eps - o| = |o_eps| eps/D (o_eps from the oracle with the eps, D its exact kernel sum),
+    widened by the float64 roundings of the product; 0 without an eps."""
+    if not eps:
+        return 0.0
+    D = np.abs(np.asarray(ref.denominator, dtype=np.float64))[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.abs(ref.float64) * eps / D * (1 + 4 * U64)
+
+
 def _row_radius(ref) -> np.ndarray:
     """max_s |x_ts| per row as floats rounded up (exact scores from the oracle)."""
     return np.vectorize(float_up, otypes=[float])(ref.max_abs_score)
@@ -99,12 +110,7 @@ def _truncation_check(variant, ex: Example, ctx) -> list[Observation]:
         deltas[idx] = f[0]
         trunc[idx] = f[1]
     trunc = (trunc * _vmax_rows(x) * (1 + 4 * U64))[..., None]  # B(delta) max_s |v_s|_inf
-    if variant.eps:
-        # a declared eps: o_eps = N/(D + eps) = o D/(D + eps), so |o_eps - o| = |o_eps| eps/D
-        # exactly (o_eps from the oracle with the eps, D its exact kernel sum)
-        D = np.abs(np.asarray(ref.denominator, dtype=np.float64))[..., None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            trunc = trunc + np.abs(ref.float64) * variant.eps / D * (1 + 4 * U64)
+    trunc = trunc + _eps_term(ref, variant.eps)
     bound = trunc + eb.bound
     out = call_mode(variant, x, "sum")
     err = oracle.abs_error(out, soft)
@@ -204,7 +210,7 @@ def _convergence_check(variant, ex: Example, ctx) -> list[Observation]:
         obs.append(
             elementwise(
                 oracle.abs_error(out, soft),
-                f[1] * vmax * (1 + 4 * U64) + eb.bound,
+                f[1] * vmax * (1 + 4 * U64) + _eps_term(ref, variant.eps) + eb.bound,
                 f"the variant (order {N})",
             )
         )

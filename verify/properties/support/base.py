@@ -88,6 +88,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant."""
     from hypothesis import given, settings
     from hypothesis import seed as hypothesis_seed
+    from hypothesis.errors import Unsatisfiable
 
     base = dict(
         property_id=prop.id,
@@ -114,9 +115,11 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
                 raise _ShrinkStop
         try:
             result = prop.check(variant, example, ctx)
-        except NotApplicable:
+        except NotApplicable as exc:
             from hypothesis import assume
 
+            state["rejected"] = state.get("rejected", 0) + 1
+            state["rejected_why"] = str(exc)
             assume(False)
             return
         except VariantError as exc:
@@ -157,7 +160,14 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
-    except Exception as exc:  # internal errors, hypothesis errors (e.g. Unsatisfiable)
+    except Unsatisfiable:  # every draw was outside the property's range: nothing to state
+        return PropertyResult(
+            status="skip",
+            reason=f"no applicable example: {state.get('rejected', 0)} draws outside the "
+            f"property's range (the last: {state.get('rejected_why', 'filtered')})",
+            **base,
+        )
+    except Exception as exc:  # internal errors, hypothesis errors
         example, text = state.get("internal", (None, f"{type(exc).__name__}: {exc}"))
         res = PropertyResult(status="error", reason=f"internal error in the check: {text}", **base)
         if example is not None:
@@ -195,7 +205,8 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         )
     if not failed and not observations:
         res.status = "skip"
-        res.reason = "no example was applicable"
+        why = state.get("rejected_why")
+        res.reason = "no example was applicable" + (f" (the last reason: {why})" if why else "")
     return res
 
 
