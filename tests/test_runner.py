@@ -70,3 +70,20 @@ def test_shrinking_stops_after_its_budget_of_candidates():
     full = run_property(replace(prop, id="runner-test-2"), SOFTMAX, unbounded)
     assert full.status == "fail" and "shrinking stopped" not in full.reason
     assert full.counterexample == str(10**5)  # shrunk all the way to the smallest failing x
+
+
+def test_every_catalogue_entry_is_declared_once_in_order():
+    """``verify/properties/catalogue.json`` holds each property's text and options once; the
+    groups declare each entry with its functions, and nothing else."""
+    import json
+    from importlib.resources import files
+
+    import pytest
+
+    from verify.properties import catalogue
+    from verify.properties.support.base import declare
+
+    entries = json.loads(files("verify.properties").joinpath("catalogue.json").read_text())
+    assert [e["id"] for e in entries] == [p.id for p in catalogue()]
+    with pytest.raises(KeyError, match="property_id"):
+        declare("no-such-property", None, None, None)

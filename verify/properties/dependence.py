@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example, exact_and_bound
@@ -115,17 +115,7 @@ def _causality_check(variant, ex: Example, ctx):
     )
 
 
-CAUSALITY = Property(
-    id="causality",
-    statement="with causal=True, changing q, k, v after position t (random or huge finite "
-    "values) leaves outputs at positions <= t unchanged, on every code path",
-    derivation="D2",
-    applies=_causality_applies,
-    examples=_causality_examples,
-    check=_causality_check,
-    faults=(8, 9),
-    low_precision=True,
-)
+CAUSALITY = declare("causality", _causality_applies, _causality_examples, _causality_check)
 
 
 # --------------------------------------------------------------------------- prefix (D2)
@@ -178,17 +168,7 @@ def _prefix_check(variant, ex: Example, ctx):
     )
 
 
-PREFIX_INVARIANCE = Property(
-    id="prefix-invariance",
-    statement="with causal=True, f(x)[:t] == f(x[:t]) for every prefix length t allowed by "
-    "length_multiple, on every code path",
-    derivation="D2",
-    applies=_prefix_applies,
-    examples=_prefix_examples,
-    check=_prefix_check,
-    faults=(2, 9),
-    low_precision=True,
-)
+PREFIX_INVARIANCE = declare("prefix-invariance", _prefix_applies, _prefix_examples, _prefix_check)
 
 
 # --------------------------------------------------------------------------- independence
@@ -253,29 +233,9 @@ def _independence(axis: str):
 _batch_examples, _batch_check = _independence("batch")
 _head_examples, _head_check = _independence("head")
 
-BATCH_INDEPENDENCE = Property(
-    id="batch-independence",
-    statement="changing q, k, v of one batch element leaves every other batch element's "
-    "output unchanged, on every code path",
-    derivation="contract",
-    applies=oracle_applies,
-    examples=_batch_examples,
-    check=_batch_check,
-    faults=(4,),
-    low_precision=True,
-)
+BATCH_INDEPENDENCE = declare("batch-independence", oracle_applies, _batch_examples, _batch_check)
 
-HEAD_INDEPENDENCE = Property(
-    id="head-independence",
-    statement="changing q, k, v of one head leaves every other head's output unchanged, on "
-    "every code path",
-    derivation="contract",
-    applies=oracle_applies,
-    examples=_head_examples,
-    check=_head_check,
-    faults=(4,),
-    low_precision=True,
-)
+HEAD_INDEPENDENCE = declare("head-independence", oracle_applies, _head_examples, _head_check)
 
 
 # --------------------------------------------------------------------------- permutation
@@ -330,15 +290,8 @@ def _perm_check(variant, ex: Example, ctx):
     )
 
 
-PERMUTATION_EQUIVARIANCE = Property(
-    id="permutation-equivariance",
-    statement="without a causal mask, permuting keys and values together leaves the outputs "
-    "unchanged and permuting queries permutes the outputs",
-    derivation="contract",
-    applies=_perm_applies,
-    examples=_perm_examples,
-    check=_perm_check,
-    low_precision=True,
+PERMUTATION_EQUIVARIANCE = declare(
+    "permutation-equivariance", _perm_applies, _perm_examples, _perm_check
 )
 
 

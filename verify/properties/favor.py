@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import feature_map
 from verify.properties.support.claims import dtype_reason
 from verify.properties.support.common import Example
@@ -215,16 +215,12 @@ def _favor_unbiased_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-FAVOR_UNBIASED = Property(
-    id="favor-kernel-unbiased",
-    statement="the FAVOR+ kernel estimate phi(x).phi(y) is unbiased: the mean over independent "
-    "projections is within the Chebyshev / fourth-moment half width of e^(c q.k) "
-    "(alpha = 1e-6, Bonferroni)",
-    derivation="D9",
-    applies=_favor_applies,
-    examples=lambda variant, ctx: _favor_pairs(ctx),
-    check=_favor_unbiased_check,
-    max_examples=4,
+def _unbiased_examples(variant, ctx):
+    return _favor_pairs(ctx)
+
+
+FAVOR_UNBIASED = declare(
+    "favor-kernel-unbiased", _favor_applies, _unbiased_examples, _favor_unbiased_check
 )
 
 
@@ -306,15 +302,12 @@ def _favor_variance_check(variant, ex: Example, ctx) -> Observation:
     )
 
 
-FAVOR_VARIANCE = Property(
-    id="favor-orthogonal-variance",
-    statement="the variance of the (orthogonal) FAVOR+ kernel estimate does not exceed the iid "
-    "closed form e^(2p)(e^s - 1)/m beyond a fourth-moment statistical margin (alpha = 1e-6)",
-    derivation="D9",
-    applies=_favor_applies,
-    examples=lambda variant, ctx: _favor_pairs(ctx, min_s=0.05, max_s=1.0),
-    check=_favor_variance_check,
-    max_examples=3,
+def _variance_examples(variant, ctx):
+    return _favor_pairs(ctx, min_s=0.05, max_s=1.0)
+
+
+FAVOR_VARIANCE = declare(
+    "favor-orthogonal-variance", _favor_applies, _variance_examples, _favor_variance_check
 )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill, step
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import MAX_LEN, Example, error_bound, exact_and_bound
@@ -206,18 +206,7 @@ def _forms_check(variant, ex: Example, ctx):
     return obs
 
 
-FORMS_AGREE = Property(
-    id="forms-agree",
-    statement="forward and every alternative form (parallel, recurrent, chunked with every "
-    "chunk size, including 1, sizes not dividing T and sizes > T) agree within the sum of "
-    "their D10 bounds",
-    derivation="D2",
-    applies=_forms_applies,
-    examples=_forms_examples,
-    check=_forms_check,
-    faults=(1, 2, 9),
-    low_precision=True,
-)
+FORMS_AGREE = declare("forms-agree", _forms_applies, _forms_examples, _forms_check)
 
 
 # --------------------------------------------------------------------------- state API
@@ -277,17 +266,7 @@ def _step_check(variant, ex: Example, ctx):
     return obs
 
 
-STATE_STEP = Property(
-    id="state-step",
-    statement="prefill(x[:T-1]) then step(x[T-1]) equals the causal forward at every row "
-    "(and, for AttentionState, the state of prefill(x) in one go)",
-    derivation="D2",
-    applies=_state_applies,
-    examples=_step_examples,
-    check=_step_check,
-    faults=(2, 7),
-    low_precision=True,
-)
+STATE_STEP = declare("state-step", _state_applies, _step_examples, _step_check)
 
 
 def _split_check(variant, ex: Example, ctx):
@@ -323,17 +302,6 @@ def _split_check(variant, ex: Example, ctx):
     return obs
 
 
-STATE_SPLIT_RESUME = Property(
-    id="state-split-resume",
-    statement="for every split s, concat(prefill(x[:s]), prefill(x[s:], state)) equals the "
-    "causal forward and prefill(x) in one go (AttentionState: numerator, denominator and "
-    "counts too)",
-    derivation="D2",
-    applies=_state_applies,
-    examples=_step_examples,
-    check=_split_check,
-    faults=(3,),
-    low_precision=True,
-)
+STATE_SPLIT_RESUME = declare("state-split-resume", _state_applies, _step_examples, _split_check)
 
 PROPERTIES: tuple[Any, ...] = (FORMS_AGREE, STATE_STEP, STATE_SPLIT_RESUME)

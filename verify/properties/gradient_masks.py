@@ -12,7 +12,7 @@ formed.
 
 from __future__ import annotations
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import dtype_reason
 from verify.properties.support.common import Example
 from verify.properties.support.grads import (
@@ -92,30 +92,12 @@ def _empty_row_check(variant, ex: Example, ctx) -> list[Observation]:
     ]
 
 
-MASKED_KEY_GRADIENTS = Property(
-    id="masked-key-gradients",
-    statement="keys hidden from every query (holding 1e10) get exactly zero dk and dv, rows "
-    "with no visible key exactly zero dq, and every gradient is finite",
-    derivation="contract",
-    applies=_mask_applies,
-    examples=_mask_examples("dead_key"),
-    check=_dead_key_check,
-    faults=(8, 12),
-    max_examples=15,
-    low_precision=True,
+MASKED_KEY_GRADIENTS = declare(
+    "masked-key-gradients", _mask_applies, _mask_examples("dead_key"), _dead_key_check
 )
 
-EMPTY_ROW_GRADIENTS = Property(
-    id="empty-row-gradients",
-    statement="a query row with no visible key gives zeros and exactly zero dq, and every "
-    "gradient of the batch stays finite",
-    derivation="contract",
-    applies=_mask_applies,
-    examples=_mask_examples("empty_row"),
-    check=_empty_row_check,
-    faults=(8,),
-    max_examples=15,
-    low_precision=True,
+EMPTY_ROW_GRADIENTS = declare(
+    "empty-row-gradients", _mask_applies, _mask_examples("empty_row"), _empty_row_check
 )
 
 

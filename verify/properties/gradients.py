@@ -55,7 +55,7 @@ from verify.exact.reference import (
     visible_count,
     weight_majorants,
 )
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import MIN_MAGNITUDE, Example, lengths, radius_strategy
@@ -367,17 +367,7 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     return obs
 
 
-GRADCHECK = Property(
-    id="gradcheck",
-    statement="the backward pass of forward and of every form matches central finite "
-    "differences in float64 on tiny shapes (torch.autograd.gradcheck's criterion)",
-    derivation="D2",
-    applies=_gradcheck_applies,
-    examples=_gradcheck_examples,
-    check=_gradcheck_check,
-    faults=(5, 12),
-    max_examples=15,
-)
+GRADCHECK = declare("gradcheck", _gradcheck_applies, _gradcheck_examples, _gradcheck_check)
 
 
 # ----------------------------------------------------------------------------- vs reference
@@ -461,17 +451,8 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-GRADIENTS_VS_REFERENCE = Property(
-    id="gradients-vs-reference",
-    statement="dq, dk, dv of every form match autograd through a float64 plain-torch "
-    "reference of the claimed kernel within the calibrated gradient bound",
-    derivation="D10",
-    applies=_reference_applies,
-    examples=_reference_examples,
-    check=_reference_check,
-    faults=(5, 8, 12),
-    max_examples=20,
-    low_precision=True,
+GRADIENTS_VS_REFERENCE = declare(
+    "gradients-vs-reference", _reference_applies, _reference_examples, _reference_check
 )
 
 
@@ -554,17 +535,8 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-SINGLE_KEY_GRADIENTS = Property(
-    id="single-key-gradients",
-    statement="with one key the normalized output is v, so dq = 0 and dk = 0 within the "
-    "calibrated gradient error model",
-    derivation="D10",
-    applies=_single_key_applies,
-    examples=_single_key_examples,
-    check=_single_key_check,
-    faults=(12,),
-    max_examples=15,
-    low_precision=True,
+SINGLE_KEY_GRADIENTS = declare(
+    "single-key-gradients", _single_key_applies, _single_key_examples, _single_key_check
 )
 
 

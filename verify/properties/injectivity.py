@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import (
     constructed_applies,
     homogeneous_weights_applies,
@@ -124,18 +124,16 @@ def _injectivity_check(variant, ex: QueryPairExample, ctx) -> list[Observation]:
     return [elementwise(measured, rounding + exact, f"{kind}: |w(q') - w(q)|")]
 
 
-SOFTMAX_INJECTIVITY = Property(
-    id="softmax-injectivity",
-    statement="softmax weights tell q from q' when rank [K, 1] = d + 1 (certified distinct), "
-    "and coincide along the collision direction K u = c 1 otherwise",
-    derivation="D9",
-    applies=softmax_weights_applies,
-    examples=lambda variant, ctx: _query_pair_strategy(ctx),
-    check=_injectivity_check,
+def _pair_examples(variant, ctx):
+    return _query_pair_strategy(ctx)
+
+
+SOFTMAX_INJECTIVITY = declare(
+    "softmax-injectivity", softmax_weights_applies, _pair_examples, _injectivity_check
 )
 
 
-def _homogeneous_examples(variant, ctx):
+def _collision_examples(variant, ctx):
     from hypothesis import strategies as st
 
     return st.builds(
@@ -145,7 +143,7 @@ def _homogeneous_examples(variant, ctx):
     )
 
 
-def _homogeneous_check(variant, ex: Example, ctx) -> Observation:
+def _collision_check(variant, ex: Example, ctx) -> Observation:
     x0 = identity_values(ex.inputs)
     a = ex.choices["alpha"]
     x1 = make_inputs(a * x0.q, x0.k, x0.v, causal=x0.causal, case="alpha q")  # exact scaling
@@ -158,14 +156,8 @@ def _homogeneous_check(variant, ex: Example, ctx) -> Observation:
     return elementwise(np.abs(w1 - w0), bound, f"|w(alpha q) - w(q)| (alpha = {a})")
 
 
-HOMOGENEOUS_MAP_COLLISION = Property(
-    id="homogeneous-map-collision",
-    statement="normalized linear attention with a positively homogeneous map gives the same "
-    "weights for q and alpha q (alpha > 0): it is not injective",
-    derivation="D9",
-    applies=homogeneous_weights_applies,
-    examples=_homogeneous_examples,
-    check=_homogeneous_check,
+HOMOGENEOUS_MAP_COLLISION = declare(
+    "homogeneous-map-collision", homogeneous_weights_applies, _collision_examples, _collision_check
 )
 
 
@@ -299,16 +291,7 @@ def _causal_rank(variant, w: list[float], T: int, mode: str, ctx) -> Observation
     return o
 
 
-LINEAR_ATTENTION_RANK = Property(
-    id="linear-attention-rank",
-    statement="without a causal mask the attention matrix of a kernel with m features has rank "
-    "<= m; a causal mask raises it to T (equal tokens)",
-    derivation="D9",
-    applies=_rank_applies,
-    examples=_rank_examples,
-    check=_rank_check,
-    max_examples=10,
-)
+LINEAR_ATTENTION_RANK = declare("linear-attention-rank", _rank_applies, _rank_examples, _rank_check)
 
 
 def _full_rank_examples(variant, ctx):
@@ -371,14 +354,8 @@ def _full_rank_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-EXP_KERNEL_FULL_RANK = Property(
-    id="exp-kernel-full-rank",
-    statement="with sorted distinct scalar queries and keys (d = 1, n <= 5) exp(c q_i k_j) is "
-    "strictly totally positive and the softmax weight matrix is certified full rank",
-    derivation="D9",
-    applies=softmax_weights_applies,
-    examples=_full_rank_examples,
-    check=_full_rank_check,
+EXP_KERNEL_FULL_RANK = declare(
+    "exp-kernel-full-rank", softmax_weights_applies, _full_rank_examples, _full_rank_check
 )
 
 

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import feature_map
 from verify.properties.support.claims import dtype_reason
 from verify.properties.support.common import MAX_DIM, MIN_RADIUS, Example, exact_and_bound
@@ -175,16 +175,12 @@ def _kernel_identity_check(variant, ex: PairsExample, ctx) -> Observation:
     return worst
 
 
-KERNEL_IDENTITY = Property(
-    id="kernel-identity",
-    statement="the feature map reproduces the claimed kernel: phi(q).phi(k) = kappa_N(c q.k) "
-    "within the feature-form rounding bound (fault class 10 triggers included)",
-    derivation="D1",
-    applies=_kernel_identity_applies,
-    examples=lambda variant, ctx: _pairs_strategy(ctx),
-    check=_kernel_identity_check,
-    low_precision=True,
-    faults=(10,),
+def _identity_examples(variant, ctx):
+    return _pairs_strategy(ctx)
+
+
+KERNEL_IDENTITY = declare(
+    "kernel-identity", _kernel_identity_applies, _identity_examples, _kernel_identity_check
 )
 
 
@@ -251,16 +247,8 @@ def _positive_check(variant, ex: Example, ctx) -> list[Observation]:
     return [o for o in (agree, negativity, worst_row) if o is not None]
 
 
-POSITIVE_WEIGHTS = Property(
-    id="positive-weights",
-    statement="a positive kernel (exp, even kappa_N, elu+1, FAVOR+) gives normalized weights "
-    ">= 0 whose rows sum to 1, read from the variant with v = identity",
-    derivation="D4",
-    applies=_positive_applies,
-    examples=_positive_examples,
-    check=_positive_check,
-    low_precision=True,
-    faults=(6,),
+POSITIVE_WEIGHTS = declare(
+    "positive-weights", _positive_applies, _positive_examples, _positive_check
 )
 
 
@@ -392,15 +380,8 @@ def _odd_check(variant, ex: Example, ctx) -> list[Observation]:
     return [evidence_obs, *bad]
 
 
-ODD_ORDER_COUNTEREXAMPLE = Property(
-    id="odd-order-counterexample",
-    statement="an odd truncation kappa_N gives a certified negative normalized weight "
-    "(D4's scores (-3, 0.5, 1) and drawn inputs beyond kappa_N's root)",
-    derivation="D4",
-    applies=_odd_applies,
-    examples=_odd_examples,
-    check=_odd_check,
-    low_precision=True,
+ODD_ORDER_COUNTEREXAMPLE = declare(
+    "odd-order-counterexample", _odd_applies, _odd_examples, _odd_check
 )
 
 

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call, to_layout
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import (
@@ -189,18 +189,7 @@ def _mask_check(variant, ex: Example, ctx):
     return obs
 
 
-MASKS = Property(
-    id="masks",
-    statement="masked keys holding huge finite values (1e10) have no influence, rows with no "
-    "visible key are exactly zero, and masked outputs match the oracle (general masks on "
-    "forward, key-padding masks on the forms)",
-    derivation="D6",
-    applies=_mask_applies,
-    examples=_mask_examples,
-    check=_mask_check,
-    faults=(8,),
-    low_precision=True,
-)
+MASKS = declare("masks", _mask_applies, _mask_examples, _mask_check)
 
 
 # --------------------------------------------------------------------------- alignment
@@ -237,17 +226,7 @@ def _align_check(variant, ex: Example, ctx):
     return compare(o, eb, ref, what=f"{path}: causal, T = {x.shape.T}, S = {x.shape.S}, {align}")
 
 
-CAUSAL_ALIGNMENT = Property(
-    id="causal-alignment",
-    statement="causal=True with T != S follows the declared alignment (top-left: s <= t; "
-    "bottom-right: s <= t + S - T) against the oracle, on every code path",
-    derivation="contract",
-    applies=_align_applies,
-    examples=_align_examples,
-    check=_align_check,
-    faults=(7,),
-    low_precision=True,
-)
+CAUSAL_ALIGNMENT = declare("causal-alignment", _align_applies, _align_examples, _align_check)
 
 
 #: modules of this project's own implementations (adapters of third-party code are not)
@@ -297,15 +276,8 @@ def _mismatch_check(variant, ex: Example, ctx):
     return Observation(1.0, 0.0, "exact", "", f"{what}: returned an output instead of raising")
 
 
-CAUSAL_MISMATCH_REJECTED = Property(
-    id="causal-mismatch-rejected",
-    statement="the project's API rejects causal=True with T != S by a ValueError naming "
-    "'causal' (alignment is ambiguous; decode through the state API), on every code path",
-    derivation="contract",
-    applies=_mismatch_applies,
-    examples=_align_examples,
-    check=_mismatch_check,
-    faults=(7,),
+CAUSAL_MISMATCH_REJECTED = declare(
+    "causal-mismatch-rejected", _mismatch_applies, _align_examples, _mismatch_check
 )
 
 

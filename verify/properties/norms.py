@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import dtype_reason, projection_reason
 from verify.properties.support.common import Example, exact_and_bound, radius_strategy
 from verify.properties.support.inputs import inputs_with_radius
@@ -151,15 +151,7 @@ def _norm_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-NORM_IDENTITIES = Property(
-    id="norm-identities",
-    statement="Norm(N_t) = Norm(o_t) for l2/rms/layernorm without eps (sign(D_t) for signed "
-    "kernels); with eps the gap equals derivations.norms' exact eps gap, within the bounds",
-    derivation="D7",
-    applies=_norm_applies,
-    examples=_norm_examples,
-    check=_norm_check,
-)
+NORM_IDENTITIES = declare("norm-identities", _norm_applies, _norm_examples, _norm_check)
 
 
 PROPERTIES = (NORM_IDENTITIES,)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import Example, exact_and_bound, inputs_strategy
@@ -75,29 +75,9 @@ def _check(variant, ex: Example, ctx) -> Observation:
     return compare(out, eb, ref, what=f"{form}/{mode}")
 
 
-ORACLE_AGREEMENT = Property(
-    id="oracle-agreement",
-    statement="every form and denominator mode matches the mpmath oracle within the derived "
-    "D10 bound (two-level model for bf16/fp16)",
-    derivation="D10",
-    applies=_applies,
-    examples=_examples(("random",)),
-    check=_check,
-    faults=(1, 6, 10, 11),
-    low_precision=True,
-)
+ORACLE_AGREEMENT = declare("oracle-agreement", _applies, _examples(("random",)), _check)
 
-EDGE_CASES = Property(
-    id="edge-cases",
-    statement="zeros, a single key, equal scores, large norms, identity and unit values match "
-    "the oracle within the derived bound",
-    derivation="D10",
-    applies=_applies,
-    examples=_examples(
-        ("zeros", "single_key", "equal_keys", "large_norm", "identity_values", "unit_values")
-    ),
-    check=_check,
-    low_precision=True,
-)
+_EDGES = ("zeros", "single_key", "equal_keys", "large_norm", "identity_values", "unit_values")
+EDGE_CASES = declare("edge-cases", _applies, _examples(_EDGES), _check)
 
 PROPERTIES = (ORACLE_AGREEMENT, EDGE_CASES)

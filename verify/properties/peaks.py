@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import homogeneous_weights_applies, softmax_weights_applies
 from verify.properties.support.common import exact_and_bound
 from verify.properties.support.inputs import ctx_tensor, interval, make_inputs
@@ -174,14 +174,12 @@ def _peak_bounds_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-SOFTMAX_PEAK_BOUNDS = Property(
-    id="softmax-peak-bounds",
-    statement="softmax peak >= 1/(1 + (n-1)e^-gap) (A), <= e^a/(e^a + n - 1) on a width-a row "
-    "(B), and threshold 1/2 separates D_0 from D_1 for n >= smallest_separating_n()",
-    derivation="D8",
-    applies=softmax_weights_applies,
-    examples=lambda variant, ctx: _peak_rows_strategy(),
-    check=_peak_bounds_check,
+def _peak_examples(variant, ctx):
+    return _peak_rows_strategy()
+
+
+SOFTMAX_PEAK_BOUNDS = declare(
+    "softmax-peak-bounds", softmax_weights_applies, _peak_examples, _peak_bounds_check
 )
 
 
@@ -225,14 +223,12 @@ def _monotone_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-SOFTMAX_PEAK_MONOTONE = Property(
-    id="softmax-peak-monotone",
-    statement="for a non-constant row the softmax peak weight strictly increases with the "
-    "scale c (scores c z, c = 1/2, 1, 2, 4)",
-    derivation="D8",
-    applies=softmax_weights_applies,
-    examples=lambda variant, ctx: _monotone_strategy(),
-    check=_monotone_check,
+def _monotone_examples(variant, ctx):
+    return _monotone_strategy()
+
+
+SOFTMAX_PEAK_MONOTONE = declare(
+    "softmax-peak-monotone", softmax_weights_applies, _monotone_examples, _monotone_check
 )
 
 
@@ -298,14 +294,12 @@ def _power_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-POWER_ATTENTION_PEAK = Property(
-    id="power-attention-peak",
-    statement="softmax on scores beta log z is power attention: with one entry r times the "
-    "n - 1 others the peak is r^beta/(r^beta + n - 1) (inline torch reference and the variant)",
-    derivation="D8",
-    applies=softmax_weights_applies,
-    examples=lambda variant, ctx: _power_strategy(),
-    check=_power_check,
+def _power_examples(variant, ctx):
+    return _power_strategy()
+
+
+POWER_ATTENTION_PEAK = declare(
+    "power-attention-peak", softmax_weights_applies, _power_examples, _power_check
 )
 
 
@@ -385,14 +379,12 @@ def _linear_peak_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-LINEAR_PEAK_BOUND = Property(
-    id="linear-peak-bound",
-    statement="normalized linear attention's peak is <= (M+gap)/((n-1)m + M + gap) and "
-    "decreases with n (C), and lin(c z) = lin(z) (D)",
-    derivation="D8",
-    applies=homogeneous_weights_applies,
-    examples=lambda variant, ctx: _linear_rows_strategy(),
-    check=_linear_peak_check,
+def _linear_examples(variant, ctx):
+    return _linear_rows_strategy()
+
+
+LINEAR_PEAK_BOUND = declare(
+    "linear-peak-bound", homogeneous_weights_applies, _linear_examples, _linear_peak_check
 )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify.exact.reference import reference_attention
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
@@ -303,19 +303,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
     return errors.compare(out[..., rows, :], eb, ref, what=f"{form}/{mode}, rows {rows}")
 
 
-DTYPE_AGREEMENT = Property(
-    id="dtype-agreement",
-    statement="on sequences of thousands of tokens, float32/bf16/fp16 inputs track the float64 "
-    "result on the same rounded inputs within the two-level D10 model; no inf or NaN, "
-    "normalizers finite and positive",
-    derivation="D10",
-    applies=_dtype_applies,
-    examples=_dtype_examples,
-    check=_dtype_check,
-    faults=(11,),
-    max_examples=3,
-    low_precision=True,
-)
+DTYPE_AGREEMENT = declare("dtype-agreement", _dtype_applies, _dtype_examples, _dtype_check)
 
 
 # ----------------------------------------------------------------------------- device
@@ -387,16 +375,6 @@ def _device_check(variant, ex, ctx) -> Observation:
     return errors.compare(out_cuda.detach().cpu(), total, cpu64, what=f"{form}/{mode} cuda-cpu")
 
 
-DEVICE_AGREEMENT = Property(
-    id="device-agreement",
-    statement="CUDA and CPU outputs on the same inputs agree within the sum of the two "
-    "devices' derived D10 bounds",
-    derivation="D10",
-    applies=_device_applies,
-    examples=_device_examples,
-    check=_device_check,
-    max_examples=15,
-    low_precision=True,
-)
+DEVICE_AGREEMENT = declare("device-agreement", _device_applies, _device_examples, _device_check)
 
 PROPERTIES = (DTYPE_AGREEMENT, DEVICE_AGREEMENT)

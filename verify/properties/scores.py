@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import (
@@ -197,15 +197,7 @@ def _scale_check(variant, ex: Example, ctx):
     return obs
 
 
-SCALE_ONCE = Property(
-    id="scale-once",
-    statement="exp-type kernels use the claimed score scale at d = 1, 2, 4 (not 1/d, d^-1/4, "
-    "1/sqrt(d), 1 or the claim applied twice); the detail names the candidates that fit",
-    derivation="contract",
-    applies=_scale_applies,
-    examples=_scale_examples,
-    check=_scale_check,
-)
+SCALE_ONCE = declare("scale-once", _scale_applies, _scale_examples, _scale_check)
 
 
 # --------------------------------------------------------------------------- single key
@@ -243,17 +235,7 @@ def _single_check(variant, ex: Example, ctx):
     )
 
 
-SINGLE_KEY = Property(
-    id="single-key",
-    statement="normalized attention over a single key returns that key's value (where "
-    "kappa != 0 at its score), on every code path",
-    derivation="contract",
-    applies=_single_applies,
-    examples=_single_examples,
-    check=_single_check,
-    faults=(6, 12),
-    low_precision=True,
-)
+SINGLE_KEY = declare("single-key", _single_applies, _single_examples, _single_check)
 
 
 PROPERTIES = (

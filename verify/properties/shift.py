@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import dtype_reason
 from verify.properties.support.common import MAX_DIM, MIN_MAGNITUDE, exact_and_bound
 from verify.properties.support.inputs import ctx_tensor, identity_values, inputs_with_radius
@@ -86,7 +86,7 @@ def _shifted(x, u: np.ndarray, ctx):
     return replace(x, k=k1)
 
 
-def _softmax_shift_applies(variant, ctx) -> str | None:
+def _softmax_applies(variant, ctx) -> str | None:
     if variant.kernel_family != "softmax":
         return "shift invariance is a property of exp (softmax) only (D6)"
     if sum_mode(variant) is None:
@@ -122,17 +122,12 @@ def _softmax_shift_check(variant, ex: ShiftExample, ctx) -> list[Observation]:
     ]
 
 
-SOFTMAX_SHIFT_INVARIANCE = Property(
-    id="softmax-shift-invariance",
-    statement="adding one vector u to every key (row scores shift by c q_t.u) leaves the "
-    "softmax output unchanged within the two rounding bounds",
-    derivation="D6",
-    applies=_softmax_shift_applies,
-    examples=lambda variant, ctx: _shift_examples(
-        variant, ctx, n_shifts=1, max_len=8, max_dim=MAX_DIM
-    ),
-    check=_softmax_shift_check,
-    low_precision=True,
+def _softmax_examples(variant, ctx):
+    return _shift_examples(variant, ctx, n_shifts=1, max_len=8, max_dim=MAX_DIM)
+
+
+SOFTMAX_SHIFT_INVARIANCE = declare(
+    "softmax-shift-invariance", _softmax_applies, _softmax_examples, _softmax_shift_check
 )
 
 
@@ -200,16 +195,12 @@ def _taylor_shift_check(variant, ex: ShiftExample, ctx) -> Observation:
     return obs
 
 
-TAYLOR_NOT_SHIFT_INVARIANT = Property(
-    id="taylor-not-shift-invariant",
-    statement="for kappa_N (N >= 1) a key shift chosen with taylor_shift_gap changes a "
-    "normalized weight by more than the rounding bounds (D6 fails for truncations)",
-    derivation="D6",
-    applies=_taylor_shift_applies,
-    examples=lambda variant, ctx: _shift_examples(variant, ctx, n_shifts=3, max_len=6, max_dim=3),
-    check=_taylor_shift_check,
-    low_precision=True,
-    max_examples=15,
+def _taylor_shift_examples(variant, ctx):
+    return _shift_examples(variant, ctx, n_shifts=3, max_len=6, max_dim=3)
+
+
+TAYLOR_NOT_SHIFT_INVARIANT = declare(
+    "taylor-not-shift-invariant", _taylor_shift_applies, _taylor_shift_examples, _taylor_shift_check
 )
 
 

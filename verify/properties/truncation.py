@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.claims import dtype_reason
 from verify.properties.support.common import MIN_RADIUS, Example, exact_and_bound
 from verify.properties.support.inputs import inputs_with_radius
@@ -129,14 +129,8 @@ def _truncation_check(variant, ex: Example, ctx) -> list[Observation]:
     return [var, theory]
 
 
-TRUNCATION_WITHIN_D4 = Property(
-    id="truncation-within-d4",
-    statement="Taylor-N attention differs from softmax by at most "
-    "output_error_bound(delta_N(r)) max|v| + rounding, for row radii r in D4's informative range",
-    derivation="D4",
-    applies=_taylor_applies,
-    examples=_truncation_examples,
-    check=_truncation_check,
+TRUNCATION_WITHIN_D4 = declare(
+    "truncation-within-d4", _taylor_applies, _truncation_examples, _truncation_check
 )
 
 
@@ -227,16 +221,8 @@ def _convergence_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-CONVERGENCE_IN_N = Property(
-    id="convergence-in-n",
-    statement="kappa_N attention converges to softmax as N grows (N = 0..12, built-in "
-    "taylor_attention and the variant's own order): exact and computed errors within the D4 "
-    "bound wherever delta_N(r) < 1",
-    derivation="D4",
-    applies=_taylor_applies,
-    examples=_convergence_examples,
-    check=_convergence_check,
-    max_examples=10,
+CONVERGENCE_IN_N = declare(
+    "convergence-in-n", _taylor_applies, _convergence_examples, _convergence_check
 )
 
 

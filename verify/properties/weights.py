@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from verify.properties.support.base import Property
+from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill
 from verify.properties.support.claims import dtype_reason, oracle_applies
 from verify.properties.support.common import Example, exact_and_bound
@@ -111,17 +111,7 @@ def _linear_check(variant, ex: Example, ctx):
     )
 
 
-LINEARITY_IN_V = Property(
-    id="linearity-in-v",
-    statement="f(q, k, a v1 + b v2) == a f(q, k, v1) + b f(q, k, v2) (modes sum, none, count; "
-    "a, b powers of two and grid values, so the combination is exact)",
-    derivation="contract",
-    applies=_linear_applies,
-    examples=_linear_examples,
-    check=_linear_check,
-    faults=(6,),
-    low_precision=True,
-)
+LINEARITY_IN_V = declare("linearity-in-v", _linear_applies, _linear_examples, _linear_check)
 
 
 # --------------------------------------------------------------------------- determinism
@@ -178,16 +168,7 @@ def _det_check(variant, ex: Example, ctx):
     )
 
 
-DETERMINISM = Property(
-    id="determinism",
-    statement="two calls on the same inputs return bitwise identical outputs, on every code "
-    "path and the state API's prefill",
-    derivation="contract",
-    applies=dtype_reason,
-    examples=_det_examples,
-    check=_det_check,
-    low_precision=True,
-)
+DETERMINISM = declare("determinism", dtype_reason, _det_examples, _det_check)
 
 
 # --------------------------------------------------------------------------- convexity (D4)
@@ -229,18 +210,7 @@ def _convex_check(variant, ex: Example, ctx):
     )
 
 
-CONVEX_COMBINATION = Property(
-    id="convex-combination",
-    statement="normalized attention with a positive kernel puts each output in the box "
-    "[min_s v_s, max_s v_s] of the visible values (v == 1 gives 1; with a declared eps the "
-    "box includes 0), on every code path",
-    derivation="D4",
-    applies=_convex_applies,
-    examples=_convex_examples,
-    check=_convex_check,
-    faults=(6,),
-    low_precision=True,
-)
+CONVEX_COMBINATION = declare("convex-combination", _convex_applies, _convex_examples, _convex_check)
 
 
 # --------------------------------------------------------------------------- uniform (D2)
@@ -316,18 +286,7 @@ def _uniform_check(variant, ex: Example, ctx):
     )
 
 
-UNIFORM_WEIGHTS = Property(
-    id="uniform-weights",
-    statement="q = k = 0 gives every visible key the weight kappa(0) (1 for exp, kappa_N, "
-    "FAVOR+; d for elu1): the mean of the visible values (sum, count) or kappa(0) times "
-    "their sum (none)",
-    derivation="D2",
-    applies=_uniform_applies,
-    examples=_uniform_examples,
-    check=_uniform_check,
-    faults=(4, 6),
-    low_precision=True,
-)
+UNIFORM_WEIGHTS = declare("uniform-weights", _uniform_applies, _uniform_examples, _uniform_check)
 
 
 PROPERTIES = (

@@ -9,6 +9,8 @@ hypothesis shrink the failure to a minimal counterexample and returns a :class:`
 
 from __future__ import annotations
 
+import functools
+import json
 import traceback
 import zlib
 from collections.abc import Callable
@@ -52,6 +54,39 @@ class Property:
     faults: tuple[int, ...] = ()
     max_examples: int | None = None
     low_precision: bool = False
+
+
+@functools.cache
+def _catalogue_metadata() -> dict[str, dict[str, Any]]:
+    """id -> statement, derivation, fault classes and run options of every property, from
+    ``verify/properties/catalogue.json`` (the catalogue's text lives there, once)."""
+    from importlib.resources import files
+
+    entries = json.loads(files("verify.properties").joinpath("catalogue.json").read_text())
+    return {e["id"]: e for e in entries}
+
+
+def declare(property_id: str, applies, examples, check) -> Property:
+    """The catalogue entry ``property_id`` with its three functions (see :class:`Property`).
+
+    Raises:
+        KeyError: ``property_id`` is not in ``catalogue.json`` (the message lists the ids).
+    """
+    meta = _catalogue_metadata()
+    if property_id not in meta:
+        raise KeyError(f"property_id: expected one of {sorted(meta)}, got {property_id!r}")
+    m = meta[property_id]
+    return Property(
+        id=property_id,
+        statement=m["statement"],
+        derivation=m["derivation"],
+        applies=applies,
+        examples=examples,
+        check=check,
+        faults=tuple(m["faults"]),
+        max_examples=m["max_examples"],
+        low_precision=m["low_precision"],
+    )
 
 
 #: the shrink policy of every run (``RunContext.shrink_draws``)
