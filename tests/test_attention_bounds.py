@@ -25,8 +25,7 @@ from derivations import rounding as d10
 from derivations.rounding import gamma, unit_roundoff
 from verify.exact import error_terms, errors
 from verify.exact.oracle import linear_reference, softmax_reference, taylor_reference
-from verify.spec.kernel import UNKNOWN, from_feature_map
-from verify.spec.kernel import parse as parse_kernel
+from verify.spec.kernel import UNKNOWN, parse_name
 
 __all__ = ["U", "assert_within", "callable_map_bound", "gamma", "oracle_bound", "output_bound"]
 
@@ -46,12 +45,9 @@ def model_kernel(kernel: str) -> str:
     ``taylor:N`` unchanged (kappa_N on scores or through features: every form), feature maps
     -> ``linear:MAP``."""
     try:
-        kern = parse_kernel(kernel)
+        kern = parse_name(kernel)
     except ValueError:
-        try:
-            kern = from_feature_map(kernel)
-        except ValueError:
-            kern = UNKNOWN
+        kern = UNKNOWN
     if not kern.known:
         raise ValueError(
             f"kernel: expected exp, taylor:N, identity, elu1, relu or favor, got {kernel!r} "

@@ -15,20 +15,8 @@ import torch
 from test_attention_bounds import U, gamma
 
 from derivations.feature_maps import feature_count, monomial_weight, multi_indices
-from verify.attention import (
-    elu1_features,
-    favor_features,
-    favor_projection,
-    identity_features,
-    relu_features,
-    symmetric_monomial_features,
-    taylor_block_sizes,
-    taylor_features,
-    taylor_kernel,
-    tensor_power_features,
-)
-
-BASES = ("symmetric", "tensor")
+from verify import attention as A
+from verify.spec.vocabulary import BASES
 
 
 def exact_kappa(q, k, order, c):
@@ -53,8 +41,8 @@ def test_kernel_identity_exact(basis, order, d):
         k = torch.randn(5, d, generator=g, dtype=torch.float64).to(dtype)
         for c in (None, 0.5, 1.0):
             cc = 1 / math.sqrt(d) if c is None else c
-            fq = taylor_features(q, order, basis=basis, scale=c)
-            fk = taylor_features(k, order, basis=basis, scale=c)
+            fq = A.taylor_features(q, order, basis=basis, scale=c)
+            fk = A.taylor_features(k, order, basis=basis, scale=c)
             assert fq.shape == (5, feature_count(order, d, basis)) and fq.dtype == dtype
             got = (fq.double() * fk.double()).sum(-1)  # exact products of the rounded features
             m = fq.shape[-1]
@@ -70,11 +58,11 @@ def test_kernel_identity_exact(basis, order, d):
 def test_faults10_elementwise_square_counterexamples(basis):
     """d = 2, q = k = (1, 1): 5 (scale 1); d = 4, q = 1, k = -q: kappa_2(-4) = 5, not -1."""
     one2 = torch.ones(2, dtype=torch.float64)
-    v = (taylor_features(one2, 2, basis=basis, scale=1.0) ** 2).sum()
+    v = (A.taylor_features(one2, 2, basis=basis, scale=1.0) ** 2).sum()
     assert abs(v.item() - 5.0) <= gamma(12, U[torch.float64]) * 5
     one4 = torch.ones(4, dtype=torch.float64)
-    fq = taylor_features(one4, 2, basis=basis, scale=1.0)
-    fk = taylor_features(-one4, 2, basis=basis, scale=1.0)
+    fq = A.taylor_features(one4, 2, basis=basis, scale=1.0)
+    fk = A.taylor_features(-one4, 2, basis=basis, scale=1.0)
     assert abs((fq * fk).sum().item() - 5.0) <= gamma(2 * 2 + 6 + 15, U[torch.float64]) * 13
 
 
@@ -83,7 +71,7 @@ def test_faults10_elementwise_square_counterexamples(basis):
 def test_symmetric_monomial_order_is_multi_indices(n, d):
     """Feature j is x^alpha_j / sqrt(alpha_j!) with alpha_j = multi_indices(n, d)[j]."""
     primes = torch.tensor([2.0, 3.0, 5.0, 7.0][:d], dtype=torch.float64)
-    got = symmetric_monomial_features(primes, n, scale=1.0)
+    got = A.symmetric_monomial_features(primes, n, scale=1.0)
     alphas = multi_indices(n, d)
     assert got.shape == (len(alphas),)
     for j, alpha in enumerate(alphas):
@@ -96,7 +84,7 @@ def test_symmetric_monomial_order_is_multi_indices(n, d):
 def test_order_two_symmetric_weights():
     """1/sqrt(2) on squares, 1 on cross terms (D1)."""
     x = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
-    f = symmetric_monomial_features(x, 2, scale=1.0)
+    f = A.symmetric_monomial_features(x, 2, scale=1.0)
     u = U[torch.float64]
     sq = [0, 3, 5]  # (0,0), (1,1), (2,2) in multi_indices order
     assert all(abs(f[i].item() - 1 / math.sqrt(2)) <= 2 * u for i in sq)
@@ -105,21 +93,21 @@ def test_order_two_symmetric_weights():
 
 def test_tensor_power_layout_row_major():
     x = torch.tensor([2.0, 3.0], dtype=torch.float64)
-    f = tensor_power_features(x, 2, scale=1.0)
+    f = A.tensor_power_features(x, 2, scale=1.0)
     want = torch.tensor([4.0, 6.0, 6.0, 9.0], dtype=torch.float64) / math.sqrt(2)
     assert ((f - want).abs() <= gamma(3, U[torch.float64]) * want).all()
-    assert tensor_power_features(x, 0).tolist() == [1.0]
+    assert A.tensor_power_features(x, 0).tolist() == [1.0]
 
 
 def test_block_sizes_and_concatenation():
     x = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     for basis, block in (
-        ("symmetric", symmetric_monomial_features),
-        ("tensor", tensor_power_features),
+        ("symmetric", A.symmetric_monomial_features),
+        ("tensor", A.tensor_power_features),
     ):
-        sizes = taylor_block_sizes(3, 4, basis)
+        sizes = A.taylor_block_sizes(3, 4, basis)
         assert sum(sizes) == feature_count(3, 4, basis)
-        full = taylor_features(x, 3, basis=basis)
+        full = A.taylor_features(x, 3, basis=basis)
         lo = 0
         for n, size in enumerate(sizes):
             assert torch.equal(full[..., lo : lo + size], block(x, n)), (basis, n)
@@ -129,7 +117,7 @@ def test_block_sizes_and_concatenation():
 def test_taylor_kernel_horner_matches_exact():
     x = torch.linspace(-4, 4, 33, dtype=torch.float64)
     for N in range(7):
-        got = taylor_kernel(x, N)
+        got = A.taylor_kernel(x, N)
         for xi, gi in zip(x.tolist(), got.tolist()):
             exact = sum(Fraction(xi) ** n / math.factorial(n) for n in range(N + 1))
             absk = sum(abs(xi) ** n / math.factorial(n) for n in range(N + 1))
@@ -139,20 +127,22 @@ def test_taylor_kernel_horner_matches_exact():
 
 def test_elementwise_maps():
     x = torch.tensor([-30.0, -1.0, 0.0, 2.5], dtype=torch.float64)
-    assert identity_features(x) is x
-    assert relu_features(x).tolist() == [0.0, 0.0, 0.0, 2.5]
-    e = elu1_features(x)
+    assert A.identity_features(x) is x
+    assert A.relu_features(x).tolist() == [0.0, 0.0, 0.0, 2.5]
+    e = A.elu1_features(x)
     want = [math.exp(-30.0), math.exp(-1.0), 1.0, 3.5]
     for a, b in zip(e.tolist(), want):
         # elu(x) + 1 = expm1(x) + 1: absolute error <= gamma_3 (|elu(x)| + 1) (cancellation)
         assert abs(a - b) <= gamma(3, U[torch.float64]) * (abs(b - 1) + 1)
     xb = x.to(torch.bfloat16)
-    assert elu1_features(xb).dtype == torch.bfloat16 and relu_features(xb).dtype == torch.bfloat16
+    assert (
+        A.elu1_features(xb).dtype == torch.bfloat16 and A.relu_features(xb).dtype == torch.bfloat16
+    )
 
 
 def test_low_precision_features_keep_the_dtype():
     x = torch.randn(3, 4).to(torch.float16)
-    for f in (lambda t: taylor_features(t, 2), lambda t: taylor_features(t, 2, basis="tensor")):
+    for f in (lambda t: A.taylor_features(t, 2), lambda t: A.taylor_features(t, 2, basis="tensor")):
         out = f(x)
         assert out.dtype == torch.float16
         ref = f(x.double())
@@ -165,19 +155,19 @@ def test_low_precision_features_keep_the_dtype():
 # ------------------------------------------------------------------ FAVOR+ (D9)
 def test_favor_projection_shapes_orthogonality_and_reproducibility():
     g = torch.Generator().manual_seed(1)
-    w = favor_projection(4, 10, generator=g, dtype=torch.float64)
+    w = A.favor_projection(4, 10, generator=g, dtype=torch.float64)
     assert w.shape == (10, 4) and w.dtype == torch.float64
     for block in (w[:4], w[4:8]):  # rows within a block are orthogonal
         gram = block @ block.T
         off = gram - torch.diag(torch.diagonal(gram))
         assert off.abs().max() <= gamma(16, U[torch.float64]) * gram.diagonal().max()
-    w2 = favor_projection(4, 10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    w2 = A.favor_projection(4, 10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     assert torch.equal(w, w2)
-    iid = favor_projection(
+    iid = A.favor_projection(
         4, 10, orthogonal=False, generator=torch.Generator().manual_seed(1), dtype=torch.float64
     )
     assert not torch.equal(w, iid)
-    assert favor_projection(4, 3, generator=g, dtype=torch.float32).dtype == torch.float32
+    assert A.favor_projection(4, 3, generator=g, dtype=torch.float32).dtype == torch.float32
 
 
 def test_favor_features_positive_and_unbiased_kernel_estimate():
@@ -191,14 +181,14 @@ def test_favor_features_positive_and_unbiased_kernel_estimate():
     m = 4096
     alpha = 1e-6 / 6
     for orthogonal in (False, True):
-        w = favor_projection(
+        w = A.favor_projection(
             3,
             m,
             orthogonal=orthogonal,
             generator=torch.Generator().manual_seed(2),
             dtype=torch.float64,
         )
-        fx, fy = favor_features(x, w, scale=1.0), favor_features(y, w, scale=1.0)
+        fx, fy = A.favor_features(x, w, scale=1.0), A.favor_features(y, w, scale=1.0)
         assert (fx > 0).all() and fx.shape == (3, m)
         est = (fx * fy).sum(-1)
         for i in range(3):
@@ -213,8 +203,8 @@ def test_favor_features_positive_and_unbiased_kernel_estimate():
 
 
 def test_favor_features_scale_is_absorbed_as_sqrt_c():
-    w = favor_projection(4, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    w = A.favor_projection(4, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     x = torch.randn(2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    a = favor_features(x, w)  # default c = 1/sqrt(4) = 1/2
-    b = favor_features(x * math.sqrt(0.5), w, scale=1.0)
+    a = A.favor_features(x, w)  # default c = 1/sqrt(4) = 1/2
+    b = A.favor_features(x * math.sqrt(0.5), w, scale=1.0)
     assert ((a - b).abs() <= gamma(12, U[torch.float64]) * a).all()

@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_attention_bounds import U, assert_within, gamma, output_bound
 
+from verify.spec.vocabulary import DENOMINATORS
 from verify.attention import (
-    DENOMINATORS,
     apply_denominator,
     l2_normalize,
     layer_normalize,

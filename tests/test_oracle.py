@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from verify.exact import oracle
+from verify.spec.vocabulary import DENOMINATORS
 from verify.exact.oracle import (
-    DENOMINATORS,
     abs_error,
     linear_reference,
     softmax_reference,

@@ -31,7 +31,6 @@ from verify.attention.feature_maps import (
 )
 from verify.attention.linear import linear_attention
 from verify.attention.norms import (
-    DENOMINATORS,
     apply_denominator,
     l2_normalize,
     layer_normalize,
@@ -42,7 +41,6 @@ from verify.attention.state import AttentionState, init_state, prefill, step
 from verify.attention.taylor import taylor_attention
 
 __all__ = [
-    "DENOMINATORS",
     "FEATURE_BUDGET",
     "AttentionState",
     "accumulation_dtype",

@@ -37,15 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from verify.spec.kernel import from_feature_map, taylor_order
-from verify.spec.kernel import parse as parse_kernel
+from verify.spec.kernel import from_feature_map, parse_name, taylor_order
 from verify.spec.visibility import visible
 from verify.spec.vocabulary import DENOMINATORS, FEATURE_MAPS
 
 __all__ = [
     "DEFAULT_DPS",
-    "DENOMINATORS",
-    "FEATURE_MAPS",
     "MIN_DPS",
     "OracleResult",
     "abs_error",
@@ -716,16 +713,7 @@ def reference(
         return linear_reference(q, k, v, feature_map=kernel, **kwargs)
     if not isinstance(kernel, str):
         raise TypeError(f"kernel: expected a str or callable, got {type(kernel).__name__}")
-    try:
-        kern = parse_kernel(kernel)
-    except ValueError:
-        try:
-            kern = from_feature_map(kernel)
-        except ValueError:
-            raise ValueError(
-                f"kernel: expected 'exp', 'softmax', 'taylor:N' or a feature map {FEATURE_MAPS}, "
-                f"got {kernel!r}"
-            ) from None
+    kern = parse_name(kernel)
     if kern.family == "softmax":
         return softmax_reference(q, k, v, **kwargs)
     if kern.family == "taylor":

@@ -151,3 +151,21 @@ def from_feature_map(text: object, *, name: str = "feature_map") -> Kernel:
     raise ValueError(
         f"{name}: expected one of {NAMED_MAPS + ('taylor:N',)} (N an integer >= 0), got {text!r}"
     )
+
+
+def parse_name(text: object, *, name: str = "kernel") -> Kernel:
+    """A kernel claim (:func:`parse`) or a bare feature-map name (:func:`from_feature_map`):
+    ``exp``/``softmax``, ``taylor:N``, ``linear:MAP``, ``elu1``, ``favor``, ...
+
+    Raises:
+        ValueError: neither (the message names ``name`` and lists both forms).
+    """
+    for read in (parse, from_feature_map):
+        try:
+            return read(text)
+        except ValueError:
+            pass
+    raise ValueError(
+        f"{name}: expected 'exp', 'softmax', 'taylor:N', 'linear:MAP' or a feature map "
+        f"{NAMED_MAPS + ('taylor:N',)}, got {text!r}"
+    )
