@@ -249,45 +249,28 @@ def terms(
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 
 
-def _weighted_sums(family, order, fmap, q, k, v, vis, c, u, form, basis, exp_ulps, proj, shifted):
-    """(the :func:`terms` tuple, A, B, D_low): A_j = sum_s W_s |v_sj| and B = sum_s W_s (upper
-    bounds, inflated by their own float64 rounding) and |D| >= D_low = |D_f| - gamma_S B."""
+def _weighted_sums(st: dict, u: float):
+    """(the :func:`terms` tuple, A, B, D_low) for the setup ``st`` (``errors._setup``):
+    A_j = sum_s W_s |v_sj| and B = sum_s W_s (upper bounds, inflated by their own float64
+    rounding) and |D| >= D_low = |D_f| - gamma_S B."""
     t = terms(
-        family, order, fmap, q, k, vis, c, u,
-        form=form, basis=basis, exp_ulps=exp_ulps, projection=proj, shifted=shifted,
+        st["family"], st["order"], st["fmap"], st["q"], st["k"], st["vis"], st["c"], u,
+        form=st["form"], basis=st["basis"], exp_ulps=st["exp_ulps"],
+        projection=st["projection"], shifted=st["shifted"],
     )  # fmt: skip
     w, W = t[0], t[1]
-    S = k.shape[-2]
-    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    S = st["k"].shape[-2]
+    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(st["v"])), S + 1)
     B = inflate(W.sum(-1), S)
     D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0)
     return t, A, B, D_low
 
 
-def output_majorant(
-    *,
-    family,
-    order,
-    fmap,
-    q,
-    k,
-    v,
-    vis,
-    c,
-    form,
-    basis,
-    exp_ulps,
-    div_ulps,
-    projection,
-    shifted,
-    denominator,
-    eps,
-) -> np.ndarray:
+def output_majorant(st: dict) -> np.ndarray:
     """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
     and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
-    _, A, B, D_low = _weighted_sums(
-        family, order, fmap, q, k, v, vis, c, _U64, form, basis, exp_ulps, projection, shifted
-    )
+    _, A, B, D_low = _weighted_sums(st, _U64)
+    v, vis, denominator, eps = st["v"], st["vis"], st["denominator"], st["eps"]
     d_v = v.shape[-1]
     n_vis = vis.sum(-1)
     if denominator == "sum":
@@ -301,28 +284,7 @@ def output_majorant(
     return np.full(A.shape, 1.0 if denominator == "l2" else math.sqrt(d_v))
 
 
-def core_bound(
-    *,
-    u,
-    eta_log2,
-    o_abs,
-    family,
-    order,
-    fmap,
-    q,
-    k,
-    v,
-    vis,
-    c,
-    form,
-    basis,
-    exp_ulps,
-    div_ulps,
-    projection,
-    shifted,
-    denominator,
-    eps,
-):
+def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
     """(bound array, cond, description) for arithmetic with unit roundoff ``u``.
 
     Besides the relative errors of the standard model, each computed weight and each product
@@ -332,9 +294,9 @@ def core_bound(
     final division or normalization one more eta. Exp weights computed shifted by the row
     maximum m and scaled back by e^m (the unnormalized modes, D6) carry their eta times e^m.
     """
-    (w, W, num_rel, den_rel, how, uf_log), A, B, D_low = _weighted_sums(
-        family, order, fmap, q, k, v, vis, c, u, form, basis, exp_ulps, projection, shifted
-    )
+    (w, W, num_rel, den_rel, how, uf_log), A, B, D_low = _weighted_sums(st, u)
+    k, v, vis, div_ulps = st["k"], st["v"], st["vis"], st["div_ulps"]
+    denominator, eps = st["denominator"], st["eps"]
     S = k.shape[-2]
     d_v = v.shape[-1]
     n_vis = vis.sum(-1)
@@ -351,24 +313,7 @@ def core_bound(
     uf_N = (n_vis * eta_rows)[..., None] * (vmax + 1.0)  # subnormal results (see the docstring)
     uf_D = n_vis * eta_rows
     if o_abs is None:
-        o_abs = output_majorant(
-            family=family,
-            order=order,
-            fmap=fmap,
-            q=q,
-            k=k,
-            v=v,
-            vis=vis,
-            c=c,
-            form=form,
-            basis=basis,
-            exp_ulps=exp_ulps,
-            div_ulps=div_ulps,
-            projection=projection,
-            shifted=shifted,
-            denominator=denominator,
-            eps=eps,
-        )
+        o_abs = output_majorant(st)
     if denominator == "sum":
         # eps is added to the computed D: one more rounding, relative to B + eps
         den_rel_e = (1 + den_rel) * (1 + u) - 1 if eps else den_rel

@@ -237,12 +237,12 @@ def attention_error_bound(
     else:
         o_exact = None
     bound, cond, how = error_terms.core_bound(
-        u=d10.unit_roundoff(acc), eta_log2=d10.underflow_abs_error_log2(acc), o_abs=o_abs, **setup
+        setup, u=d10.unit_roundoff(acc), eta_log2=d10.underflow_abs_error_log2(acc), o_abs=o_abs
     )
     desc = how
     n_vis = vis.sum(-1)
     if dtype != acc:
-        o_for_round = o_abs if o_abs is not None else error_terms.output_majorant(**setup)
+        o_for_round = o_abs if o_abs is not None else error_terms.output_majorant(setup)
         bound = error_terms.vec(
             lambda b, oa: d10.low_precision_output_bound(b, oa, dtype), bound, o_for_round
         )
@@ -255,7 +255,7 @@ def attention_error_bound(
         if setup["family"] == "taylor-features":
             ref_setup["family"] = "taylor"
         ref, _, _ = error_terms.core_bound(
-            u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None, **ref_setup
+            ref_setup, u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None
         )
         bound = bound + ref
         notes.append("includes the float64 reference's own bound (D10 recipe 6)")
