@@ -11,6 +11,7 @@ its numbers (issue 7: agreement with the papers is a result, not a target).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from verify.experiments.recall import Form, RunResult
@@ -126,6 +127,33 @@ def _fmt(s: FormSummary) -> str:
     return f"{s.form} {s.mean:.3f}{spread}{div}"
 
 
+def _against_softmax(
+    forms: list[FormSummary],
+    soft: FormSummary,
+    *,
+    holds: Callable[[FormSummary, float], bool],
+    if_diverged: bool,
+) -> tuple[str, str]:
+    """Verdict and evidence of a claim that compares each of ``forms`` with softmax.
+
+    ``holds(form, tolerance)`` says whether the claim holds for a form with results (the
+    tolerance against softmax, :func:`tolerance`); a form whose every run diverged counts as
+    ``if_diverged``. The verdict is ``agree`` when the claim holds for every form, ``mixed`` for
+    some, ``disagree`` for none; the evidence gives softmax and each form's difference.
+    """
+    verdicts, notes = [], []
+    for r in forms:
+        if r.mean is None:
+            verdicts.append(if_diverged)
+            notes.append(f"{r.form}: every run diverged")
+            continue
+        tol = tolerance(r, soft)
+        verdicts.append(holds(r, tol))
+        notes.append(f"{_fmt(r)} (difference {r.mean - soft.mean:+.3f}, tolerance {tol:.3f})")
+    v = "agree" if all(verdicts) else ("mixed" if any(verdicts) else "disagree")
+    return v, f"{_fmt(soft)}; " + "; ".join(notes)
+
+
 def claims(summaries: list[FormSummary]) -> list[dict]:
     """The papers' qualitative claims, each with a verdict and the numbers behind it.
 
@@ -147,18 +175,13 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
     if soft is None or soft.mean is None or not reps:
         out.append(entry(claim, src, "not measured", "softmax or the norm forms missing"))
     else:
-        verdicts, notes = [], []
-        for r in reps:
-            if r.mean is None:
-                verdicts.append(False)
-                notes.append(f"{r.form}: every run diverged")
-                continue
-            d = r.mean - soft.mean
-            tol = tolerance(r, soft)
-            verdicts.append(abs(d) <= tol and r.diverged == 0)
-            notes.append(f"{_fmt(r)} (difference {d:+.3f}, tolerance {tol:.3f})")
-        v = "agree" if all(verdicts) else ("mixed" if any(verdicts) else "disagree")
-        out.append(entry(claim, src, v, f"{_fmt(soft)}; " + "; ".join(notes)))
+        v, ev = _against_softmax(
+            reps,
+            soft,
+            holds=lambda r, tol: abs(r.mean - soft.mean) <= tol and r.diverged == 0,
+            if_diverged=False,
+        )
+        out.append(entry(claim, src, v, ev))
 
     # 2. Taylor-N improves with N (the truncated series approaches exp)
     claim = "Taylor-N attention improves with the order N"
@@ -193,17 +216,10 @@ def claims(summaries: list[FormSummary]) -> list[dict]:
     if soft is None or soft.mean is None or not lin:
         out.append(entry(claim, src, "not measured", "softmax or the linear forms missing"))
     else:
-        lags, notes = [], []
-        for s in lin:
-            if s.mean is None:
-                lags.append(True)
-                notes.append(f"{s.form}: every run diverged")
-                continue
-            tol = tolerance(s, soft)
-            lags.append(s.mean < soft.mean - tol)
-            notes.append(f"{_fmt(s)} (difference {s.mean - soft.mean:+.3f}, tolerance {tol:.3f})")
-        v = "agree" if all(lags) else ("mixed" if any(lags) else "disagree")
-        out.append(entry(claim, src, v, f"{_fmt(soft)}; " + "; ".join(notes)))
+        v, ev = _against_softmax(
+            lin, soft, holds=lambda s, tol: s.mean < soft.mean - tol, if_diverged=True
+        )
+        out.append(entry(claim, src, v, ev))
 
     # 4. exp without any normalization is unstable
     claim = "exp without a normalization (no denominator, no norm) is unstable"
