@@ -302,7 +302,7 @@ class FormCall:
 
 
 def check_form_call(
-    q, k, v, *, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
+    q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
 ) -> FormCall:
     """Validate the arguments ``taylor_attention`` and ``linear_attention`` share.
 

@@ -230,6 +230,15 @@ def _check_order(order: object) -> int:
     return check_int("order", order, 0)
 
 
+def _order_block(x, n, scale, basis: str) -> torch.Tensor:
+    _check_x(x)
+    n = check_int("n", n, 0)
+    c = resolve_scale(scale, x.shape[-1], exp_type=True)
+    return _in_accumulation(
+        lambda t: rows_to_cols(lambda u: taylor_blocks_t(u, n, c, basis)[n], t), x
+    )
+
+
 def symmetric_monomial_features(x: torch.Tensor, n: int, *, scale: float | None = None):
     """Order-n symmetric monomial block c^{n/2} x^alpha / sqrt(alpha!) (D1).
 
@@ -245,34 +254,14 @@ def symmetric_monomial_features(x: torch.Tensor, n: int, *, scale: float | None 
     Raises:
         TypeError, ValueError: bad ``x``, ``n`` or ``scale``.
     """
-    _check_x(x)
-    n = check_int("n", n, 0)
-    c = resolve_scale(scale, x.shape[-1], exp_type=True)
-    return _in_accumulation(
-        lambda t: rows_to_cols(lambda u: taylor_blocks_t(u, n, c, "symmetric")[n], t), x
-    )
+    return _order_block(x, n, scale, "symmetric")
 
 
 def tensor_power_features(x: torch.Tensor, n: int, *, scale: float | None = None):
-    """Order-n tensor-power block (sqrt(c) x)^{(x)n} / sqrt(n!) (D1).
-
-    Args:
-        x: (..., d) float tensor.
-        n: order >= 0.
-        scale: c, default 1/sqrt(d).
-
-    Returns:
-        (..., d^n) tensor, dtype of ``x``; phi(q).phi(k) = (c q.k)^n / n!.
-
-    Raises:
-        TypeError, ValueError: bad ``x``, ``n`` or ``scale``.
-    """
-    _check_x(x)
-    n = check_int("n", n, 0)
-    c = resolve_scale(scale, x.shape[-1], exp_type=True)
-    return _in_accumulation(
-        lambda t: rows_to_cols(lambda u: taylor_blocks_t(u, n, c, "tensor")[n], t), x
-    )
+    """Order-n tensor-power block (sqrt(c) x)^{(x)n} / sqrt(n!) (D1): a (..., d^n) tensor in
+    the dtype of ``x`` with phi(q).phi(k) = (c q.k)^n / n!. Arguments and errors as
+    :func:`symmetric_monomial_features`."""
+    return _order_block(x, n, scale, "tensor")
 
 
 def taylor_features(

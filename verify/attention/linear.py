@@ -66,16 +66,7 @@ def linear_attention(
         TypeError, ValueError: any invalid argument (named in the message).
     """
     call = _scan.check_form_call(
-        q,
-        k,
-        v,
-        causal=causal,
-        attn_mask=attn_mask,
-        denominator=denominator,
-        form=form,
-        chunk_size=chunk_size,
-        eps=eps,
-        feature_budget=feature_budget,
+        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
     )
     kernel = resolve_kernel(
         feature_map,

@@ -15,26 +15,22 @@ from typing import Any
 from verify.spec.vocabulary import ALIGNMENTS, CAUSAL_SUPPORT, LAYOUTS
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
 
 
-def seed(text: str) -> int:
-    """argparse type: an integer seed >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
-    return value
+#: argparse types: an integer >= 1 (counts), an integer >= 0 (seeds)
+positive_int = _int_at_least(1, "an integer >= 1")
+seed = _int_at_least(0, "an integer seed >= 0")
 
 
 def scale(text: str) -> float | str:

@@ -26,18 +26,7 @@ class Shape:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
 
-    @property
-    def q(self) -> tuple[int, int, int, int]:
-        return (self.B, self.H, self.T, self.d)
-
-    @property
-    def k(self) -> tuple[int, int, int, int]:
-        return (self.B, self.H, self.S, self.d)
-
-    @property
-    def v(self) -> tuple[int, int, int, int]:
-        return (self.B, self.H, self.S, self.d_v)
-
-    @property
-    def out(self) -> tuple[int, int, int, int]:
-        return (self.B, self.H, self.T, self.d_v)
+    q = property(lambda s: (s.B, s.H, s.T, s.d), doc="(B, H, T, d): queries")
+    k = property(lambda s: (s.B, s.H, s.S, s.d), doc="(B, H, S, d): keys")
+    v = property(lambda s: (s.B, s.H, s.S, s.d_v), doc="(B, H, S, d_v): values")
+    out = property(lambda s: (s.B, s.H, s.T, s.d_v), doc="(B, H, T, d_v): the output")
