@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from verify.adapters import ADAPTERS, card_facts, module_of
 from verify.adapters.card_settings import PROFILE, QUICK_EXAMPLES, QUICK_SELECT, SEED, card_dtypes
@@ -27,20 +27,17 @@ from verify.render import markdown as md
 from verify.render.card import fmt, short
 from verify.render.check import to_json
 from verify.spec import faults
+from verify.spec.variant import CLAIM_FIELDS
 
 __all__ = ["ADAPTERS", "build_cards", "main"]
 
 DEFAULT_DIR = Path("reports") / "variants"
 COMMAND = "python -m verify.render.cards"
-#: the probe claims compared with the declared ones
-COMPARED_CLAIMS = (
-    "kernel",
-    "causal",
-    "causal_alignment",
-    "normalized",
-    "eps",
-    "scale",
-    "length_multiple",
+#: the claims compared with the probes' suggestions: the claim fields but the name, the layout,
+#: the devices and the exp library, which the probes do not settle, and the dtypes (the probes'
+#: dtypes are those the forward runs in, not those whose accuracy is claimed)
+COMPARED_CLAIMS = tuple(
+    f for f in CLAIM_FIELDS if f not in ("name", "layout", "dtypes", "devices", "exp_library")
 )
 
 
@@ -120,6 +117,16 @@ def build_cards(
     return results
 
 
+class _Card(NamedTuple):
+    """What an adapter's own card sections are written from."""
+
+    name: str
+    doc: dict  # the check's JSON document
+    probe: dict  # the probe report's JSON
+    facts: dict  # the adapter module's card_facts
+    quick: bool
+
+
 def _card(name: str, variant, doc, *, quick: bool, isolate: bool) -> tuple[list[str], dict]:
     """The card's sections after the declared conventions, and its JSON ``adapter`` entry."""
     from verify import probes
@@ -146,7 +153,8 @@ def _card(name: str, variant, doc, *, quick: bool, isolate: bool) -> tuple[list[
         out.append(notes)
     out.append(card.claims_vs_probes(doc["claims"], suggested, COMPARED_CLAIMS))
     out.append(card.restrictions("Input restrictions (black-box probes, float64)", probe))
-    out += _SECTIONS[module](name, doc, probe, facts, quick)
+    c = _Card(name, doc, probe, facts, quick)
+    out += [section(c) for fact, section in _SECTIONS[module] if fact in facts]
     extra.update(facts)
     return out, extra
 
@@ -193,10 +201,10 @@ def _findings(doc, probe_description: str, quick: bool) -> str:
 
 
 # -- SDPA ---------------------------------------------------------------------------------------
-def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
+def _sdpa_section(c: _Card) -> str:
     import torch
 
-    conv, ev = facts["conventions"], facts["bf16_weight_rounding"]
+    conv, ev = c.facts["conventions"], c.facts["bf16_weight_rounding"]
     lines = [
         f"## SDPA conventions measured (torch {torch.__version__})",
         "",
@@ -219,7 +227,7 @@ def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
     ]
     low = [
         r
-        for r in doc["results"]
+        for r in c.doc["results"]
         if r["dtype"] in ("bfloat16", "float16") and r["status"] in ("fail", "error")
     ]
     lines += [
@@ -243,7 +251,7 @@ def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
         if low
         else (
             "The low-precision properties did not run (quick run)."
-            if quick
+            if c.quick
             else "No low-precision property fails on these inputs."
         ),
         "",
@@ -258,10 +266,10 @@ def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
         "`exp_library = cpu-torch-exp_u20` (20 ulps, cited in "
         "`derivations.rounding.LIBRARY_EXP_ULPS`).",
     ]
-    if "exp_library_comparison" in facts:
-        declared = {(r["property_id"], r["dtype"]): r for r in doc["results"]}
+    if "exp_library_comparison" in c.facts:
+        declared = {(r["property_id"], r["dtype"]): r for r in c.doc["results"]}
         rows = []
-        for r in facts["exp_library_comparison"]:
+        for r in c.facts["exp_library_comparison"]:
             d = declared.get((r["property_id"], r["dtype"]))
             rows.append(
                 [
@@ -281,75 +289,66 @@ def _sdpa(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
             "The declared 20-ulp model is the one the source supports; a pass under the 1-ulp "
             "model only says these inputs did not expose the difference.",
         ]
-    return ["\n".join(lines)]
+    return "\n".join(lines)
 
 
 # -- fla ----------------------------------------------------------------------------------------
-def _fla(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
+def _chunk_size_section(c: _Card) -> str:
     from verify.adapters import fla
 
-    out: list[str] = []
-    if "default_chunk_lengths" in facts:
-        lengths = facts["default_chunk_lengths"]
-        out.append(
-            "\n".join(
-                [
-                    f"## fla's default chunk size ({fla.CHUNK_SIZE})",
-                    "",
-                    f"The battery runs `naive_chunk_based(chunk_size={fla.CHECK_CHUNK})`: with "
-                    f"the default {fla.CHUNK_SIZE} the only length the catalogue may draw "
-                    f"(T ≤ 10, a multiple of {fla.CHUNK_SIZE}) is T = {fla.CHUNK_SIZE}, a single "
-                    "chunk (the cross-chunk state would never be used), on which the mpmath "
-                    "oracle takes more than the watchdog's minute per example. The probes on "
-                    f"the default: {lengths.get('rule')}; smallest failing T = "
-                    f"{lengths.get('smallest_failing')}; working T: "
-                    f"{lengths.get('passing')}.",
-                    "",
-                    md.table(
-                        ["T", "result"], [[t, short(r)] for t, r in lengths["tested"].items()]
-                    ),
-                ]
-            )
-        )
-    if "float64_inputs" in facts:
-        f64, scale = facts["float64_inputs"], facts["default_scale"]
-        rows = [
-            [mode, fmt(v["max_abs_diff_vs_float32_call"]), v["outputs_are_float32_numbers"]]
-            for mode, v in f64.items()
+    lengths = c.facts["default_chunk_lengths"]
+    return "\n".join(
+        [
+            f"## fla's default chunk size ({fla.CHUNK_SIZE})",
+            "",
+            f"The battery runs `naive_chunk_based(chunk_size={fla.CHECK_CHUNK})`: with "
+            f"the default {fla.CHUNK_SIZE} the only length the catalogue may draw "
+            f"(T ≤ 10, a multiple of {fla.CHUNK_SIZE}) is T = {fla.CHUNK_SIZE}, a single "
+            "chunk (the cross-chunk state would never be used), on which the mpmath "
+            "oracle takes more than the watchdog's minute per example. The probes on "
+            f"the default: {lengths.get('rule')}; smallest failing T = "
+            f"{lengths.get('smallest_failing')}; working T: "
+            f"{lengths.get('passing')}.",
+            "",
+            md.table(["T", "result"], [[t, short(r)] for t, r in lengths["tested"].items()]),
         ]
-        f64_header = ["normalize", "max |o(float64) − o(float32)|", "float32 numbers"]
-        srows = [[d, fmt(v["ratio"]), fmt(v["d^-1/2"])] for d, v in scale.items()]
-        out.append(
-            "\n".join(
-                [
-                    "## float64 inputs and fla's default scale",
-                    "",
-                    "`naive_recurrent_linear_attn` casts q, k, v to float32 and the result back "
-                    "to the input dtype, so a float64 call returns the float32 computation "
-                    "(float64 is claimed anyway: `oracle-agreement` in float64 shows what that "
-                    "costs against the float64 bound):",
-                    "",
-                    md.table(f64_header, rows),
-                    "",
-                    "fla multiplies q by `scale` (default d^-1/2). The claims have no "
-                    "d-dependent factor for element-wise maps, so the adapter passes "
-                    "`scale=1.0`; the default multiplies the unnormalized output by d^-1/2 "
-                    "(normalized: it cancels except against the 1e-10 in the denominator):",
-                    "",
-                    md.table(["d", "o(default) / o(scale=1)", "d^-1/2"], srows),
-                ]
-            )
-        )
-    if "feature_map_kernels" in facts:
-        out.append(_feature_map_section(name, probe, facts))
-    return out
+    )
 
 
-def _feature_map_section(name: str, probe: dict, facts: dict) -> str:
+def _float64_section(c: _Card) -> str:
+    f64, scale = c.facts["float64_inputs"], c.facts["default_scale"]
+    rows = [
+        [mode, fmt(v["max_abs_diff_vs_float32_call"]), v["outputs_are_float32_numbers"]]
+        for mode, v in f64.items()
+    ]
+    f64_header = ["normalize", "max |o(float64) − o(float32)|", "float32 numbers"]
+    srows = [[d, fmt(v["ratio"]), fmt(v["d^-1/2"])] for d, v in scale.items()]
+    return "\n".join(
+        [
+            "## float64 inputs and fla's default scale",
+            "",
+            "`naive_recurrent_linear_attn` casts q, k, v to float32 and the result back "
+            "to the input dtype, so a float64 call returns the float32 computation "
+            "(float64 is claimed anyway: `oracle-agreement` in float64 shows what that "
+            "costs against the float64 bound):",
+            "",
+            md.table(f64_header, rows),
+            "",
+            "fla multiplies q by `scale` (default d^-1/2). The claims have no "
+            "d-dependent factor for element-wise maps, so the adapter passes "
+            "`scale=1.0`; the default multiplies the unnormalized output by d^-1/2 "
+            "(normalized: it cancels except against the 1e-10 in the denominator):",
+            "",
+            md.table(["d", "o(default) / o(scale=1)", "d^-1/2"], srows),
+        ]
+    )
+
+
+def _feature_map_section(c: _Card) -> str:
     from derivations.feature_maps import feature_count, symmetric_block_size
 
-    mine = name.removeprefix("fla-")
-    k = facts["feature_map_kernels"][mine]
+    mine = c.name.removeprefix("fla-")
+    k = c.facts["feature_map_kernels"][mine]
     rows = [[c, fmt(v)] for c, v in k["max_relative_deviation"].items()]
     if mine == "TaylorFeatureMap":  # orders 0, 1, 2 of the symmetric basis (D1)
         expected, rule = (lambda d: feature_count(2, d)), "1 + d + d(d+1)/2"
@@ -368,8 +367,8 @@ def _feature_map_section(name: str, probe: dict, facts: dict) -> str:
         "",
         f"Features per d: {counts}.",
     ]
-    if "default_normalize_on_cpu" in facts:
-        fit = probe.get("fit", {})
+    if "default_normalize_on_cpu" in c.facts:
+        fit = c.probe.get("fit", {})
         fit_text = fit.get("detail") or ", ".join(fmt(c) for c in fit.get("coefficients", []))
         text += [
             "",
@@ -378,9 +377,9 @@ def _feature_map_section(name: str, probe: dict, facts: dict) -> str:
             "the card keeps `kernel = unknown` and the properties that need a kernel's "
             f"oracle skip. The probes' polynomial fit of κ(x)/κ(0): {fit_text or 'none'}. "
             f"With its default `normalize=True` the map on a CPU tensor "
-            f"{facts['default_normalize_on_cpu']}.",
+            f"{c.facts['default_normalize_on_cpu']}.",
         ]
-    grads = facts["gradients"]
+    grads = c.facts["gradients"]
     text += [
         "",
         "Gradients: fla runs the maps' outer product under `fla.utils.checkpoint` "
@@ -431,8 +430,8 @@ _PERFORMER_NOTE = (
 )
 
 
-def _performer(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[str]:
-    bias = facts["orthogonal_sign_bias"]
+def _performer_section(c: _Card) -> str:
+    bias = c.facts["orthogonal_sign_bias"]
     fracs = ", ".join(f"{f:.3f}" for f in bias["negative_diagonal_fraction"])
     text = [
         "## What performer computes on top of FAVOR+",
@@ -457,37 +456,35 @@ def _performer(name: str, doc, probe: dict, facts: dict, quick: bool) -> list[st
         "`favor-orthogonal-variance` sample the adapter's feature map, which draws with "
         "performer's sampler).",
     ]
-    out = ["\n".join(text)]
-    if "causal_leak" in facts:
-        rows = [
-            [
-                fmt(r["feature_eps"]),
-                fmt(r["denominator_eps"]),
-                fmt(r["max_change_of_earlier_outputs"]),
-            ]
-            for r in facts["causal_leak"]
+    return "\n".join(text)
+
+
+def _causal_leak_section(c: _Card) -> str:
+    rows = [
+        [
+            fmt(r["feature_eps"]),
+            fmt(r["denominator_eps"]),
+            fmt(r["max_change_of_earlier_outputs"]),
         ]
-        out.append(
-            "\n".join(
-                [
-                    "## Why later keys change earlier outputs",
-                    "",
-                    "performer's own pipeline (`softmax_kernel`, "
-                    "`causal_linear_attention_noncuda`; float64, T = 4, d = 3, the adapter's "
-                    "directions) with its constants on and off; key 3 is set to (5, 5, 5) and "
-                    "the largest change of outputs 0–2 is reported (0 up to rounding for a "
-                    "causal map):",
-                    "",
-                    md.table(["feature eps", "denominator eps", "max change, outputs 0–2"], rows),
-                ]
-            )
-        )
-    if "feature_count_experiment" in facts:
-        out.append(_feature_count_section(facts["feature_count_experiment"]))
-    return out
+        for r in c.facts["causal_leak"]
+    ]
+    return "\n".join(
+        [
+            "## Why later keys change earlier outputs",
+            "",
+            "performer's own pipeline (`softmax_kernel`, "
+            "`causal_linear_attention_noncuda`; float64, T = 4, d = 3, the adapter's "
+            "directions) with its constants on and off; key 3 is set to (5, 5, 5) and "
+            "the largest change of outputs 0–2 is reported (0 up to rounding for a "
+            "causal map):",
+            "",
+            md.table(["feature eps", "denominator eps", "max change, outputs 0–2"], rows),
+        ]
+    )
 
 
-def _feature_count_section(exp: dict) -> str:
+def _feature_count_section(c: _Card) -> str:
+    exp = c.facts["feature_count_experiment"]
     st = exp["settings"]
     rows = [
         [
@@ -535,11 +532,20 @@ def _feature_count_section(exp: dict) -> str:
     )
 
 
-#: adapter module -> the sections its facts add to a card
-_SECTIONS: dict[str, Callable[..., list[str]]] = {
-    "sdpa": _sdpa,
-    "fla": _fla,
-    "performer": _performer,
+#: adapter module -> its cards' own sections in card order, as (fact, section): a card whose
+#: ``card_facts`` hold the fact gets the section ``section(card)``
+_SECTIONS: dict[str, tuple[tuple[str, Callable[[_Card], str]], ...]] = {
+    "sdpa": (("conventions", _sdpa_section),),
+    "fla": (
+        ("default_chunk_lengths", _chunk_size_section),
+        ("float64_inputs", _float64_section),
+        ("feature_map_kernels", _feature_map_section),
+    ),
+    "performer": (
+        ("orthogonal_sign_bias", _performer_section),
+        ("causal_leak", _causal_leak_section),
+        ("feature_count_experiment", _feature_count_section),
+    ),
 }
 #: adapter module -> (property id -> known cause of its failure, a closing note)
 _FAILURE_CAUSES: dict[str, tuple[dict[str, str], str]] = {

@@ -11,6 +11,7 @@ from verify.environment import environment
 from verify.render import markdown as md
 from verify.render.card import failed
 from verify.render.metadata import markdown_block
+from verify.render.verification import failing_paragraph
 from verify.spec.variant import sanitize_name
 
 #: score radii of the error-vs-radius figure, and the fixed inputs it uses
@@ -24,6 +25,33 @@ def _load(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _committed(
+    source_dir: Path, page: str, key: str, title: str, header: list[str], row
+) -> list[str]:
+    """The section on a committed ``<page>.json``: a table of ``row(entry)`` for each entry of
+    its ``key`` and a link to ``<page>.md``; none when the file or the entries are missing."""
+    doc = _load(source_dir / f"{page}.json")
+    if not (doc and doc.get(key)):
+        return []
+    return [
+        f"## {title}",
+        "",
+        md.table(header, [row(entry) for entry in doc[key]]),
+        "",
+        f"Details: [{page}.md]({page}.md).",
+        "",
+    ]
+
+
+def _accuracy_row(r: dict) -> list[str]:
+    """A form's row of the experiment table: accuracy over seeds and diverged runs."""
+    if r.get("accuracy_mean") is None:
+        accuracy = "—"
+    else:
+        accuracy = f"{r['accuracy_mean']:.3f} ± {r.get('accuracy_std') or 0:.3f}"
+    return [r["form"], accuracy, f"{r['diverged']}/{r['runs']}"]
 
 
 def error_vs_radius(path: Path) -> tuple[str, dict]:
@@ -122,8 +150,7 @@ def build(
         f"applicable, {s['error']} internal errors, {s['loose']} loose bounds.",
         "",
     ]
-    if s["failing"]:
-        out += ["What failed: " + ", ".join(f"`{f}`" for f in s["failing"]), ""]
+    out += failing_paragraph("What failed: ", s["failing"])
     if cards:
         out += [
             "## Third-party variants",
@@ -169,44 +196,22 @@ def build(
         "![observed/bound](figures/ratio_distribution.png)",
         "",
     ]
-    bench = _load(source_dir / "benchmarks.json")
-    if bench and bench.get("goals"):
-        out += [
-            "## Benchmarks (committed `attn-theory bench` results, not re-timed)",
-            "",
-            md.table(
-                ["goal", "measured", "met"],
-                [
-                    [g["goal"], f"{g['measured']:.3g}", "yes" if g["met"] else "**no**"]
-                    for g in bench["goals"]
-                ],
-            ),
-            "",
-            "Details: [benchmarks.md](benchmarks.md).",
-            "",
-        ]
-    exp = _load(source_dir / "experiments.json")
-    if exp and exp.get("summary"):
-        out += [
-            "## Expressiveness experiment (committed `attn-theory experiment recall`)",
-            "",
-            md.table(
-                ["form", "accuracy (mean ± std)", "diverged"],
-                [
-                    [
-                        r["form"],
-                        "—"
-                        if r.get("accuracy_mean") is None
-                        else f"{r['accuracy_mean']:.3f} ± {r.get('accuracy_std') or 0:.3f}",
-                        f"{r['diverged']}/{r['runs']}",
-                    ]
-                    for r in exp["summary"]
-                ],
-            ),
-            "",
-            "Details: [experiments.md](experiments.md).",
-            "",
-        ]
+    out += _committed(
+        source_dir,
+        "benchmarks",
+        "goals",
+        "Benchmarks (committed `attn-theory bench` results, not re-timed)",
+        ["goal", "measured", "met"],
+        lambda g: [g["goal"], f"{g['measured']:.3g}", "yes" if g["met"] else "**no**"],
+    )
+    out += _committed(
+        source_dir,
+        "experiments",
+        "summary",
+        "Expressiveness experiment (committed `attn-theory experiment recall`)",
+        ["form", "accuracy (mean ± std)", "diverged"],
+        _accuracy_row,
+    )
     out += [
         "## Pages",
         "",

@@ -131,6 +131,12 @@ def _cell(c) -> str:
     return "✗ FAIL" if c["status"] == "fail" else "⚠ ERROR"
 
 
+def failing_paragraph(label: str, failing: list[str]) -> list[str]:
+    """``label`` and the failing cells of a summary in code spans, then a blank line; nothing when
+    no cell fails."""
+    return [label + ", ".join(f"`{f}`" for f in failing), ""] if failing else []
+
+
 def render(data: dict, figure: str | None) -> str:
     s = data["summary"]
     out = [
@@ -150,8 +156,7 @@ def render(data: dict, figure: str | None) -> str:
         f"{s['error']} internal errors; {s['loose']} loose bounds.",
         "",
     ]
-    if s["failing"]:
-        out += ["**Failing cells:** " + ", ".join(f"`{f}`" for f in s["failing"]), ""]
+    out += failing_paragraph("**Failing cells:** ", s["failing"])
     if figure:
         out += [
             f"![observed/bound per dtype]({figure})",
