@@ -67,6 +67,10 @@ CHECK_CHUNK = 2
 #: the constants fla adds to its denominators (read from the sources, declared as ``eps``)
 BASED_EPS = 1e-6
 LINEAR_ATTN_EPS = 1e-10
+#: what both Based references compute: causal kappa_2(q.k/sqrt(d)), kernel sum + 1e-6
+_BASED_CLAIMS: dict[str, Any] = dict(
+    kernel="taylor:2", causal="yes", normalized=True, eps=BASED_EPS
+)
 
 
 def _import(module: str):
@@ -213,10 +217,7 @@ def parallel_based_variant() -> AttentionVariant:
     return AttentionVariant(
         name="fla-naive_parallel_based",
         forward=parallel_based_forward,
-        kernel="taylor:2",
-        causal="yes",
-        normalized=True,
-        eps=BASED_EPS,
+        **_BASED_CLAIMS,
         description="fla.ops.based.naive.naive_parallel_based (fla-core 0.6)",
     )
 
@@ -230,10 +231,7 @@ def chunk_based_variant(chunk_size: int = CHECK_CHUNK) -> AttentionVariant:
     return AttentionVariant(
         name="fla-naive_chunk_based",
         forward=partial(chunk_based_forward, chunk_size=chunk_size),
-        kernel="taylor:2",
-        causal="yes",
-        normalized=True,
-        eps=BASED_EPS,
+        **_BASED_CLAIMS,
         length_multiple=chunk_size,
         description=f"fla.ops.based.naive.naive_chunk_based(chunk_size={chunk_size}) "
         "(fla-core 0.6)",
@@ -273,36 +271,35 @@ def recurrent_linear_unnormalized_variant() -> AttentionVariant:
     return _recurrent_variant(False)
 
 
-def taylor_feature_map_variant() -> AttentionVariant:
-    """``TaylorFeatureMap`` as normalized kernel linear attention, claimed kappa_2(q.k/sqrt(d))."""
+def _feature_map_variant(cls: str, args: str, forward, features, kernel: str) -> AttentionVariant:
+    """fla's feature map ``cls(args)`` in normalized kernel linear attention
+    (:func:`feature_attention` as ``forward``), causal or not; ``features`` is the map."""
     _feature_maps()
     return AttentionVariant(
-        name="fla-TaylorFeatureMap",
-        forward=_taylor_map_forward,
-        kernel="linear:taylor:2",
+        name=f"fla-{cls}",
+        forward=forward,
+        kernel=kernel,
         causal="both",
         normalized=True,
-        feature_map=taylor_features,
+        feature_map=features,
         feature_scale="sqrt",
-        description="fla.modules.feature_map.TaylorFeatureMap(d) in normalized kernel linear "
+        description=f"fla.modules.feature_map.{cls}({args}) in normalized kernel linear "
         "attention (plain torch glue)",
+    )
+
+
+def taylor_feature_map_variant() -> AttentionVariant:
+    """``TaylorFeatureMap`` as normalized kernel linear attention, claimed kappa_2(q.k/sqrt(d))."""
+    return _feature_map_variant(
+        "TaylorFeatureMap", "d", _taylor_map_forward, taylor_features, "linear:taylor:2"
     )
 
 
 def rebased_feature_map_variant() -> AttentionVariant:
     """``RebasedFeatureMap(normalize=False)`` as normalized kernel linear attention; the kernel
     is left ``unknown`` for the probes to identify."""
-    _feature_maps()
-    return AttentionVariant(
-        name="fla-RebasedFeatureMap",
-        forward=_rebased_map_forward,
-        kernel="unknown",
-        causal="both",
-        normalized=True,
-        feature_map=rebased_features,
-        feature_scale="sqrt",
-        description="fla.modules.feature_map.RebasedFeatureMap(d, normalize=False) in normalized "
-        "kernel linear attention (plain torch glue)",
+    return _feature_map_variant(
+        "RebasedFeatureMap", "d, normalize=False", _rebased_map_forward, rebased_features, "unknown"
     )
 
 
