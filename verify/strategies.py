@@ -127,16 +127,23 @@ def shapes(
         S = draw(st.integers(*s))  # drawn even when causal: keeps shrinking across causal stable
         if causal:
             S = T
-        return Shape(
-            B=draw(st.integers(*b)),
-            H=draw(st.integers(*h)),
-            T=T,
-            S=S,
-            d=draw(st.integers(*d)),
-            d_v=draw(st.integers(*dv)),
-        )
+        return sized_shape(draw, T, S, B=b, H=h, d=d, d_v=dv)
 
     return draw_shape()
+
+
+def sized_shape(draw, T: int, S: int, *, B, H, d, d_v) -> Shape:
+    """A :class:`Shape` with the lengths ``T``, ``S`` and the other sizes drawn with ``draw``
+    (a composite strategy's) from their inclusive ``(lo, hi)`` bounds, in the order B, H, d,
+    d_v: the order every shape strategy draws them in."""
+    return Shape(
+        B=draw(st.integers(*B)),
+        H=draw(st.integers(*H)),
+        T=T,
+        S=S,
+        d=draw(st.integers(*d)),
+        d_v=draw(st.integers(*d_v)),
+    )
 
 
 def dtypes(*choices: torch.dtype) -> st.SearchStrategy[torch.dtype]:

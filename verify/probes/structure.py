@@ -202,6 +202,8 @@ def _estimate_eps(run: Runner, norm: dict, q, k, causal: bool, r, b, A, n: int) 
 
 
 def probe_linear_in_v(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
+    from derivations import rounding as d10
+
     q, k = pos_inputs(run, T)
     n = min(T, STRUCT_LEN)
     v = run.rand(1, 1, T, DIM)
@@ -209,17 +211,14 @@ def probe_linear_in_v(run: Runner, report: ProbeReport, T: int, causal: bool) ->
     try:
         o = run.out(q, k, v, causal)[0, 0, :n]
         A = run.weights(q, k, causal, n)[0, 0, :n]
+        vn = v[0, 0, :n].numpy()
+        bo = run.bound(q, k, v, causal, n)[0, 0]
+        bA = run.bound(q, k, value_identity(T, n), causal, n)[0, 0]
+        av = np.abs(A) @ np.abs(vn)
+        b = bo + bA @ np.abs(vn) + d10.gamma(n, d10.unit_roundoff("float64")) * av
+        report.linear_in_v = same(o, A @ vn, b, "o(v) vs W v")
     except VariantError as exc:
         report.linear_in_v = Check(None, detail=str(exc))
-        return
-    from derivations import rounding as d10
-
-    vn = v[0, 0, :n].numpy()
-    bo = run.bound(q, k, v, causal, n)[0, 0]
-    bA = run.bound(q, k, value_identity(T, n), causal, n)[0, 0]
-    av = np.abs(A) @ np.abs(vn)
-    b = bo + bA @ np.abs(vn) + d10.gamma(n, d10.unit_roundoff("float64")) * av
-    report.linear_in_v = same(o, A @ vn, b, "o(v) vs W v")
 
 
 # -- q.k only, injectivity, rank, independence -----------------------------------------------
@@ -230,16 +229,14 @@ def probe_qk_only(run: Runner, report: ProbeReport, T: int, causal: bool) -> Non
     q, k = pos_inputs(run, T)
     H = torch.from_numpy(hadamard(DIM))
     q2, k2 = q @ H / DIM, k @ H  # exact: dyadic entries, q2 . k2 = q H H^T k^T / d = q . k
+    e = value_identity(T, n)
     try:
         A = run.weights(q, k, causal, n)[0, 0, :n]
         A2 = run.weights(q2, k2, causal, n)[0, 0, :n]
+        b = run.bound(q, k, e, causal, n) + run.bound(q2, k2, e, causal, n)
+        report.qk_only = same(A, A2, b[0, 0], "weights for (q, k) vs (q H/d, k H), same q.k")
     except VariantError as exc:
         report.qk_only = Check(None, detail=str(exc))
-        return
-    e = value_identity(T, n)
-    b = run.bound(q, k, e, causal, n) + run.bound(q2, k2, e, causal, n)
-    chk = same(A, A2, b[0, 0], "weights for (q, k) vs (q H/d, k H), same q.k")
-    report.qk_only = chk
 
 
 def probe_injectivity(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:

@@ -20,6 +20,7 @@ Ids: ``causality``, ``prefix-invariance``, ``batch-independence``, ``head-indepe
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -28,11 +29,10 @@ from verify.properties.support.calls import call
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example, exact_and_bound
 from verify.properties.support.inputs import (
-    by_causal,
-    inputs,
+    plain_inputs,
     poison_value,
     restrict,
-    shape_st,
+    shaped_inputs,
     tensor_like,
     values,
 )
@@ -40,49 +40,40 @@ from verify.properties.support.observe import array_observation, diff, finite_ro
 from verify.properties.support.paths import (
     call_kwargs,
     form_kind,
-    mode_st,
     path_callable,
-    path_names,
+    with_path_and_mode,
 )
 
 # --------------------------------------------------------------------------- causality (D2)
 
 
-def _causality_applies(variant, ctx):
-    return oracle_applies(variant, ctx, causal=True)
+_causality_applies = functools.partial(oracle_applies, causal=True)
+
+
+def _future(draw_, x) -> dict:
+    """The last position kept, t, and new q, k, v at the positions > t: poison (huge) or
+    random values."""
+    from hypothesis import strategies as st
+
+    s = x.shape
+    t = draw_(st.integers(0, s.T - 2))
+    kind = draw_(st.sampled_from(("huge", "random")))
+    n = s.T - t - 1
+    if kind == "huge":
+        p = poison_value(x.dtype)
+        new = (
+            np.full((s.B, s.H, n, s.d), p),
+            np.full((s.B, s.H, n, s.d), p),
+            np.full((s.B, s.H, n, s.d_v), -p),
+        )
+    else:
+        new = tuple(draw_(values((s.B, s.H, n, dim), x.dtype)) for dim in (s.d, s.d, s.d_v))
+    return {"last_kept": t, "future": kind, "_future": new}
 
 
 def _causality_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    base = inputs(variant, ctx, shape_st(variant, causal=True, T=(2, MAX_LEN)), causal=True)
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        T = x.shape.T
-        t = draw_(st.integers(0, T - 2))
-        kind = draw_(st.sampled_from(("huge", "random")))
-        n = T - t - 1
-        s = x.shape
-        if kind == "huge":
-            p = poison_value(x.dtype)
-            new = (
-                np.full((s.B, s.H, n, s.d), p),
-                np.full((s.B, s.H, n, s.d), p),
-                np.full((s.B, s.H, n, s.d_v), -p),
-            )
-        else:
-            new = tuple(draw_(values((s.B, s.H, n, dim), x.dtype)) for dim in (s.d, s.d, s.d_v))
-        choices = {
-            "last_kept": t,
-            "future": kind,
-            "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x)),
-        }
-        return Example(x, dict(choices, _future=new))
-
-    return draw()
+    base = shaped_inputs(variant, ctx, causal=True, T=(2, MAX_LEN))
+    return with_path_and_mode(variant, base, _future)
 
 
 def _replace_rows(x, lo: int, new):
@@ -126,20 +117,11 @@ def _prefix_examples(variant, ctx):
 
     m = variant.length_multiple
 
-    base = inputs(variant, ctx, shape_st(variant, causal=True, T=(2 * m, MAX_LEN)), causal=True)
+    def cut(draw_, x):
+        return {"prefix": m * draw_(st.integers(1, x.shape.T // m - 1))}
 
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        cut = m * draw_(st.integers(1, x.shape.T // m - 1))
-        choices = {
-            "prefix": cut,
-            "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x)),
-        }
-        return Example(x, choices)
-
-    return draw()
+    base = shaped_inputs(variant, ctx, causal=True, T=(2 * m, MAX_LEN))
+    return with_path_and_mode(variant, base, cut)
 
 
 def _prefix_applies(variant, ctx):
@@ -181,30 +163,18 @@ def _independence(axis: str):
     ax = 0 if axis == "batch" else 1
     top = MAX_BATCH if axis == "batch" else MAX_HEADS
 
+    def change(draw_, x):
+        which = draw_(st.integers(0, x.q.shape[ax] - 1))
+        new = []
+        for t in (x.q, x.k, x.v):
+            shp = list(t.shape)
+            del shp[ax]
+            new.append(draw_(values(tuple(shp), x.dtype)))
+        return {f"changed_{axis}": which, "_new": tuple(new)}
+
     def examples(variant, ctx):
         sizes = {"B": (2, top)} if axis == "batch" else {"H": (2, top)}
-        base = by_causal(
-            variant, lambda c: inputs(variant, ctx, shape_st(variant, causal=c, **sizes), causal=c)
-        )
-
-        @st.composite
-        def draw(draw_):
-            x = draw_(base)
-            n = x.q.shape[ax]
-            which = draw_(st.integers(0, n - 1))
-            new = []
-            for t in (x.q, x.k, x.v):
-                shp = list(t.shape)
-                del shp[ax]
-                new.append(draw_(values(tuple(shp), x.dtype)))
-            choices = {
-                f"changed_{axis}": which,
-                "path": draw_(st.sampled_from(path_names(variant))),
-                "denominator": draw_(mode_st(variant, x)),
-            }
-            return Example(x, dict(choices, _new=tuple(new)))
-
-        return draw()
+        return with_path_and_mode(variant, plain_inputs(variant, ctx, **sizes), change)
 
     def check(variant, ex: Example, ctx):
         x = ex.inputs
@@ -241,27 +211,21 @@ HEAD_INDEPENDENCE = declare("head-independence", oracle_applies, _head_examples,
 # --------------------------------------------------------------------------- permutation
 
 
-def _perm_applies(variant, ctx):
-    return oracle_applies(variant, ctx, causal=False)
+_perm_applies = functools.partial(oracle_applies, causal=False)
+
+
+def _permutations(draw_, x) -> dict:
+    from hypothesis import strategies as st
+
+    return {
+        "query_perm": draw_(st.permutations(range(x.shape.T))),
+        "key_perm": draw_(st.permutations(range(x.shape.S))),
+    }
 
 
 def _perm_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    base = inputs(variant, ctx, shape_st(variant, causal=False, T=(2, MAX_LEN)), causal=False)
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        choices = {
-            "query_perm": draw_(st.permutations(range(x.shape.T))),
-            "key_perm": draw_(st.permutations(range(x.shape.S))),
-            "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x)),
-        }
-        return Example(x, choices)
-
-    return draw()
+    base = shaped_inputs(variant, ctx, causal=False, T=(2, MAX_LEN))
+    return with_path_and_mode(variant, base, _permutations)
 
 
 def _perm_check(variant, ex: Example, ctx):

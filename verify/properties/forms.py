@@ -27,7 +27,7 @@ from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill, step
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import MAX_LEN, Example, error_bound, exact_and_bound
-from verify.properties.support.inputs import inputs, plain_inputs, restrict, shape_st
+from verify.properties.support.inputs import plain_inputs, restrict, shaped_inputs
 from verify.properties.support.observe import array_observation, diff, np64
 from verify.properties.support.paths import (
     FormView,
@@ -223,7 +223,7 @@ def _state_applies(variant, ctx):
 
 
 def _state_examples(variant, ctx):
-    return inputs(variant, ctx, shape_st(variant, causal=True, T=(2, MAX_LEN)), causal=True)
+    return shaped_inputs(variant, ctx, causal=True, T=(2, MAX_LEN))
 
 
 def _step_examples(variant, ctx):

@@ -26,15 +26,15 @@ from verify.properties.support.claims import (
     homogeneous_weights_applies,
     softmax_weights_applies,
 )
-from verify.properties.support.common import Example, exact_and_bound
+from verify.properties.support.common import Example, exact_and_bound, tensor_snippet
 from verify.properties.support.inputs import (
-    ctx_tensor,
     elements,
     identity_values,
     inputs_with_radius,
     interval,
     make_inputs,
     rounded,
+    weight_inputs,
 )
 from verify.properties.support.observe import DPS, certified_change, elementwise, mp_diff, np64
 from verify.properties.support.paths import call_mode, sum_mode
@@ -58,15 +58,13 @@ class QueryPairExample:
         )
 
     def snippet(self) -> str:
-        return (
-            "import torch\n"
-            f"k = torch.tensor([[{self.keys!r}]], dtype=torch.float64)\n"
-            f"q = torch.tensor([[[{self.q!r}]]], dtype=torch.float64)\n"
-            f"# second query: q + t * direction, direction = {self.direction!r}, t = {self.t!r}\n"
+        return tensor_snippet(
+            {"k": [[self.keys]], "q": [[[self.q]]]},
+            f"second query: q + t * direction, direction = {self.direction!r}, t = {self.t!r}",
         )
 
 
-def _query_pair_strategy(ctx):
+def _pair_examples(variant, ctx):
     from hypothesis import strategies as st
 
     @st.composite
@@ -87,11 +85,7 @@ def _query_pair_strategy(ctx):
 
 
 def _pair_inputs(ex: QueryPairExample, q2: list[float], ctx):
-    S = len(ex.keys)
-    q = ctx_tensor([[[ex.q, q2]]], ctx)
-    k = ctx_tensor([[ex.keys]], ctx)
-    v = ctx_tensor(np.eye(S)[None, None], ctx)
-    return make_inputs(q, k, v, case="query pair")
+    return weight_inputs([[[ex.q, q2]]], [[ex.keys]], ctx, case="query pair")
 
 
 def _injectivity_check(variant, ex: QueryPairExample, ctx) -> list[Observation]:
@@ -122,10 +116,6 @@ def _injectivity_check(variant, ex: QueryPairExample, ctx) -> list[Observation]:
         return [o]
     # the second query is q + t u rounded: its exact weights differ from q's by ``exact``
     return [elementwise(measured, rounding + exact, f"{kind}: |w(q') - w(q)|")]
-
-
-def _pair_examples(variant, ctx):
-    return _query_pair_strategy(ctx)
 
 
 SOFTMAX_INJECTIVITY = declare(
@@ -233,8 +223,7 @@ def _rank_check(variant, ex: Example, ctx) -> list[Observation]:
     m = ch["m"]
     mode = _rank_mode(variant)
     T = len(ch["q"])
-    v = ctx_tensor(np.eye(T)[None, None], ctx)
-    x = make_inputs(ctx_tensor([[ch["q"]]], ctx), ctx_tensor([[ch["k"]]], ctx), v, case="rank")
+    x = weight_inputs([[ch["q"]]], [[ch["k"]]], ctx, case="rank")
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode)
     finite = np.isfinite(eb.bound)
     if not finite.all():
@@ -271,8 +260,8 @@ def _causal_rank(variant, w: list[float], T: int, mode: str, ctx) -> Observation
     """All tokens equal: the non-causal matrix has rank 1, the causal one rank T (D9)."""
     import mpmath
 
-    q = ctx_tensor([[[w] * T]], ctx)
-    x = make_inputs(q, q, ctx_tensor(np.eye(T)[None, None], ctx), causal=True, case="equal tokens")
+    tokens = [[[w] * T]]
+    x = weight_inputs(tokens, tokens, ctx, causal=True, case="equal tokens")
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode)
     if not np.isfinite(eb.bound).all():
         raise NotApplicable("a denominator may vanish on the equal-token input")
@@ -333,10 +322,10 @@ def _full_rank_check(variant, ex: Example, ctx) -> list[Observation]:
             f"{certified}",
         )
     ]
-    x = make_inputs(
-        ctx_tensor(np.asarray(q)[None, None, :, None], ctx),
-        ctx_tensor(np.asarray(k)[None, None, :, None], ctx),
-        ctx_tensor(np.eye(n)[None, None], ctx),
+    x = weight_inputs(
+        np.asarray(q)[None, None, :, None],
+        np.asarray(k)[None, None, :, None],
+        ctx,
         case="sorted scalars",
     )
     ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")

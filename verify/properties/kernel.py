@@ -20,16 +20,22 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import feature_map
-from verify.properties.support.claims import dtype_reason
-from verify.properties.support.common import MAX_DIM, MIN_RADIUS, Example, exact_and_bound
+from verify.properties.support.claims import dtype_reason, positivity_reason
+from verify.properties.support.common import (
+    MAX_DIM,
+    MIN_RADIUS,
+    Example,
+    exact_and_bound,
+    tensor_snippet,
+)
 from verify.properties.support.inputs import (
     ctx_tensor,
     elements,
     identity_values,
     inputs_with_radius,
     interval,
-    make_inputs,
     rounded,
+    weight_inputs,
 )
 from verify.properties.support.observe import DPS, np64, ratios, worst_index
 from verify.properties.support.paths import call_mode, sum_mode
@@ -72,15 +78,13 @@ class PairsExample:
         return f"PairsExample{tag}(q={self.q!r}, k={self.k!r})"
 
     def snippet(self) -> str:
-        return (
-            "import torch\n"
-            f"q = torch.tensor({self.q!r}, dtype=torch.float64)\n"
-            f"k = torch.tensor({self.k!r}, dtype=torch.float64)\n"
-            "# compare (phi(q) * phi(k)).sum(-1) with kappa_N(c q.k) row by row\n"
+        return tensor_snippet(
+            {"q": self.q, "k": self.k},
+            "compare (phi(q) * phi(k)).sum(-1) with kappa_N(c q.k) row by row",
         )
 
 
-def _pairs_strategy(ctx):
+def _identity_examples(variant, ctx):
     from hypothesis import strategies as st
 
     triggers = st.sampled_from(
@@ -175,10 +179,6 @@ def _kernel_identity_check(variant, ex: PairsExample, ctx) -> Observation:
     return worst
 
 
-def _identity_examples(variant, ctx):
-    return _pairs_strategy(ctx)
-
-
 KERNEL_IDENTITY = declare(
     "kernel-identity", _kernel_identity_applies, _identity_examples, _kernel_identity_check
 )
@@ -186,10 +186,9 @@ KERNEL_IDENTITY = declare(
 
 # ----------------------------------------------------------------------------- positivity
 def _positive_applies(variant, ctx) -> str | None:
-    if variant.positive_kernel is None:
-        return "kernel unknown: positivity is a claim about the kernel"
-    if not variant.positive_kernel:
-        return f"signed kernel ({variant.kernel}): positivity does not apply"
+    unknown = "kernel unknown: positivity is a claim about the kernel"
+    if why := positivity_reason(variant, unknown=unknown, what="positivity"):
+        return why
     if sum_mode(variant) is None:
         return "unnormalized variant: its weights are not a distribution"
     if variant.linear_map == "favor" and variant.projection is None:
@@ -289,10 +288,8 @@ def _score_row_inputs(variant, rows, ctx):
     one (batch) entry per row, rows of equal length."""
     c = variant.score_scale(1)
     S = len(rows[0])
-    q = ctx_tensor(np.ones((len(rows), 1, 1, 1)), ctx)
-    k = ctx_tensor(np.asarray(rows, dtype=np.float64) / c, ctx, (len(rows), 1, S, 1))
-    v = ctx_tensor(np.ones((len(rows), 1, S, 1)), ctx)
-    return identity_values(make_inputs(q, k, v, case="score rows"))
+    k = (np.asarray(rows, dtype=np.float64) / c).reshape(len(rows), 1, S, 1)
+    return weight_inputs(np.ones((len(rows), 1, 1, 1)), k, ctx, case="score rows")
 
 
 def _odd_rows(order: int) -> list[tuple[str, tuple[float, ...]]]:

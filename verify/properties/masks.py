@@ -31,6 +31,7 @@ from verify.properties.support.inputs import (
     inputs,
     poison_value,
     shape_st,
+    shaped_inputs,
     tensor_like,
     values,
 )
@@ -206,9 +207,7 @@ def _align_applies(variant, ctx):
 
 
 def _align_examples(variant, ctx):
-    return with_path(
-        variant, inputs(variant, ctx, shape_st(variant, causal=False, distinct=True), causal=False)
-    )
+    return with_path(variant, shaped_inputs(variant, ctx, causal=False, distinct=True))
 
 
 def _align_check(variant, ex: Example, ctx):

@@ -12,21 +12,16 @@ One property per comparison kind:
 
 from __future__ import annotations
 
-import numpy as np
-
 from verify.properties.support.base import declare
-from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import Example, exact_and_bound, inputs_strategy
 from verify.properties.support.paths import (
-    call_kwargs,
+    bounded_call,
     form_kind,
-    modes,
-    path_callable,
-    path_names,
     require_mode,
+    with_mode_and_form,
 )
-from verify.spec.results import NotApplicable, Observation
+from verify.spec.results import Observation
 
 
 def _applies(variant, ctx) -> str | None:
@@ -39,20 +34,13 @@ def _applies(variant, ctx) -> str | None:
 
 def _examples(cases):
     def examples(variant, ctx):
-        from hypothesis import strategies as st
-
         if variant.length_multiple > 1:  # S = 1 (and T = 1 when causal) is outside the claim
             cases_ = tuple(c for c in cases if c != "single_key")
         else:
             cases_ = cases
 
-        forms = path_names(variant)
-        return st.builds(
-            lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
-            inputs_strategy(variant, ctx, cases=cases_, beyond_overflow=True),
-            st.sampled_from(modes(variant)),
-            st.sampled_from(forms),
-        )
+        inputs = inputs_strategy(variant, ctx, cases=cases_, beyond_overflow=True)
+        return with_mode_and_form(variant, inputs)
 
     return examples
 
@@ -65,13 +53,8 @@ def _check(variant, ex: Example, ctx) -> Observation:
     require_mode(mode, x.v.shape[-1])
     # bound stated from the inputs before the variant runs
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(form))
-    finite = np.isfinite(eb.bound)
-    if not finite.any():
-        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
-    kwargs = call_kwargs(variant, mode, x.attn_mask)
-    fn = path_callable(variant, form)
     # NaN/inf are allowed only where the bound makes no statement (compare checks the rest)
-    out = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kwargs)
+    out = bounded_call(variant, form, mode, x, eb.bound)
     return compare(out, eb, ref, what=f"{form}/{mode}")
 
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.claims import homogeneous_weights_applies, softmax_weights_applies
-from verify.properties.support.common import exact_and_bound
-from verify.properties.support.inputs import ctx_tensor, interval, make_inputs
+from verify.properties.support.common import exact_and_bound, tensor_snippet
+from verify.properties.support.inputs import interval, weight_inputs
 from verify.properties.support.observe import (
     DPS,
     EXPORT_ROUNDINGS,
@@ -55,24 +55,26 @@ class RowsExample:
         return f"RowsExample(n={len(self.rows[0])}{extra})\n{body}"
 
     def snippet(self) -> str:
-        return (
-            "import torch\n"
-            f"rows = torch.tensor({self.rows!r}, dtype=torch.float64)  # score rows z_t\n"
-            "# d = n, k = v = identity, q = rows / c (c = the variant's scale at d = n)\n"
+        return tensor_snippet(
+            {"rows": self.rows},
+            "d = n, k = v = identity, q = rows / c (c = the variant's scale at d = n)",
+            inline={"rows": "score rows z_t"},
         )
 
 
-def _row_inputs(variant, rows: list[list[float]], ctx, *, causal: bool = False):
-    """Inputs realizing score rows z_t (length n): d = n, k = identity, q_t = z_t / c,
-    v = identity; B = H = 1, T = len(rows)."""
+def _row_weights(variant, rows: list[list[float]], ctx, *, allow_nonfinite: bool = False):
+    """(exact weights, their bound, the variant's weights (T x n)) in the sum mode on inputs
+    realizing score rows z_t (length n): d = n, k = identity, q_t = z_t / c, v = identity;
+    B = H = 1, T = len(rows)."""
     n = len(rows[0])
-    c = variant.score_scale(n)
-    q = ctx_tensor(np.asarray(rows, dtype=np.float64)[None, None] / c, ctx)
-    eye = ctx_tensor(np.eye(n)[None, None], ctx)
-    return make_inputs(q, eye, eye, causal=causal, case="score rows")
+    q = np.asarray(rows, dtype=np.float64)[None, None] / variant.score_scale(n)
+    x = weight_inputs(q, np.eye(n)[None, None], ctx, case="score rows")
+    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
+    w = np64(call_mode(variant, x, "sum", allow_nonfinite=allow_nonfinite))[0, 0]
+    return ref, eb, w
 
 
-def _peak_rows_strategy():
+def _peak_examples(variant, ctx):
     from hypothesis import strategies as st
 
     from derivations.separation import smallest_separating_n
@@ -111,9 +113,7 @@ def _peak_bounds_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     )
 
     n = len(ex.rows[0])
-    x = _row_inputs(variant, ex.rows, ctx)
-    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
-    w = np64(call_mode(variant, x, "sum"))[0, 0]
+    ref, eb, w = _row_weights(variant, ex.rows, ctx)
     b = eb.bound[0, 0]
     scores = ref.scores[0, 0]
     obs = []
@@ -174,16 +174,12 @@ def _peak_bounds_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-def _peak_examples(variant, ctx):
-    return _peak_rows_strategy()
-
-
 SOFTMAX_PEAK_BOUNDS = declare(
     "softmax-peak-bounds", softmax_weights_applies, _peak_examples, _peak_bounds_check
 )
 
 
-def _monotone_strategy():
+def _monotone_examples(variant, ctx):
     from hypothesis import assume
     from hypothesis import strategies as st
 
@@ -199,9 +195,7 @@ def _monotone_strategy():
 
 
 def _monotone_check(variant, ex: RowsExample, ctx) -> list[Observation]:
-    x = _row_inputs(variant, ex.rows, ctx)
-    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
-    w = np64(call_mode(variant, x, "sum"))[0, 0]
+    ref, eb, w = _row_weights(variant, ex.rows, ctx)
     i = int(np.argmax(ex.rows[0]))
     exact = [ref.exact[0, 0, t, i] for t in range(len(ex.rows))]
     obs = []
@@ -223,16 +217,12 @@ def _monotone_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-def _monotone_examples(variant, ctx):
-    return _monotone_strategy()
-
-
 SOFTMAX_PEAK_MONOTONE = declare(
     "softmax-peak-monotone", softmax_weights_applies, _monotone_examples, _monotone_check
 )
 
 
-def _power_strategy():
+def _power_examples(variant, ctx):
     from hypothesis import strategies as st
 
     return st.builds(
@@ -276,9 +266,8 @@ def _power_check(variant, ex: RowsExample, ctx) -> list[Observation]:
             )
         ]
         # softmax on scores beta log z is power attention: the variant's peak
-        x = _row_inputs(variant, ex.rows, ctx)
-        ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
-        w = np64(call_mode(variant, x, "sum"))[0, 0, 0, 0]
+        ref, eb, weights = _row_weights(variant, ex.rows, ctx)
+        w = weights[0, 0]
         realized = ref.exact[0, 0, 0, 0]  # the rounded score log(r^beta) moves it slightly
         obs.append(
             Observation(
@@ -294,17 +283,13 @@ def _power_check(variant, ex: RowsExample, ctx) -> list[Observation]:
     return obs
 
 
-def _power_examples(variant, ctx):
-    return _power_strategy()
-
-
 POWER_ATTENTION_PEAK = declare(
     "power-attention-peak", softmax_weights_applies, _power_examples, _power_check
 )
 
 
 # ----------------------------------------------------------------------------- D8 linear
-def _linear_rows_strategy():
+def _linear_examples(variant, ctx):
     from hypothesis import strategies as st
 
     @st.composite
@@ -335,9 +320,7 @@ def _linear_peak_check(variant, ex: RowsExample, ctx) -> list[Observation]:
 
     n_rows = len(ex.rows) - 1
     p = ex.extra["peak"]
-    x = _row_inputs(variant, ex.rows, ctx)
-    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum")
-    w = np64(call_mode(variant, x, "sum", allow_nonfinite=True))[0, 0]
+    ref, eb, w = _row_weights(variant, ex.rows, ctx, allow_nonfinite=True)
     b = eb.bound[0, 0]
     scores = ref.scores[0, 0]
     obs = []
@@ -377,10 +360,6 @@ def _linear_peak_check(variant, ex: RowsExample, ctx) -> list[Observation]:
         )
     )
     return obs
-
-
-def _linear_examples(variant, ctx):
-    return _linear_rows_strategy()
 
 
 LINEAR_PEAK_BOUND = declare(

@@ -27,7 +27,6 @@ from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
-    Example,
     causal_choices,
     error_bound,
     exact_and_bound,
@@ -36,11 +35,13 @@ from verify.properties.support.common import (
     radius_strategy,
 )
 from verify.properties.support.paths import (
+    bounded_call,
     call_kwargs,
     modes,
     path_callable,
     path_names,
     require_mode,
+    with_mode_and_form,
 )
 from verify.spec.results import NotApplicable, Observation, VariantError
 
@@ -324,22 +325,12 @@ def _device_applies(variant, ctx) -> str | None:
 def _device_examples(variant, ctx):
     from dataclasses import replace
 
-    from hypothesis import strategies as st
-
-    cpu = replace(ctx, device="cpu")
-    forms = path_names(variant)
-    return st.builds(
-        lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
-        inputs_strategy(variant, cpu),
-        st.sampled_from(modes(variant)),
-        st.sampled_from(forms),
-    )
+    return with_mode_and_form(variant, inputs_strategy(variant, replace(ctx, device="cpu")))
 
 
 def _device_check(variant, ex, ctx) -> Observation:
     from dataclasses import replace
 
-    import numpy as np
     import torch
 
     from verify.exact import errors
@@ -352,23 +343,8 @@ def _device_check(variant, ex, ctx) -> Observation:
     cuda = replace(ctx, device="cuda")
     eb_cuda = error_bound(variant, x, cuda, ref, denominator=mode, form=_bound_form(form))
     total = replace(eb_cpu, bound=eb_cpu.bound + eb_cuda.bound)
-    finite = np.isfinite(total.bound)
-    if not finite.any():
-        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
-    kw = call_kwargs(variant, mode, x.attn_mask)
-    fn = path_callable(variant, form)
-    out_cpu = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=not finite.all(), **kw)
-    if "attn_mask" in kw:
-        kw["attn_mask"] = x.attn_mask.to("cuda")
-    out_cuda = call(
-        fn,
-        x.q.to("cuda"),
-        x.k.to("cuda"),
-        x.v.to("cuda"),
-        causal=x.causal,
-        allow_nonfinite=not finite.all(),
-        **kw,
-    )
+    out_cpu = bounded_call(variant, form, mode, x, total.bound)
+    out_cuda = bounded_call(variant, form, mode, x, total.bound, device="cuda")
     if out_cuda.device.type != "cuda":
         raise VariantError(f"CUDA inputs gave an output on {out_cuda.device} (a device change)")
     cpu64 = out_cpu.detach().to(torch.float64).numpy()

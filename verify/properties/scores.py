@@ -17,7 +17,7 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
-from verify.properties.support.claims import oracle_applies
+from verify.properties.support.claims import normalized_applies, oracle_applies
 from verify.properties.support.common import (
     Example,
     causal_choices,
@@ -35,7 +35,6 @@ from verify.properties.support.paths import (
     convention_mode,
     form_kind,
     modes,
-    normalized_modes,
     path_callable,
     path_names,
     with_path,
@@ -204,10 +203,9 @@ SCALE_ONCE = declare("scale-once", _scale_applies, _scale_examples, _scale_check
 
 
 def _single_applies(variant, ctx):
-    if why := oracle_applies(variant, ctx):
+    unnormalized = "the variant is not normalized: a single key gives kappa(x) v, not v"
+    if why := normalized_applies(variant, ctx, unnormalized=unnormalized):
         return why
-    if not normalized_modes(variant):
-        return "the variant is not normalized: a single key gives kappa(x) v, not v"
     if variant.eps:
         return (
             f"declared eps = {variant.eps}: a single key gives v kappa/(kappa + eps), not v "

@@ -17,19 +17,24 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill
-from verify.properties.support.claims import dtype_reason, oracle_applies
+from verify.properties.support.claims import (
+    dtype_reason,
+    normalized_applies,
+    oracle_applies,
+    positivity_reason,
+)
 from verify.properties.support.common import Example, exact_and_bound
-from verify.properties.support.inputs import by_causal, inputs, plain_inputs, shape_st, tensor_like
+from verify.properties.support.inputs import plain_inputs, shaped_inputs, tensor_like
 from verify.properties.support.observe import array_observation, np64
 from verify.properties.support.paths import (
     call_kwargs,
     form_kind,
     mode_st,
     modes,
-    normalized_modes,
     path_callable,
     path_names,
     with_path,
+    with_path_and_mode,
 )
 from verify.spec.results import Observation
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
@@ -59,23 +64,16 @@ def _linear_examples(variant, ctx):
 
     M = _grid_size(ctx.dtype)
 
-    base = by_causal(variant, lambda c: inputs(variant, ctx, shape_st(variant, causal=c), causal=c))
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
+    def combination(draw_, x):
         grid = hnp.arrays(np.int64, x.shape.v, elements=st.integers(-M, M))
         v1 = draw_(grid).astype(np.float64) / M
         v2 = draw_(grid).astype(np.float64) / M
-        choices = {
-            "a": draw_(st.sampled_from((1.0, 2.0, 0.5, -1.0))),
-            "b": draw_(st.sampled_from((1.0, -2.0, 0.5, -0.5, 2.0))),
-            "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x, LINEAR_IN_V_DENOMINATORS)),
-        }
-        return Example(x, dict(choices, _v1=v1, _v2=v2))
+        a = draw_(st.sampled_from((1.0, 2.0, 0.5, -1.0)))
+        b = draw_(st.sampled_from((1.0, -2.0, 0.5, -0.5, 2.0)))
+        return {"a": a, "b": b, "_v1": v1, "_v2": v2}
 
-    return draw()
+    base = plain_inputs(variant, ctx)
+    return with_path_and_mode(variant, base, combination, LINEAR_IN_V_DENOMINATORS)
 
 
 def _exact_residual(fw, f1, f2, a: float, b: float) -> np.ndarray:
@@ -127,7 +125,7 @@ def _det_examples(variant, ctx):
         paths = (*paths, STATE_PREFILL)
 
     base = plain_inputs(variant, ctx)
-    causal_only = inputs(variant, ctx, shape_st(variant, causal=True), causal=True)
+    causal_only = shaped_inputs(variant, ctx, causal=True)
 
     @st.composite
     def draw(draw_):
@@ -175,15 +173,13 @@ DETERMINISM = declare("determinism", dtype_reason, _det_examples, _det_check)
 
 
 def _convex_applies(variant, ctx):
-    if why := oracle_applies(variant, ctx):
+    what = "convexity does not apply"
+    unnormalized = f"the variant is not normalized (divides by no kernel sum): {what}"
+    if why := normalized_applies(variant, ctx, unnormalized=unnormalized):
         return why
-    if not normalized_modes(variant):
-        return "the variant is not normalized (divides by no kernel sum): convexity does not apply"
-    if variant.positive_kernel is None:
-        return "kernel positivity unknown: convexity does not apply"
-    if not variant.positive_kernel:
-        return f"signed kernel ({variant.kernel}): convexity does not apply"
-    return None
+    return positivity_reason(
+        variant, unknown=f"kernel positivity unknown: {what}", what="convexity"
+    )
 
 
 def _convex_examples(variant, ctx):
@@ -236,20 +232,8 @@ def _uniform_applies(variant, ctx):
 
 
 def _uniform_examples(variant, ctx):
-    from hypothesis import strategies as st
-
     base = plain_inputs(variant, ctx, cases=("zeros",))
-
-    @st.composite
-    def draw(draw_):
-        x = draw_(base)
-        choices = {
-            "path": draw_(st.sampled_from(path_names(variant))),
-            "denominator": draw_(mode_st(variant, x, _uniform_modes(variant))),
-        }
-        return Example(x, choices)
-
-    return draw()
+    return with_path_and_mode(variant, base, allowed=_uniform_modes(variant))
 
 
 def _uniform_check(variant, ex: Example, ctx):

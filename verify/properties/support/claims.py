@@ -5,7 +5,7 @@ here."""
 from __future__ import annotations
 
 from verify.properties.support.common import kernel_name
-from verify.properties.support.paths import sum_mode
+from verify.properties.support.paths import normalized_modes, sum_mode
 
 #: maps whose linear attention is positively homogeneous (phi(alpha x) = alpha phi(x), D8, D9)
 HOMOGENEOUS_MAPS = ("identity", "relu")
@@ -45,6 +45,26 @@ def oracle_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
         return why
     if causal is not None and not variant.supports_causal(causal):
         return f"the variant does not support causal={causal}"
+    return None
+
+
+def normalized_applies(variant, ctx, *, unnormalized: str) -> str | None:
+    """:func:`oracle_applies`, and a claimed mode that divides by the kernel sum (none:
+    ``unnormalized``, the whole reason)."""
+    if why := oracle_applies(variant, ctx):
+        return why
+    if not normalized_modes(variant):
+        return unnormalized
+    return None
+
+
+def positivity_reason(variant, *, unknown: str, what: str) -> str | None:
+    """Kernel positivity unknown: ``unknown`` (the whole reason); a signed kernel:
+    ``signed kernel ({kernel}): {what} does not apply``."""
+    if variant.positive_kernel is None:
+        return unknown
+    if not variant.positive_kernel:
+        return f"signed kernel ({variant.kernel}): {what} does not apply"
     return None
 
 

@@ -54,20 +54,14 @@ def shape_strategy(
     """Shapes within the catalogue's bounds, T == S when causal or when ``cross`` is False."""
     from hypothesis import strategies as st
 
-    from verify.strategies import Shape
+    from verify.strategies import sized_shape
 
     @st.composite
     def draw(draw_):
         T = draw_(lengths(variant, min_len, max_len))
         S = T if (causal or not cross) else draw_(lengths(variant, 1, max_len))
-        return Shape(
-            B=draw_(st.integers(1, MAX_BATCH)),
-            H=draw_(st.integers(1, MAX_HEADS)),
-            T=T,
-            S=S,
-            d=draw_(st.integers(min_dim, max_dim)),
-            d_v=draw_(st.integers(1, MAX_VALUE_DIM)),
-        )
+        sizes = {"B": (1, MAX_BATCH), "H": (1, MAX_HEADS), "d_v": (1, MAX_VALUE_DIM)}
+        return sized_shape(draw_, T, S, d=(min_dim, max_dim), **sizes)
 
     return draw()
 
@@ -149,6 +143,21 @@ class Example:
         base = self.inputs.snippet() if hasattr(self.inputs, "snippet") else ""
         extra = "".join(f"# {k} = {v!r}\n" for k, v in self.choices.items())
         return base + extra
+
+
+def tensor_snippet(
+    tensors: dict[str, Any], *notes: str, inline: dict[str, str] | None = None
+) -> str:
+    """Python code that rebuilds a constructed example's float64 tensors: ``import torch``, a
+    line ``name = torch.tensor(values, dtype=torch.float64)`` for each entry of ``tensors``
+    (nested lists: ``repr`` round-trips every float64; ``inline``: a comment after a name's
+    line), then a comment line for each of ``notes``."""
+    inline = inline or {}
+    lines = ["import torch"]
+    for name, values in tensors.items():
+        tail = f"  # {inline[name]}" if name in inline else ""
+        lines.append(f"{name} = torch.tensor({values!r}, dtype=torch.float64){tail}")
+    return "".join(f"{line}\n" for line in [*lines, *(f"# {n}" for n in notes)])
 
 
 def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[str, Any]:

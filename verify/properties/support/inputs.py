@@ -44,7 +44,7 @@ def shape_st(
     from hypothesis import assume
     from hypothesis import strategies as st
 
-    from verify.strategies import Shape
+    from verify.strategies import sized_shape
 
     @st.composite
     def draw(draw_):
@@ -52,14 +52,7 @@ def shape_st(
         s = draw_(lengths(variant, *T)) if (cross and not causal) else t
         if distinct:
             assume(s != t)
-        return Shape(
-            B=draw_(st.integers(*B)),
-            H=draw_(st.integers(*H)),
-            T=t,
-            S=s,
-            d=draw_(st.integers(*d)),
-            d_v=draw_(st.integers(*d_v)),
-        )
+        return sized_shape(draw_, t, s, B=B, H=H, d=d, d_v=d_v)
 
     return draw()
 
@@ -118,14 +111,15 @@ def by_causal(variant, make, choices: tuple[bool, ...] | None = None):
     return st.one_of([make(c) for c in (causal_choices(variant) if choices is None else choices)])
 
 
+def shaped_inputs(variant, ctx, *, causal: bool, cases=("random",), **shape_kw):
+    """:func:`inputs` of one causal flag on :func:`shape_st` shapes (keywords)."""
+    shape = shape_st(variant, causal=causal, **shape_kw)
+    return inputs(variant, ctx, shape, causal=causal, cases=cases)
+
+
 def plain_inputs(variant, ctx, **kw):
-    """:func:`by_causal` of :func:`inputs` on :func:`shape_st` shapes (keywords to both:
-    ``cases`` to inputs, the rest to shape_st)."""
-    cases = kw.pop("cases", ("random",))
-    return by_causal(
-        variant,
-        lambda c: inputs(variant, ctx, shape_st(variant, causal=c, **kw), causal=c, cases=cases),
-    )
+    """:func:`by_causal` of :func:`shaped_inputs` (keywords to it: ``cases``, shape sizes)."""
+    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c, **kw))
 
 
 def inputs_with_radius(variant, ctx, radius, *, cases=("random",), **shape_kw):
@@ -218,6 +212,16 @@ def make_inputs(q, k, v, *, causal: bool = False, attn_mask=None, case: str = "c
         attn_mask=attn_mask,
         case=case,
     )
+
+
+def weight_inputs(q, k, ctx, *, causal: bool = False, case: str = "constructed"):
+    """Constructed inputs that read weights: float64 queries ``q`` (B, H, T, d) and keys ``k``
+    (B, H, S, d), arrays or nested lists, rounded once to the run's dtype, and v = identity
+    (d_v = S), so that the output row t is the weight row of query t."""
+    qt, kt = ctx_tensor(q, ctx), ctx_tensor(k, ctx)
+    B, H, S = kt.shape[0], kt.shape[1], kt.shape[-2]
+    eye = ctx_tensor(np.tile(np.eye(S), (B, H, 1, 1)), ctx)
+    return make_inputs(qt, kt, eye, causal=causal, case=case)
 
 
 def identity_values(x):

@@ -43,6 +43,40 @@ def with_path(variant, inputs):
     return draw()
 
 
+def with_path_and_mode(variant, inputs, own=None, allowed: tuple[str, ...] | None = None):
+    """Examples of ``inputs`` (a strategy): the property's own choices ``own(draw, x) -> dict``
+    drawn first (none when ``own`` is None), then a ``path`` among :func:`path_names` and a
+    ``denominator`` among the modes that apply to the drawn inputs (:func:`mode_st` within
+    ``allowed``). The own choices whose names start with ``_`` (data the check reads, such as
+    replacement values) come last in the example's choices."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(inputs)
+        mine = own(draw_, x) if own is not None else {}
+        choices = {k: v for k, v in mine.items() if not k.startswith("_")}
+        choices["path"] = draw_(st.sampled_from(path_names(variant)))
+        choices["denominator"] = draw_(mode_st(variant, x, allowed))
+        choices.update((k, v) for k, v in mine.items() if k.startswith("_"))
+        return Example(x, choices)
+
+    return draw()
+
+
+def with_mode_and_form(variant, inputs):
+    """Examples of ``inputs`` (a strategy), each with a drawn ``denominator`` among :func:`modes`
+    and then a drawn ``form`` among :func:`path_names`."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        lambda x, mode, form: Example(x, {"denominator": mode, "form": form}),
+        inputs,
+        st.sampled_from(modes(variant)),
+        st.sampled_from(path_names(variant)),
+    )
+
+
 def path_callable(variant, name: str):
     """``variant`` itself for ``forward``, else a :class:`FormView` of ``variant.forms[name]``."""
     return variant if name == FORWARD else FormView(variant, name)
@@ -116,3 +150,26 @@ def call_mode(variant, x, mode: str | None, *, allow_nonfinite: bool = False):
     if mode is None:
         kw.pop("denominator", None)
     return call(variant, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=allow_nonfinite, **kw)
+
+
+def bounded_call(variant, path: str, mode: str, x, bound, *, device: str | None = None):
+    """The output of ``path`` (:func:`path_callable`) on inputs ``x`` (with their mask) in
+    ``mode``, NaN/inf allowed only where ``bound`` (the stated bound of each output element)
+    makes no statement; on ``device`` (the inputs and the mask moved there) when given.
+
+    Raises:
+        NotApplicable: no element of ``bound`` is finite (every row's denominator may vanish).
+    """
+    import numpy as np
+
+    finite = np.isfinite(bound)
+    if not finite.any():
+        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
+    kw = call_kwargs(variant, mode, x.attn_mask)
+    q, k, v = x.q, x.k, x.v
+    if device is not None:
+        q, k, v = q.to(device), k.to(device), v.to(device)
+        if "attn_mask" in kw:
+            kw["attn_mask"] = kw["attn_mask"].to(device)
+    fn = path_callable(variant, path)
+    return call(fn, q, k, v, causal=x.causal, allow_nonfinite=not finite.all(), **kw)
