@@ -109,15 +109,15 @@ def test_card_dtypes_follow_the_claims():
 
 
 # -- smoke checks with expected verdicts --------------------------------------------------------
+def _passes_oracle_agreement_and_causality_in_float64(target) -> None:
+    props = ["oracle-agreement", "causality"]
+    res = verify.check(target, dtypes=("float64",), select=props, **SMOKE)
+    for prop in props:
+        assert _status(res, prop).status == "pass", prop
+
+
 def test_sdpa_passes_oracle_agreement_and_causality_in_float64():
-    res = verify.check(
-        "verify.adapters.sdpa:sdpa_variant",
-        dtypes=("float64",),
-        select=["oracle-agreement", "causality"],
-        **SMOKE,
-    )
-    assert _status(res, "oracle-agreement").status == "pass"
-    assert _status(res, "causality").status == "pass"
+    _passes_oracle_agreement_and_causality_in_float64("verify.adapters.sdpa:sdpa_variant")
 
 
 @pytest.mark.thirdparty
@@ -125,14 +125,7 @@ def test_parallel_based_passes_with_its_declared_eps():
     _fla()
     from verify.adapters.fla import parallel_based_variant
 
-    res = verify.check(
-        parallel_based_variant(),
-        dtypes=("float64",),
-        select=["oracle-agreement", "causality"],
-        **SMOKE,
-    )
-    assert _status(res, "oracle-agreement").status == "pass"
-    assert _status(res, "causality").status == "pass"
+    _passes_oracle_agreement_and_causality_in_float64(parallel_based_variant())
 
 
 @pytest.mark.thirdparty

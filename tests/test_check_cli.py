@@ -218,14 +218,14 @@ def test_hanging_and_crashing_variants_fail_the_property_and_the_run_continues(t
     assert all("crashed" in r["reason"] for r in results)
 
 
+def _fault09_causality(*args: str) -> subprocess.CompletedProcess:
+    """``check`` of causality in float64 on fault class 9's variant (it fails), with ``args``."""
+    spec = "tests.faulty_variants:fault09_causal_ignored_short_path"
+    return run_cli(spec, "--select", "causality", "--dtype", "float64", *args)
+
+
 def test_failure_prints_counterexample_and_reproducer(tmp_path):
-    proc = run_cli(
-        "tests.faulty_variants:fault09_causal_ignored_short_path",
-        "--select",
-        "causality",
-        "--dtype",
-        "float64",
-    )
+    proc = _fault09_causality()
     assert proc.returncode == 1
     assert "counterexample:" in proc.stdout and "reproduce:" in proc.stdout
     snippet = proc.stdout.split("reproduce:\n", 1)[1].split("\n\n\n", 1)[0]
@@ -239,15 +239,7 @@ def test_failure_prints_counterexample_and_reproducer(tmp_path):
 
 
 def test_report_card_is_written(tmp_path):
-    proc = run_cli(
-        "tests.faulty_variants:fault09_causal_ignored_short_path",
-        "--select",
-        "causality",
-        "--dtype",
-        "float64",
-        "--report-dir",
-        str(tmp_path / "cards"),
-    )
+    proc = _fault09_causality("--report-dir", str(tmp_path / "cards"))
     assert proc.returncode == 1
     cards = sorted(p.name for p in (tmp_path / "cards").iterdir())
     assert len(cards) == 2 and cards[0].endswith(".json") and cards[1].endswith(".md")

