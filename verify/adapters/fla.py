@@ -42,6 +42,7 @@ from typing import Any
 
 from verify.adapters.card_settings import SEED
 from verify.spec.variant import AttentionVariant
+from verify.spec.visibility import visible
 
 #: card name -> import spec of the variant's zero-argument factory
 VARIANTS: dict[str, str] = {
@@ -183,14 +184,13 @@ def feature_attention(q, k, v, *, causal: bool, feature_map):
     Raises:
         ValueError: causal with T != S (alignment undefined).
     """
-    import torch
 
     t, s = q.shape[-2], k.shape[-2]
     if causal and t != s:
         raise ValueError(f"causal: needs T == S, got T = {t}, S = {s}")
     w = feature_map(q) @ feature_map(k).transpose(-2, -1)
     if causal:
-        w = w.masked_fill(~torch.ones(t, s, dtype=torch.bool, device=q.device).tril(), 0.0)
+        w = w.masked_fill(~visible(t, s, causal=True, device=q.device), 0.0)
     return (w @ v) / w.sum(-1, keepdim=True)
 
 

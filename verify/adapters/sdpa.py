@@ -70,9 +70,9 @@ def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
 
 def causal_mask(t: int, s: int, device):
     """Top-left aligned causal mask (T, S) as SDPA builds it: query t sees keys s <= t."""
-    import torch
+    from verify.spec.visibility import visible
 
-    return torch.ones(t, s, dtype=torch.bool, device=device).tril()
+    return visible(t, s, causal=True, alignment="top-left", device=device)
 
 
 def sdpa_variant() -> AttentionVariant:

@@ -38,6 +38,7 @@ from verify.attention._validate import (
 )
 from verify.attention.norms import apply_denominator, check_denominator, check_eps
 from verify.spec.shape import Shape
+from verify.spec.visibility import visible
 from verify.spec.vocabulary import FORMS
 
 
@@ -114,7 +115,7 @@ def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
         A = taylor_kernel((c * qc) @ kc.transpose(-1, -2), kernel.order)
     else:
         A = Bq[0].transpose(-1, -2) @ Bk[0]
-    keep = torch.ones(C, C, dtype=torch.bool, device=qa.device).tril()
+    keep = visible(C, C, causal=True, device=qa.device)  # within the chunk
     if km is not None:
         keep = keep & _split(km, C)[..., None, :]
     if km is None and not (torch.is_grad_enabled() and A.requires_grad):

@@ -96,13 +96,15 @@ def sanity(cfg: Config, fla) -> list[dict]:
 
     from verify.attention import taylor_attention, taylor_kernel
     from verify.exact.errors import attention_error_bound
+    from verify.spec.visibility import visible
 
     T = cfg.sanity_t
     q, k, v = _inputs(cfg, T, heads=cfg.sanity_heads)
     q64, k64, v64 = q.double(), k.double(), v.double()
     ref = taylor_attention(q64, k64, v64, order=cfg.order, causal=True).numpy()
     w = taylor_kernel((q64 @ k64.transpose(-1, -2)) / math.sqrt(cfg.d), cfg.order)
-    den = torch.tril(w).sum(-1).numpy()[..., None]
+    vis = visible(T, T, causal=True, device=w.device)
+    den = torch.where(vis, w, 0.0).sum(-1).numpy()[..., None]
     eb = attention_error_bound(
         f"taylor:{cfg.order}", q, k, v, dtype="float32", causal=True, form="any", basis=None
     )
