@@ -50,6 +50,7 @@ Library constants that cannot be derived (ulp errors of exp and division) are ci
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 from derivations._validate import check_choice, check_int, check_real
@@ -336,6 +337,10 @@ def score_abs_error(d: int, abs_dot: float, u: float, scale_roundings: int = 2) 
     ) * check_real("abs_dot", abs_dot, nonneg=True)
 
 
+#: log of the largest float64: ``math.expm1`` overflows beyond it
+_LOG_MAX_FLOAT = math.log(sys.float_info.max)
+
+
 def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> float:
     """|fl(exp(x_hat)) - exp(x)| / exp(x) <= e^{e_x}(1 + 2 ulps u) - 1, |x_hat - x| <= e_x.
 
@@ -351,6 +356,8 @@ def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> flo
     """
     e = check_real("score_abs_error", score_abs_error, nonneg=True)
     r = ulps_to_relative(exp_ulps, u)
+    if e > _LOG_MAX_FLOAT:  # e^e past float64: no finite statement (inf, never an overflow)
+        return math.inf
     return math.expm1(e) * (1.0 + r) + r
 
 

@@ -332,3 +332,22 @@ def test_bound_covers_shifted_weights_underflowing_before_the_scale_back(denomin
         "exp", exact, q, k, v, dtype=torch.float64, scale=1.0, denominator=denominator
     )
     assert not bool((err <= naive).all())
+
+
+@pytest.mark.parametrize("kernel", ["linear:elu1", "softmax", "taylor:2", "linear:identity"])
+def test_bounds_never_overflow_for_finite_inputs(kernel):
+    """A finite input far beyond any useful range (|q| = 1.16e77, where an elu+1 feature's
+    error bound e^{|q| u} - 1 overflows math.expm1) gives an infinite, i.e. vacuous, bound or a
+    finite one, never an OverflowError; a vacuous bound makes the comparison not applicable
+    (``errors.compare`` raises NotApplicable), never a pass."""
+    from verify.spec.results import NotApplicable
+
+    q = torch.tensor([[[[1.16e77, 1.0]]]], dtype=torch.float64)
+    k = torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    v = torch.ones(1, 1, 2, 1, dtype=torch.float64)
+    with np.errstate(all="ignore"):
+        eb = errors.attention_error_bound(kernel, q, k, v, dtype="float64")
+    assert not np.isnan(eb.bound).any()
+    if not np.isfinite(eb.bound).any():
+        with pytest.raises(NotApplicable, match="finite bound"):
+            errors.compare(torch.ones(1, 1, 1, 1, dtype=torch.float64), eb, np.ones((1, 1, 1, 1)))

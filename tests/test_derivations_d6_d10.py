@@ -983,3 +983,13 @@ def test_library_constants_cited():
             assert const.value >= 0.5 and const.source, name
     assert rounding.LIBRARY_EXP_ULPS["cuda-expf"].value == 2.5
     assert rounding.cuda_fast_expf_ulps(10.0) == 2 + 11 + 0.5
+
+
+def test_exp_relative_bound_is_infinite_not_an_overflow_beyond_float64():
+    """e^{e_x} past the largest float64 (e_x > 709.78): the bound is inf (no statement), where
+    math.expm1 would raise OverflowError (seen for |q| = 1.16e77 in an elu+1 feature bound)."""
+    import math
+
+    u = rounding.unit_roundoff("float64")
+    assert math.isfinite(rounding.exp_relative_bound(709.0, u, 1.0))
+    assert rounding.exp_relative_bound(1e61, u, 1.0) == math.inf

@@ -239,11 +239,11 @@ def terms(
                 np.array(s_max),
             )
         )
-        if not math.isfinite(e_phi):  # an exponent too large for a finite bound
-            inf = np.full(vis.shape[:-1], math.inf)
-            return w, W, inf, inf, f"favor features (m = {m}): exponent bound not finite", uf_log
     else:  # pragma: no cover - _parse_kernel rejects
         raise ValueError(f"kernel: unknown feature map {fmap!r}")
+    if not math.isfinite(e_phi):  # an exponent too large for a finite bound (never an overflow)
+        inf = np.full(vis.shape[:-1], math.inf)
+        return w, W, inf, inf, f"{fmap} features (m = {m}): feature error bound not finite", uf_log
     num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
     den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log

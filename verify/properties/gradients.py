@@ -60,6 +60,7 @@ from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import MIN_MAGNITUDE, Example, lengths, radius_strategy
 from verify.properties.support.grads import (
+    backward_grads,
     grad_inputs,
     masked_strategy,
     max_abs,
@@ -268,9 +269,7 @@ def _analytic_jacobian(out, inputs, form: str):
         e = torch.zeros(n_out, dtype=out.dtype, device=out.device)
         e[i] = 1.0
         try:
-            gr = torch.autograd.grad(
-                out, inputs, e.reshape(out.shape), retain_graph=True, allow_unused=True
-            )
+            gr = backward_grads(out, inputs, e.reshape(out.shape), retain_graph=True)
         except Exception as exc:
             raise VariantError(
                 f"backward ({form}) raised {type(exc).__name__}: {exc} "
@@ -350,6 +349,8 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
         f"{float(numeric[i, j]):.6g}; {rule}",
     )
     if obs.ratio <= 1.0 and not skipped:
+        from torch.autograd.gradcheck import GradcheckError
+
         try:
             torch.autograd.gradcheck(
                 fn,
@@ -362,8 +363,14 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
             )
         except NotApplicable:
             raise
-        except Exception as exc:
+        except GradcheckError as exc:
             raise VariantError(f"torch.autograd.gradcheck ({form}/{mode}) failed: {exc}") from exc
+        except Exception as exc:  # its torch.autograd.grad entry point, not the gradients
+            obs.detail += (
+                f"; torch.autograd.gradcheck itself could not run ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:120]}): the criterion above, on gradients from "
+                "backward(), decides"
+            )
     return obs
 
 

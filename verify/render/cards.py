@@ -385,7 +385,8 @@ def _feature_map_section(c: _Card) -> str:
         "Gradients: fla runs the maps' outer product under `fla.utils.checkpoint` "
         "(`torch.utils.checkpoint.checkpoint` without `use_reentrant`, reentrant in this "
         f"torch): `backward()` {grads['backward()']}; `torch.autograd.grad` "
-        f"{grads['torch.autograd.grad']} — the gradient properties call the latter.",
+        f"{grads['torch.autograd.grad']} — the gradient properties use `backward()`, as training "
+        "does.",
     ]
     return "\n".join(text)
 

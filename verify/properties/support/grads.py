@@ -23,6 +23,21 @@ from verify.spec.results import NotApplicable, VariantError
 # ----------------------------------------------------------------------------- gradients
 
 
+def backward_grads(out, inputs, g, *, retain_graph: bool = False) -> list:
+    """The gradients of ``out`` against the leaf tensors ``inputs`` for the upstream gradient
+    ``g``, taken the way training takes them: ``out.backward(g)`` and each leaf's ``.grad``
+    (None where the output does not depend on it). Implementations that support only
+    ``backward()`` (reentrant activation checkpointing refuses ``torch.autograd.grad``) are
+    differentiated too. The leaves' ``.grad`` is cleared before and after."""
+    for t in inputs:
+        t.grad = None
+    out.backward(g, retain_graph=retain_graph)
+    grads = [t.grad for t in inputs]
+    for t in inputs:
+        t.grad = None
+    return grads
+
+
 def variant_gradients(variant, form: str, x, mode: str, g):
     """(output, dq, dk, dv) of the variant on canonical inputs, upstream gradient ``g``.
 
@@ -36,7 +51,7 @@ def variant_gradients(variant, form: str, x, mode: str, g):
     kw = call_kwargs(variant, mode, x.attn_mask)
     out = call(path_callable(variant, form), q, k, v, causal=x.causal, **kw)
     try:
-        grads = torch.autograd.grad(out, (q, k, v), g, allow_unused=True)
+        grads = backward_grads(out, (q, k, v), g)
     except Exception as exc:
         raise VariantError(
             f"backward ({form}) raised {type(exc).__name__}: {exc} (is the forward differentiable?)"
@@ -71,7 +86,7 @@ def reference_gradients(variant, x, mode: str, g, dtype):
     if kw["attn_mask"] is not None:
         kw["attn_mask"] = kw["attn_mask"].cpu()
     out = reference_attention(q, k, v, **kw)
-    grads = torch.autograd.grad(out, (q, k, v), g.detach().cpu().to(dtype), allow_unused=True)
+    grads = backward_grads(out, (q, k, v), g.detach().cpu().to(dtype))
     grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip((q, k, v), grads)]
     return tuple(t.detach().to(torch.float64) for t in (out, *grads))
 
@@ -118,7 +133,7 @@ class GradExample(Example):
         return super().snippet() + (
             "from verify.properties.support.grads import upstream_gradient\n\n"
             f"g = upstream_gradient(q, v, {self.choices['g_seed']})  # the upstream gradient\n"
-            "# grads: torch.autograd.grad(o, (q, k, v), g) with q, k, v requiring grad\n"
+            "# grads: o.backward(g), then q.grad, k.grad, v.grad (q, k, v requiring grad)\n"
         )
 
 
