@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -210,7 +211,8 @@ def test_hanging_and_crashing_variants_fail_the_property_and_the_run_continues(t
     results = _json(hang)["results"]
     assert len(results) == 2  # the watchdog killed the first, the second still ran
     assert all(r["status"] == "fail" for r in results)
-    assert any("hung" in r["reason"] for r in results)
+    hung = [r["reason"] for r in results if "hung" in r["reason"]]
+    assert hung and all("retry" in why and "load average" in why for why in hung), hung
     crash = run_cli("userattn:crashes", *common, cwd=tmp_path)
     assert crash.returncode == 1
     results = _json(crash)["results"]
@@ -309,3 +311,54 @@ def test_pytest_plugin_runs_the_battery_once_per_variant(monkeypatch):
     other = pytest_plugin._battery(Config, "pkg:other")
     assert calls == ["pkg:attention", "pkg:other"]
     assert first is again and other == {"ok": "pkg:other"}
+
+
+def _result(*statuses):
+    from verify import builtins
+    from verify.engine.check import CheckResult
+    from verify.spec.results import PropertyResult
+
+    rows = [
+        PropertyResult(f"p{i}", "contract", "s", status, "float64", "cpu")
+        for i, status in enumerate(statuses)
+    ]
+    return CheckResult(variant=builtins.get("softmax"), results=rows)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code"),
+    [
+        (("fail", "error", "pass"), 1),  # a failing property wins over an internal error
+        (("error", "pass", "skip"), 4),  # an internal error wins over a pass
+        (("pass", "skip"), 0),
+        (("skip",), 3),
+        (("error",), 4),
+    ],
+)
+def test_exit_code_precedence(statuses, code):
+    res = _result(*statuses)
+    assert res.exit_code == code
+    assert all(r.status == "fail" for r in res.failed)  # internal errors are not failures
+    assert [r.status for r in res.errors] == [s for s in statuses if s == "error"]
+
+
+def test_cli_exits_4_on_an_internal_error_and_says_whose_it_is(monkeypatch, capsys):
+    from verify.cli import main
+    from verify.engine import check as engine
+
+    monkeypatch.setattr(engine, "check", lambda *a, **kw: _result("pass", "error"))
+    assert main(["check", "verify.builtins:softmax_variant"]) == 4
+    out = capsys.readouterr().out
+    assert "INTERNAL ERROR of the checker (not the variant's)" in out
+
+
+def test_bad_output_options_fail_before_any_work(tmp_path):
+    t0 = time.perf_counter()
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    proc = run_cli("verify.builtins:softmax_variant", "--report-dir", str(blocked / "cards"))
+    assert proc.returncode == 2 and "--report-dir" in proc.stderr
+    proc = run_cli("verify.builtins:softmax_variant", "--max-examples", "0")
+    assert proc.returncode == 2 and "--max-examples" in proc.stderr
+    assert "checking" not in proc.stderr  # rejected before the battery started
+    assert time.perf_counter() - t0 < 60

@@ -1,13 +1,16 @@
 """``attn-theory check pkg.module:object``: the property battery on any attention variant.
 
 Exit codes: 0 at least one property ran and none failed; 1 a property failed; 2 usage or
-import error (the message names the problem); 3 no property applicable.
+import error (the message names the problem; before any work); 3 no property applicable; 4 an
+internal error of the checker and no failure (precedence: 1 over 4 over 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 from verify.cli.options import add_claim_options, claims_from, positive_int, seed
 from verify.spec.vocabulary import DTYPES
@@ -37,6 +40,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--report-dir", metavar="DIR", help="write the report card here")
 
 
+def _json_dir(path: str | None) -> str | None:
+    if path is None or path == "-":
+        return None
+    return str(Path(path).resolve().parent)
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why files cannot be written into ``directory`` (created if missing), or None: checked
+    before the battery runs, so a bad output option costs nothing."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
+
+
 def _usage(msg: str) -> int:
     print(f"attn-theory check: error: {msg}", file=sys.stderr)
     return 2
@@ -50,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from verify.spec.target import TargetError
 
     out = sys.stderr if args.json == "-" else sys.stdout
+    for option, path in (("--report-dir", args.report_dir), ("--json", _json_dir(args.json))):
+        if path is not None and (why := _unwritable(Path(path))):
+            return _usage(f"{option} {path}: {why}")
+    if args.timeout is not None and not args.timeout > 0:
+        return _usage(f"--timeout: expected seconds > 0, got {args.timeout}")
     if args.device.startswith("cuda"):
         import torch
 

@@ -85,9 +85,12 @@ def _make_classes():
         def runtest(self) -> None:
             result = _battery(self.config, self.spec)
             rows = [r for r in result.results if r.property_id == self.property_id]
-            bad = [r for r in rows if r.status in ("fail", "error")]
+            bad = [r for r in rows if r.status == "fail"]
             if bad:
                 raise PropertyFailed(bad)
+            erred = [r for r in rows if r.status == "error"]
+            if erred:  # the checker's own fault: never reported as the variant's failure
+                pytest.skip(f"internal error of attn-theory (not the variant's): {erred[0].reason}")
             if rows and all(r.status == "skip" for r in rows):
                 pytest.skip(rows[0].reason or "not applicable")
 

@@ -24,8 +24,10 @@ from verify.spec.target import apply_claims, as_variant
 from verify.spec.variant import AttentionVariant, claim_fields, claims_json
 
 DEFAULT_DTYPES = ("float64", "float32")
-#: exit codes of ``attn-theory check`` (and :attr:`CheckResult.exit_code`)
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NONE = 0, 1, 2, 3
+#: exit codes of ``attn-theory check`` (and :attr:`CheckResult.exit_code`): a property passed and
+#: none failed; a property failed; a usage or import error; nothing applied; an internal error of
+#: the checker (never the variant's) and no failure. Precedence: fail > internal error > pass.
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NONE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -56,17 +58,26 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        """0: at least one property ran and none failed; 1: a failure; 3: nothing applied."""
+        """1 when a property failed; else 4 when the checker itself erred (status ``error``);
+        else 0 when a property passed; else 3 (nothing applied)."""
         c = self.counts
-        if c["fail"] or c["error"]:
+        if c["fail"]:
             return EXIT_FAIL
+        if c["error"]:
+            return EXIT_INTERNAL
         if c["pass"] == 0:
             return EXIT_NONE
         return EXIT_OK
 
     @property
     def failed(self) -> list[PropertyResult]:
-        return [r for r in self.results if r.status in ("fail", "error")]
+        """The variant's failures."""
+        return [r for r in self.results if r.status == "fail"]
+
+    @property
+    def errors(self) -> list[PropertyResult]:
+        """The checker's own errors (an exception in a check): not the variant's."""
+        return [r for r in self.results if r.status == "error"]
 
 
 def check(

@@ -22,6 +22,20 @@ from verify.engine.jobs import PROBE, Job
 DEFAULT_TIMEOUT = 60.0
 #: seconds a fresh worker may take to import torch and build the variant, at least
 LOAD_TIMEOUT = 120.0
+#: a job the watchdog stopped runs once more with twice the time before it fails (a hang is the
+#: variant's; a slow, loaded machine is not)
+RETRIES = 1
+#: what a worker sends when a job's variant is built and the job itself starts
+START = ("start",)
+
+
+def _load() -> str:
+    """The machine's load, for the watchdog's message."""
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:  # pragma: no cover - not on every platform
+        return "load average unavailable"
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs"
 
 
 def _worker(conn, settings: dict[str, Any]) -> None:
@@ -45,6 +59,7 @@ def _worker(conn, settings: dict[str, Any]) -> None:
             except BaseException as exc:  # noqa: BLE001 - reported as the job's failure
                 variants[key] = ("error", f"{type(exc).__name__}: {exc}")
         kind, variant = variants[key]
+        conn.send(START)  # the variant is built: the job's own time starts now
         if kind == "error":
             if job.property_id == PROBE:
                 conn.send(("load-error", variant))
@@ -80,13 +95,19 @@ class _Slot:
         self.proc = ctx.Process(target=_worker, args=(child, settings), daemon=True)
         self.proc.start()
         child.close()
-        self.fresh = True
-        self.job: tuple[int, Job] | None = None
+        self.loading = True
+        self.job: tuple[int, Job, int] | None = None  # (index, job, attempt)
         self.started = 0.0
 
-    def submit(self, index: int, job: Job) -> None:
+    def submit(self, index: int, job: Job, attempt: int = 1) -> None:
         self.conn.send(job)
-        self.job, self.started = (index, job), time.monotonic()
+        self.job, self.started, self.loading = (index, job, attempt), time.monotonic(), True
+
+    def limit(self, timeout: float) -> float:
+        """Seconds the current stage may take: importing torch and building the variant (at
+        least ``LOAD_TIMEOUT``), then the job itself: ``timeout``, doubled on a retry."""
+        base = timeout * 2 ** (self.job[2] - 1)
+        return max(base, LOAD_TIMEOUT) if self.loading else base
 
     def stop(self, *, kill: bool = False) -> None:
         try:
@@ -133,7 +154,7 @@ def run_jobs(
     )
     ctx = mp.get_context(start_method)
     results: list[Any] = [None] * len(jobs)
-    pending = list(enumerate(jobs))[::-1]  # popped from the end: job order
+    pending = [(i, job, 1) for i, job in enumerate(jobs)][::-1]  # popped from the end: in order
     n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     slots: list[_Slot] = []
     done = 0
@@ -160,12 +181,10 @@ def run_jobs(
                     slot.submit(*pending.pop())
             busy = [s for s in slots if s.job is not None]
             now = time.monotonic()
-            limits = {
-                s: s.started + (max(timeout, LOAD_TIMEOUT) if s.fresh else timeout) for s in busy
-            }
+            limits = {s: s.started + s.limit(timeout) for s in busy}
             ready = wait([s.conn for s in busy], max(0.0, min(limits.values()) - now))
             for slot in busy:
-                index, job = slot.job
+                index, job, attempt = slot.job
                 if slot.conn in ready:
                     try:
                         res = slot.conn.recv()
@@ -178,16 +197,28 @@ def run_jobs(
                         slot.stop(kill=True)
                         slots.remove(slot)
                         continue
+                    if res == START:
+                        slot.started, slot.loading = time.monotonic(), False
+                        continue
                     if isinstance(res, tuple) and res and res[0] == "load-error":
                         res = f"could not build the variant: {res[1]}"
-                    slot.job, slot.fresh = None, False
+                    slot.job = None
                     finish(index, job, res)
                 elif time.monotonic() >= limits[slot]:
-                    limit = max(timeout, LOAD_TIMEOUT) if slot.fresh else timeout
-                    why = f"hung: no result within {limit:.0f} s (watchdog killed the worker)"
-                    finish(index, job, failed(job, why))
+                    limit = slot.limit(timeout)
                     slot.stop(kill=True)
                     slots.remove(slot)
+                    if attempt < RETRIES + 1:  # a loaded machine gets one more, longer, try
+                        pending.append((index, job, attempt + 1))
+                        continue
+                    stage = (
+                        f"building the variant took more than {limit:.0f} s"
+                        if slot.loading
+                        else f"no result within {timeout:.0f} s, nor within {limit:.0f} s on a "
+                        "retry"
+                    )
+                    why = f"hung: {stage} (the watchdog killed the worker; {_load()})"
+                    finish(index, job, failed(job, why))
     finally:
         for slot in slots:
             slot.stop()

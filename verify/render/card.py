@@ -27,6 +27,8 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
         0: "passes every applicable property",
         1: "FAILS at least one property",
         3: "no property applied",
+        4: "no property failed, but the checker itself erred (an internal error, not the "
+        "variant's)",
     }[doc["exit_code"]]
     out = [
         f"# Report card: `{doc['variant']}`",
@@ -114,12 +116,17 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
                 out += ["Shrunk counterexample:", "", "```", r["counterexample"].strip(), "```", ""]
             if r.get("snippet"):
                 out += ["Reproducer:", "", "```python", r["snippet"].strip(), "```", ""]
+    erred = [r for r in doc["results"] if r["status"] == "error"]
+    if erred:
+        out += ["## Internal errors of the checker (not the variant's)", ""]
+        out += [f"- `{r['property_id']}` ({r['dtype']}): {r['reason'].strip()}" for r in erred]
+        out.append("")
     return "\n".join(out)
 
 
 def failed(doc: Mapping[str, Any]) -> list[dict]:
-    """The failing (and internally erring) results of a check document."""
-    return [r for r in doc["results"] if r["status"] in ("fail", "error")]
+    """The variant's failing results in a check document (internal errors are not)."""
+    return [r for r in doc["results"] if r["status"] == "fail"]
 
 
 def write(result, report_dir: Path) -> tuple[Path, Path]:

@@ -92,6 +92,12 @@ def summary_text(result) -> str:
     out.append(md.table(["property", "dtype", "status", "examples", "max obs/bound", "note"], rows))
     for r in result.failed:
         out += ["", failure_text(r)]
+    for r in result.errors:
+        out += [
+            "",
+            f"INTERNAL ERROR of the checker (not the variant's) in {r.property_id} "
+            f"({r.dtype}): {r.reason.strip()}",
+        ]
     c = result.counts
     out += [
         "",

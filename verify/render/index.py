@@ -161,7 +161,9 @@ def build(
                     [
                         f"[{c['variant']}](variants/{sanitize_name(c['variant'])}.md)",
                         c["description"],
-                        {0: "passes", 1: "fails", 3: "nothing applied"}[c["exit_code"]],
+                        {0: "passes", 1: "fails", 3: "nothing applied", 4: "checker error"}[
+                            c["exit_code"]
+                        ],
                         ", ".join(sorted({r["property_id"] for r in failed(c)})) or "—",
                     ]
                     for c in cards
