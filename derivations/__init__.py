@@ -1,4 +1,4 @@
-"""Symbolic derivations D1-D10 (sympy; no torch), rendered into ``reports/derivations.md``.
+"""Symbolic derivations D1-D11 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
 imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
@@ -27,6 +27,7 @@ MODULES: dict[str, str] = {
     "D8": "separation",
     "D9": "related",
     "D10": "rounding_record",
+    "D11": "leaks",
 }
 
 
