@@ -255,7 +255,6 @@ def test_skips_with_reasons():
             "0/0",
         ),
         (masks.CAUSAL_MISMATCH_REJECTED, softmax_twin("3p", _softmax_fwd), "third-party"),
-        (dependence.CAUSALITY, sm.with_claims(kernel="unknown"), "kernel unknown"),
         (scores.SINGLE_KEY, softmax_twin("eps", _silent_eps, eps=1e-6), "declared eps"),
     ]
     for prop, variant, fragment in expect:

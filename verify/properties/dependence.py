@@ -26,8 +26,7 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
-from verify.properties.support.claims import oracle_applies
-from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example, exact_and_bound
+from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example
 from verify.properties.support.inputs import (
     plain_inputs,
     poison_value,
@@ -43,11 +42,22 @@ from verify.properties.support.paths import (
     path_callable,
     with_path_and_mode,
 )
+from verify.properties.support.structure import (
+    combined,
+    model_bound,
+    structural_applies,
+    weights_bound,
+)
+from verify.spec.results import VariantError
 
 # --------------------------------------------------------------------------- causality (D2)
 
 
-_causality_applies = functools.partial(oracle_applies, causal=True)
+_causality_applies = functools.partial(structural_applies, causal=True)
+
+
+def _rows(bound, rows):
+    return None if bound is None else bound[:, :, rows]
 
 
 def _future(draw_, x) -> dict:
@@ -87,15 +97,15 @@ def _causality_check(variant, ex: Example, ctx):
     x, t = ex.inputs, ex.choices["last_kept"]
     mode, path = ex.choices["denominator"], ex.choices["path"]
     x2 = _replace_rows(x, t + 1, ex.choices["_future"])
-    # rows <= t read positions <= t only: each computation's bound there is the prefix's
-    ref, eb = exact_and_bound(
-        variant, restrict(x, length=t + 1), ctx, denominator=mode, form=form_kind(path)
-    )
-    bound = 2.0 * eb.bound
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
     rows = slice(0, t + 1)
     o1 = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
     o2 = call(fn, x2.q, x2.k, x2.v, causal=True, allow_nonfinite=True, **kw)
+    # rows <= t read positions <= t only: the model's bound there is the prefix's
+    bound = combined(
+        model_bound(variant, restrict(x, length=t + 1), ctx, mode=mode, form=form_kind(path)),
+        _rows(weights_bound(fn, x, kw, causal=True, mode=mode, dtype=ctx.dtype, o=o1), rows),
+    )
     finite_rows(o1, rows, bound, f"{path}")
     finite_rows(o2, rows, bound, f"{path} with future positions changed")
     return array_observation(
@@ -125,7 +135,7 @@ def _prefix_examples(variant, ctx):
 
 
 def _prefix_applies(variant, ctx):
-    if why := oracle_applies(variant, ctx, causal=True):
+    if why := structural_applies(variant, ctx, causal=True):
         return why
     if 2 * variant.length_multiple > MAX_LEN:
         return f"length_multiple {variant.length_multiple}: no proper prefix within T <= {MAX_LEN}"
@@ -136,12 +146,15 @@ def _prefix_check(variant, ex: Example, ctx):
     x, t = ex.inputs, ex.choices["prefix"]
     mode, path = ex.choices["denominator"], ex.choices["path"]
     px = restrict(x, length=t)
-    ref, eb = exact_and_bound(variant, px, ctx, denominator=mode, form=form_kind(path))
-    bound = 2.0 * eb.bound
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
-    finite = bool(np.isfinite(bound).all())
     o_full = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
-    o_pre = call(fn, px.q, px.k, px.v, causal=True, allow_nonfinite=not finite, **kw)
+    o_pre = call(fn, px.q, px.k, px.v, causal=True, allow_nonfinite=True, **kw)
+    bound = combined(
+        model_bound(variant, px, ctx, mode=mode, form=form_kind(path)),
+        weights_bound(fn, px, kw, causal=True, mode=mode, dtype=ctx.dtype, o=o_pre),
+    )
+    if np.isfinite(bound).all() and not np.isfinite(np64(o_pre)).all():
+        raise VariantError(f"{path}: f(x[:{t}]) has NaN/inf where the bound is finite")
     finite_rows(o_full, slice(0, t), bound, path)
     return array_observation(
         diff(np64(o_full[:, :, :t]), np64(o_pre)),
@@ -186,12 +199,15 @@ def _independence(axis: str):
         for tgt, arr in zip((q, k, v), ex.choices["_new"]):
             tgt.select(ax, which).copy_(tensor_like(arr, x))
         sub = restrict(x, **({"batch": keep} if axis == "batch" else {"heads": keep}))
-        ref, eb = exact_and_bound(variant, sub, ctx, denominator=mode, form=form_kind(path))
-        bound = 2.0 * eb.bound
         fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
         o1 = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
         o2 = call(fn, q, k, v, causal=x.causal, allow_nonfinite=True, **kw)
         idx = np.asarray(keep)
+        free = weights_bound(fn, x, kw, causal=x.causal, mode=mode, dtype=ctx.dtype, o=o1)
+        bound = combined(
+            model_bound(variant, sub, ctx, mode=mode, form=form_kind(path)),
+            None if free is None else free.take(idx, axis=ax),
+        )
         a, b = np64(o1).take(idx, axis=ax), np64(o2).take(idx, axis=ax)
         return array_observation(
             diff(a, b), bound, what=f"{path}/{mode}: other {axis} elements after changing {which}"
@@ -203,15 +219,17 @@ def _independence(axis: str):
 _batch_examples, _batch_check = _independence("batch")
 _head_examples, _head_check = _independence("head")
 
-BATCH_INDEPENDENCE = declare("batch-independence", oracle_applies, _batch_examples, _batch_check)
+BATCH_INDEPENDENCE = declare(
+    "batch-independence", structural_applies, _batch_examples, _batch_check
+)
 
-HEAD_INDEPENDENCE = declare("head-independence", oracle_applies, _head_examples, _head_check)
+HEAD_INDEPENDENCE = declare("head-independence", structural_applies, _head_examples, _head_check)
 
 
 # --------------------------------------------------------------------------- permutation
 
 
-_perm_applies = functools.partial(oracle_applies, causal=False)
+_perm_applies = functools.partial(structural_applies, causal=False)
 
 
 def _permutations(draw_, x) -> dict:
@@ -232,20 +250,14 @@ def _perm_check(variant, ex: Example, ctx):
     x = ex.inputs
     pt, ps = list(ex.choices["query_perm"]), list(ex.choices["key_perm"])
     mode, path = ex.choices["denominator"], ex.choices["path"]
-    # the bound is a symmetric function of the keys: the same for both computations
-    ref, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form_kind(path))
-    bound = 2.0 * eb.bound[:, :, pt]
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
-    finite = bool(np.isfinite(eb.bound).all())
-    o1 = call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=not finite, **kw)
-    o2 = call(
-        fn,
-        x.q[:, :, pt],
-        x.k[:, :, ps],
-        x.v[:, :, ps],
-        causal=False,
-        allow_nonfinite=not finite,
-        **kw,
+    o1 = call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=True, **kw)
+    o2 = call(fn, x.q[:, :, pt], x.k[:, :, ps], x.v[:, :, ps], causal=False, **kw)
+    # both bounds are symmetric functions of the keys: the same for both computations
+    free = weights_bound(fn, x, kw, causal=False, mode=mode, dtype=ctx.dtype, o=o1)
+    model = model_bound(variant, x, ctx, mode=mode, form=form_kind(path))
+    bound = combined(
+        None if model is None else model[:, :, pt], None if free is None else free[:, :, pt]
     )
     return array_observation(
         diff(np64(o2), np64(o1)[:, :, pt]),

@@ -36,6 +36,13 @@ from verify.properties.support.paths import (
     with_path,
     with_path_and_mode,
 )
+from verify.properties.support.structure import (
+    combined,
+    effective_weights,
+    model_bound,
+    reorder_bound,
+    structural_applies,
+)
 from verify.spec.results import Observation
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
@@ -43,7 +50,7 @@ from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 
 def _linear_applies(variant, ctx):
-    if why := oracle_applies(variant, ctx):
+    if why := structural_applies(variant, ctx):
         return why
     if not modes(variant, LINEAR_IN_V_DENOMINATORS):
         return f"no claimed denominator mode is linear in v (claimed: {modes(variant)})"
@@ -96,12 +103,22 @@ def _linear_check(variant, ex: Example, ctx):
     if not np.array_equal(np64(xs[2].v), w) or not np.array_equal(np64(xs[0].v), v1):
         raise AssertionError("linearity grid: the combination is not exact in the dtype")
     kind = form_kind(path)
-    ebs = [exact_and_bound(variant, xi, ctx, denominator=mode, form=kind)[1] for xi in xs]
-    bound = abs(a) * ebs[0].bound + abs(b) * ebs[1].bound + ebs[2].bound
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
     outs = [
         np64(call(fn, xi.q, xi.k, xi.v, causal=x.causal, allow_nonfinite=True, **kw)) for xi in xs
     ]
+    # each evaluation's own error: the model's bound, or half D11's two-evaluation threshold
+    # on the weights the variant computes (the same q, k: the same weights in all three)
+    models = [model_bound(variant, xi, ctx, mode=mode, form=kind, factor=1.0) for xi in xs]
+    model = None
+    if all(m is not None for m in models):
+        model = abs(a) * models[0] + abs(b) * models[1] + models[2]
+    free = None
+    if mode in LINEAR_IN_V_DENOMINATORS:
+        W = effective_weights(fn, x, kw, causal=x.causal)
+        T = [reorder_bound(W, np64(xi.v), o, ctx.dtype) / 2 for xi, o in zip(xs, outs)]
+        free = abs(a) * T[0] + abs(b) * T[1] + T[2]
+    bound = combined(model, free)
     return array_observation(
         _exact_residual(outs[2], outs[0], outs[1], a, b),
         bound,

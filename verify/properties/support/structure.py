@@ -1,0 +1,136 @@
+"""Kernel-free bounds of the structural properties (D11).
+
+The structural properties compare two computations whose exact outputs are equal (a causal row
+with and without later positions changed, a prefix, another batch element, a permuted key order,
+a linear combination of values). Their bound must hold for any attention, whatever its kernel,
+so it is stated from what the variant itself computes: its effective weights W_ts, read with
+one-hot values (o = W v for attention linear in v), give for each output element the sums
+A = sum_s |W_ts v_sj| and B = sum_s |W_ts|, and D11's reorder rule bounds what two correct
+evaluations can differ by: T = tau (A + |o| B) + 2 u |o| (tau = 2 gamma_S for S keys -- the
+products and the additions --, u of the accumulation dtype), plus one rounding of each output to
+a low-precision dtype. One evaluation's own error is at most T / 2.
+Where the claimed kernel has an error model (D10), its bound is used too, and the larger of the
+two applies: a correct claim cannot fail for rounding, and a wrong claim cannot make the bound
+smaller than the variant's own rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from derivations import leaks
+from derivations.rounding import unit_roundoff
+from verify.exact.errors import ACCUMULATION
+from verify.properties.support.calls import call
+from verify.properties.support.observe import np64
+from verify.spec.results import NotApplicable, VariantError
+from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
+
+
+def effective_weights(fn, x, kw: dict, *, causal: bool) -> np.ndarray:
+    """W (B, H, T, S) in float64: the output of ``fn`` on q, k (and mask) of ``x`` with one-hot
+    values, value channel c holding key c (one call with d_v = S; if the variant rejects that
+    value width, blocks of the inputs' own d_v).
+
+    Raises:
+        NotApplicable: the variant rejects one-hot values of both widths (the reason).
+    """
+    import torch
+
+    B, H, S = x.k.shape[0], x.k.shape[1], x.k.shape[2]
+    errors = []
+    for width in dict.fromkeys((S, x.v.shape[-1])):
+        cols = []
+        try:
+            for start in range(0, S, width):
+                onehot = torch.zeros(B, H, S, width, dtype=x.v.dtype, device=x.v.device)
+                for j in range(min(width, S - start)):
+                    onehot[:, :, start + j, j] = 1.0
+                out = np64(call(fn, x.q, x.k, onehot, causal=causal, allow_nonfinite=True, **kw))
+                cols.append(out[..., : min(width, S - start)])
+        except VariantError as exc:
+            errors.append(f"d_v = {width}: {exc}")
+            continue
+        return np.concatenate(cols, axis=-1)
+    raise NotApplicable("effective weights unreadable with one-hot values: " + "; ".join(errors))
+
+
+def reorder_bound(W: np.ndarray, v: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
+    """D11's threshold per output element (B, H, T, d_v): what two correct evaluations of
+    o = W v can differ by. ``W`` (B, H, T, S) measured (widened by its own two roundings), ``v``
+    (B, H, S, d_v) and ``o`` (B, H, T, d_v) in float64."""
+    acc = ACCUMULATION[dtype]
+    u = unit_roundoff(acc)
+    n = W.shape[-1] + 1  # the S products w_s v_s and the S - 1 additions: gamma_S
+    absW = np.abs(W) * (1 + 2 * u)
+    A = np.einsum("...ts,...sj->...tj", absW, np.abs(v))
+    Bsum = absW.sum(-1)[..., None]
+    o_abs = np.abs(o)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tau = leaks.reorder_threshold(n, u)
+        bound = tau * (A + o_abs * Bsum) + 2 * u * o_abs
+        if acc != dtype:  # each of the two outputs rounded once more to the input dtype
+            bound = bound + 2 * unit_roundoff(dtype) * o_abs
+    return np.where(np.isnan(bound), np.inf, bound)
+
+
+def kernel_free_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o) -> np.ndarray:
+    """:func:`reorder_bound` for the outputs ``o`` of ``fn`` on ``x`` in the D7 ``mode``.
+
+    Raises:
+        NotApplicable: a mode that is not linear in v (l2, rms, layernorm: no effective
+            weights), or weights that cannot be read.
+    """
+    if mode not in LINEAR_IN_V_DENOMINATORS:
+        raise NotApplicable(f"denominator {mode!r} is not linear in v: no kernel-free bound")
+    W = effective_weights(fn, x, kw, causal=causal)
+    return reorder_bound(W, np64(x.v), np64(o), dtype)
+
+
+def combined(*bounds) -> np.ndarray:
+    """The elementwise larger of the available bounds (None: not available).
+
+    Raises:
+        NotApplicable: none is available.
+    """
+    have = [b for b in bounds if b is not None]
+    if not have:
+        raise NotApplicable("no bound: neither an error model for the claimed kernel nor weights")
+    out = have[0]
+    for b in have[1:]:
+        out = np.maximum(out, b)
+    return out
+
+
+def model_bound(variant, x, ctx, *, mode: str, form: str, factor: float = 2.0):
+    """``factor`` times the D10 bound of the claimed kernel on ``x`` (two computations), or
+    None where the claim has no error model there (an unknown kernel, FAVOR+ without its
+    projection, inputs outside the standard model)."""
+    from verify.properties.support.common import exact_and_bound
+
+    try:
+        _, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form)
+    except NotApplicable:
+        return None
+    return factor * eb.bound
+
+
+def weights_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o):
+    """:func:`kernel_free_bound`, or None where it does not exist (a mode not linear in v,
+    weights that cannot be read)."""
+    try:
+        return kernel_free_bound(fn, x, kw, causal=causal, mode=mode, dtype=dtype, o=o)
+    except NotApplicable:
+        return None
+
+
+def structural_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
+    """Applicability of a structural property: the run's dtype, and (if given) support of the
+    causal flag. No kernel is needed: the bound is kernel-free where the claim has no model."""
+    from verify.properties.support.claims import dtype_reason
+
+    if why := dtype_reason(variant, ctx):
+        return why
+    if causal is not None and not variant.supports_causal(causal):
+        return f"the variant does not support causal={causal}"
+    return None
