@@ -8,7 +8,6 @@ import pytest
 import torch
 from test_attention_bounds import U, assert_within, gamma, output_bound
 
-from verify.spec.vocabulary import DENOMINATORS
 from verify.attention import (
     apply_denominator,
     l2_normalize,
@@ -18,6 +17,7 @@ from verify.attention import (
     softmax_attention,
     taylor_attention,
 )
+from verify.spec.vocabulary import DENOMINATORS
 
 u = U[torch.float64]
 

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from verify.exact import oracle
-from verify.spec.vocabulary import DENOMINATORS
 from verify.exact.oracle import (
     abs_error,
     linear_reference,
@@ -27,6 +26,7 @@ from verify.exact.oracle import (
     to_float64,
     to_mpf_array,
 )
+from verify.spec.vocabulary import DENOMINATORS
 
 F64 = torch.float64
 

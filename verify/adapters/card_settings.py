@@ -6,6 +6,9 @@ tests use.
 from __future__ import annotations
 
 SEED = 0
+#: seconds per property before the watchdog stops it: generous, so a committed card never
+#: depends on how loaded the machine that made it was (a real hang still stops)
+CARD_TIMEOUT = 600.0
 PROFILE = "ci"
 #: a quick run (tests): two properties, three examples, float64
 QUICK_SELECT = ("oracle-agreement", "causality")

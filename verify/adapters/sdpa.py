@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify.adapters.card_settings import PROFILE, SEED
+from verify.adapters.card_settings import CARD_TIMEOUT, PROFILE, SEED
 from verify.spec.variant import AttentionVariant
 
 #: the exp SDPA's fused CPU kernel calls in float32 / bf16 / fp16 (see the module docstring)
@@ -233,6 +233,7 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
             select=list(EXP_COMPARISON_SELECT),
             exp_library=ALTERNATIVE_EXP_LIBRARY,
             isolate=isolate,
+            timeout=CARD_TIMEOUT,
         )
         facts["exp_library_comparison"] = [
             {k: getattr(r, k) for k in ("property_id", "dtype", "status", "max_ratio")}

@@ -229,7 +229,13 @@ HEAD_INDEPENDENCE = declare("head-independence", structural_applies, _head_examp
 # --------------------------------------------------------------------------- permutation
 
 
-_perm_applies = functools.partial(structural_applies, causal=False)
+def _perm_applies(variant, ctx):
+    if why := structural_applies(variant, ctx, causal=False):
+        return why
+    if not variant.parsed_kernel.known:
+        # a kernel of q.k is position free; an unknown one may be windowed or biased by position
+        return "kernel unknown: position independence (no window, no positional bias) not claimed"
+    return None
 
 
 def _permutations(draw_, x) -> dict:

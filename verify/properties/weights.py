@@ -19,7 +19,6 @@ from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill
 from verify.properties.support.claims import (
     dtype_reason,
-    normalized_applies,
     oracle_applies,
     positivity_reason,
 )
@@ -40,10 +39,12 @@ from verify.properties.support.structure import (
     combined,
     effective_weights,
     model_bound,
+    normalized_structural_applies,
+    one_evaluation_bound,
     reorder_bound,
     structural_applies,
 )
-from verify.spec.results import Observation
+from verify.spec.results import NotApplicable, Observation
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 # --------------------------------------------------------------------------- linearity in V
@@ -192,8 +193,10 @@ DETERMINISM = declare("determinism", dtype_reason, _det_examples, _det_check)
 def _convex_applies(variant, ctx):
     what = "convexity does not apply"
     unnormalized = f"the variant is not normalized (divides by no kernel sum): {what}"
-    if why := normalized_applies(variant, ctx, unnormalized=unnormalized):
+    if why := normalized_structural_applies(variant, ctx, unnormalized=unnormalized):
         return why
+    if not variant.parsed_kernel.known:
+        return None  # positivity is read from the weights the variant computes, per example
     return positivity_reason(
         variant, unknown=f"kernel positivity unknown: {what}", what="convexity"
     )
@@ -205,9 +208,13 @@ def _convex_examples(variant, ctx):
 
 def _convex_check(variant, ex: Example, ctx):
     x, path = ex.inputs, ex.choices["path"]
-    ref, eb = exact_and_bound(variant, x, ctx, denominator="sum", form=form_kind(path))
     fn, kw = path_callable(variant, path), call_kwargs(variant, "sum")
     o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
+    bound, W = one_evaluation_bound(variant, x, ctx, fn, kw, o, form=form_kind(path))
+    if not variant.parsed_kernel.known and (W < -bound.max(initial=0.0)).any():
+        raise NotApplicable(
+            f"signed weights measured (min {W.min():.3g}): convexity does not apply"
+        )
     vis = x.visible()[..., None]  # (B, H, T, S, 1)
     v = np64(x.v)[:, :, None]  # (B, H, 1, S, d_v)
     lo = np.where(vis, v, np.inf).min(axis=3)
@@ -217,7 +224,7 @@ def _convex_check(variant, ex: Example, ctx):
     outside = np.maximum(np.maximum(lo - o, o - hi), 0.0)  # exact: differences of close floats
     return array_observation(
         outside,
-        eb.bound,
+        bound,
         what=f"{path}: distance of o_t from [min_s v_s, max_s v_s] over visible keys "
         f"({x.case} values{', widened to 0: declared eps' if variant.eps else ''})",
     )

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from verify.adapters import ADAPTERS, card_facts, module_of
-from verify.adapters.card_settings import PROFILE, QUICK_EXAMPLES, QUICK_SELECT, SEED, card_dtypes
+from verify.adapters.card_settings import (
+    CARD_TIMEOUT,
+    PROFILE,
+    QUICK_EXAMPLES,
+    QUICK_SELECT,
+    SEED,
+    card_dtypes,
+)
 from verify.render import card
 from verify.render import markdown as md
 from verify.render.card import fmt, short
@@ -102,6 +109,7 @@ def build_cards(
                 select=list(QUICK_SELECT) if quick else None,
                 max_examples=QUICK_EXAMPLES if quick else None,
                 isolate=isolate,
+                timeout=CARD_TIMEOUT,
             )
             doc = to_json(result)
             if doc["probe"]:

@@ -19,9 +19,11 @@ EXPORT_ROUNDINGS = 8
 
 
 def np64(x) -> np.ndarray:
-    """A tensor as a float64 numpy array on the CPU."""
+    """A tensor (or an array) as a float64 numpy array on the CPU."""
     import torch
 
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float64, copy=False)
     return x.detach().to("cpu", torch.float64).numpy()
 
 

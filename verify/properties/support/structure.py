@@ -134,3 +134,25 @@ def structural_applies(variant, ctx, *, causal: bool | None = None) -> str | Non
     if causal is not None and not variant.supports_causal(causal):
         return f"the variant does not support causal={causal}"
     return None
+
+
+def normalized_structural_applies(variant, ctx, *, unnormalized: str) -> str | None:
+    """:func:`structural_applies`, and a claimed mode that divides by the kernel sum (none:
+    ``unnormalized``, the whole reason)."""
+    from verify.properties.support.paths import normalized_modes
+
+    if why := structural_applies(variant, ctx):
+        return why
+    if not normalized_modes(variant):
+        return unnormalized
+    return None
+
+
+def one_evaluation_bound(variant, x, ctx, fn, kw: dict, o, *, form: str) -> np.ndarray:
+    """The error of one normalized evaluation against the same computed weights' exact
+    combination (``sum`` mode): the larger of the model's bound (where the claim has one) and
+    half D11's threshold on the weights the variant computes (the two evaluations' bound
+    halved: one evaluation's own error)."""
+    model = model_bound(variant, x, ctx, mode="sum", form=form, factor=1.0)
+    W = effective_weights(fn, x, kw, causal=x.causal)
+    return combined(model, reorder_bound(W, np64(x.v), np64(o), ctx.dtype) / 2), W

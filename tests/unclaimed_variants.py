@@ -1,0 +1,63 @@
+"""Attention written the way users bring it, checked with ``--kernel unknown``: plain functions
+``f(q, k, v, *, causal)`` in layout (B, H, T, d), correct ones and ones with a structural defect
+no kernel claim is needed to see.
+
+Correct: ``softmax_attention`` (masked_fill with -inf), ``elu_linear_attention`` (cumulative
+sums), ``windowed_softmax`` (a sliding window of 3 keys, bottom-right).
+Defective: ``heads_mixing_softmax`` (q, k L2-normalized over the *heads* axis before SDPA: heads
+depend on each other), ``stabilizer_leak_linear`` (a key stabilizer exp(k - max over the whole
+sequence) with eps = 1e-6: later keys move earlier outputs through the eps).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _causal_mask(T: int, S: int, device) -> torch.Tensor:
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril()
+
+
+def softmax_attention(q, k, v, *, causal):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def elu_linear_attention(q, k, v, *, causal):
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    if not causal:
+        kv = fk.transpose(-1, -2) @ v
+        return (fq @ kv) / (fq @ fk.sum(-2, keepdim=True).transpose(-1, -2))
+    kv = torch.cumsum(fk[..., :, :, None] * v[..., :, None, :], dim=-3)  # (B, H, T, d, d_v)
+    z = torch.cumsum(fk, dim=-2)  # (B, H, T, d)
+    num = (fq[..., :, :, None] * kv).sum(-2)
+    return num / (fq * z).sum(-1, keepdim=True)
+
+
+def windowed_softmax(q, k, v, *, causal, window: int = 3):
+    T, S = q.shape[-2], k.shape[-2]
+    t = torch.arange(T, device=q.device)[:, None] + (S - T)
+    s = torch.arange(S, device=q.device)[None, :]
+    keep = (s > t - window) & ((s <= t) if causal else (s < t + window))
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), -1) @ v
+
+
+def heads_mixing_softmax(q, k, v, *, causal):
+    q = F.normalize(q, dim=1)  # normalized over the heads axis (meant: the last axis)
+    k = F.normalize(k, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def stabilizer_leak_linear(q, k, v, *, causal, eps: float = 1e-6):
+    """Positive features exp(x - m) with the stabilizer m a max over *every* key, later ones
+    included; the eps then does not scale with the features."""
+    m = k.amax(dim=(-2, -1), keepdim=True)
+    fq, fk = torch.exp(q - q.amax(-1, keepdim=True)), torch.exp(k - m)
+    w = fq @ fk.transpose(-1, -2)
+    if causal:
+        w = w * _causal_mask(q.shape[-2], k.shape[-2], q.device)
+    return (w @ v) / (w.sum(-1, keepdim=True) + eps)
