@@ -43,8 +43,9 @@ from verify.properties.support.structure import (
     one_evaluation_bound,
     reorder_bound,
     structural_applies,
+    variant_empty_rows,
 )
-from verify.spec.results import NotApplicable, Observation
+from verify.spec.results import NotApplicable, Observation, VariantError
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 # --------------------------------------------------------------------------- linearity in V
@@ -117,7 +118,8 @@ def _linear_check(variant, ex: Example, ctx):
     free = None
     if mode in LINEAR_IN_V_DENOMINATORS:
         W = effective_weights(fn, x, kw, causal=x.causal)
-        T = [reorder_bound(W, np64(xi.v), o, ctx.dtype) / 2 for xi, o in zip(xs, outs)]
+        d = x.q.shape[-1]
+        T = [reorder_bound(W, np64(xi.v), o, ctx.dtype, d) / 2 for xi, o in zip(xs, outs)]
         free = abs(a) * T[0] + abs(b) * T[1] + T[2]
     bound = combined(model, free)
     return array_observation(
@@ -209,12 +211,17 @@ def _convex_examples(variant, ctx):
 def _convex_check(variant, ex: Example, ctx):
     x, path = ex.inputs, ex.choices["path"]
     fn, kw = path_callable(variant, path), call_kwargs(variant, "sum")
-    o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, **kw))
+    o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw))
     bound, W = one_evaluation_bound(variant, x, ctx, fn, kw, o, form=form_kind(path))
-    if not variant.parsed_kernel.known and (W < -bound.max(initial=0.0)).any():
-        raise NotApplicable(
-            f"signed weights measured (min {W.min():.3g}): convexity does not apply"
-        )
+    empty = variant_empty_rows(W)  # rows the variant's own visibility (a window) leaves empty
+    if empty.all():
+        raise NotApplicable("every row is empty under the variant's own visibility")
+    if not np.isfinite(o[~empty]).all():
+        raise VariantError(f"{path}: NaN/inf in a row that has visible keys")
+    if not variant.parsed_kernel.known and (W[~empty] < -bound.max(initial=0.0)).any():
+        raise NotApplicable(f"signed weights measured (min {W.min():.3g}): no convexity")
+    o = np.where(empty[..., None], 0.0, o)
+    bound = np.where(empty[..., None], np.inf, bound)  # the empty-row convention: no statement
     vis = x.visible()[..., None]  # (B, H, T, S, 1)
     v = np64(x.v)[:, :, None]  # (B, H, 1, S, d_v)
     lo = np.where(vis, v, np.inf).min(axis=3)

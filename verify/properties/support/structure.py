@@ -6,9 +6,9 @@ a linear combination of values). Their bound must hold for any attention, whatev
 so it is stated from what the variant itself computes: its effective weights W_ts, read with
 one-hot values (o = W v for attention linear in v), give for each output element the sums
 A = sum_s |W_ts v_sj| and B = sum_s |W_ts|, and D11's reorder rule bounds what two correct
-evaluations can differ by: T = tau (A + |o| B) + 2 u |o| (tau = 2 gamma_S for S keys -- the
-products and the additions --, u of the accumulation dtype), plus one rounding of each output to
-a low-precision dtype. One evaluation's own error is at most T / 2.
+evaluations can differ by: T = tau (A + |o| B) + 2 u |o| (tau = 2 gamma_{n-1} for the n products
+a row's sums may hold, :func:`reorder_bound`; u of the accumulation dtype), plus one rounding of
+each output to a low-precision dtype. One evaluation's own error is at most T / 2.
 Where the claimed kernel has an error model (D10), its bound is used too, and the larger of the
 two applies: a correct claim cannot fail for rounding, and a wrong claim cannot make the bound
 smaller than the variant's own rounding.
@@ -55,13 +55,17 @@ def effective_weights(fn, x, kw: dict, *, causal: bool) -> np.ndarray:
     raise NotApplicable("effective weights unreadable with one-hot values: " + "; ".join(errors))
 
 
-def reorder_bound(W: np.ndarray, v: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
+def reorder_bound(W: np.ndarray, v: np.ndarray, o: np.ndarray, dtype: str, d: int) -> np.ndarray:
     """D11's threshold per output element (B, H, T, d_v): what two correct evaluations of
     o = W v can differ by. ``W`` (B, H, T, S) measured (widened by its own two roundings), ``v``
-    (B, H, S, d_v) and ``o`` (B, H, T, d_v) in float64."""
+    (B, H, S, d_v) and ``o`` (B, H, T, d_v) in float64, ``d`` the head dimension.
+
+    The terms: a row's sums hold at most n = (S + 1)(d + 1) products -- a score form (a d-term
+    dot product per key, an S-term sum) or a feature form with up to d + 1 features per key --
+    so tau = 2 gamma_{n-1}. Kernels with more features (Taylor-N) are claims with a model."""
     acc = ACCUMULATION[dtype]
     u = unit_roundoff(acc)
-    n = W.shape[-1] + 1  # the S products w_s v_s and the S - 1 additions: gamma_S
+    n = (W.shape[-1] + 1) * (d + 1)
     absW = np.abs(W) * (1 + 2 * u)
     A = np.einsum("...ts,...sj->...tj", absW, np.abs(v))
     Bsum = absW.sum(-1)[..., None]
@@ -84,7 +88,7 @@ def kernel_free_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o
     if mode not in LINEAR_IN_V_DENOMINATORS:
         raise NotApplicable(f"denominator {mode!r} is not linear in v: no kernel-free bound")
     W = effective_weights(fn, x, kw, causal=causal)
-    return reorder_bound(W, np64(x.v), np64(o), dtype)
+    return reorder_bound(W, np64(x.v), np64(o), dtype, x.q.shape[-1])
 
 
 def combined(*bounds) -> np.ndarray:
@@ -155,4 +159,13 @@ def one_evaluation_bound(variant, x, ctx, fn, kw: dict, o, *, form: str) -> np.n
     halved: one evaluation's own error)."""
     model = model_bound(variant, x, ctx, mode="sum", form=form, factor=1.0)
     W = effective_weights(fn, x, kw, causal=x.causal)
-    return combined(model, reorder_bound(W, np64(x.v), np64(o), ctx.dtype) / 2), W
+    free = reorder_bound(W, np64(x.v), np64(o), ctx.dtype, x.q.shape[-1]) / 2
+    return combined(model, free), W
+
+
+def variant_empty_rows(W: np.ndarray) -> np.ndarray:
+    """(B, H, T) rows whose measured weights are all zero or not finite: rows the variant's
+    own visibility (a window, a bottom-right causal mask with T > S) leaves without a key. What
+    such a row returns is a convention (zeros, NaN, ...), reported, not judged here."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isfinite(W).all(-1) | (np.abs(W).sum(-1) == 0)
