@@ -1,9 +1,9 @@
-"""The property catalogue: each property names the derivation it checks (D1..D10, the
+"""The property catalogue: each property names the derivation it checks (D1..D11, the
 project's own records in ``derivations/``, rendered in ``reports/derivations.md``) or
 ``contract`` for API behaviour.
 
-Groups (one module each, listed in catalogue order): ``oracle_checks`` (against the mpmath
-oracle), ``dependence`` (causality, prefix invariance, batch and head independence,
+Groups (one module each, listed in catalogue order): ``domain`` (every input of the variant's
+domain accepted), ``oracle_checks`` (against the mpmath oracle), ``dependence`` (causality, prefix invariance, batch and head independence,
 permutation), ``weights`` (linearity in v, determinism, convexity, uniform weights), ``scores``
 (the score scale, a single key), ``masks`` (masks, causal alignment, the causal mismatch),
 ``forms`` (form agreement and the streaming state API), ``kernel`` (kernel identity,
@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 
 GROUPS = (
+    "domain",
     "oracle_checks",
     "dependence",
     "weights",

@@ -104,7 +104,7 @@ def _causality_check(variant, ex: Example, ctx):
     # rows <= t read positions <= t only: the model's bound there is the prefix's
     bound = combined(
         model_bound(variant, restrict(x, length=t + 1), ctx, mode=mode, form=form_kind(path)),
-        _rows(weights_bound(fn, x, kw, causal=True, mode=mode, dtype=ctx.dtype, o=o1), rows),
+        _rows(weights_bound(fn, x, kw, causal=True, mode=mode, dtype=ctx.model_dtype, o=o1), rows),
     )
     finite_rows(o1, rows, bound, f"{path}")
     finite_rows(o2, rows, bound, f"{path} with future positions changed")
@@ -151,7 +151,7 @@ def _prefix_check(variant, ex: Example, ctx):
     o_pre = call(fn, px.q, px.k, px.v, causal=True, allow_nonfinite=True, **kw)
     bound = combined(
         model_bound(variant, px, ctx, mode=mode, form=form_kind(path)),
-        weights_bound(fn, px, kw, causal=True, mode=mode, dtype=ctx.dtype, o=o_pre),
+        weights_bound(fn, px, kw, causal=True, mode=mode, dtype=ctx.model_dtype, o=o_pre),
     )
     if np.isfinite(bound).all() and not np.isfinite(np64(o_pre)).all():
         raise VariantError(f"{path}: f(x[:{t}]) has NaN/inf where the bound is finite")
@@ -203,7 +203,7 @@ def _independence(axis: str):
         o1 = call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
         o2 = call(fn, q, k, v, causal=x.causal, allow_nonfinite=True, **kw)
         idx = np.asarray(keep)
-        free = weights_bound(fn, x, kw, causal=x.causal, mode=mode, dtype=ctx.dtype, o=o1)
+        free = weights_bound(fn, x, kw, causal=x.causal, mode=mode, dtype=ctx.model_dtype, o=o1)
         bound = combined(
             model_bound(variant, sub, ctx, mode=mode, form=form_kind(path)),
             None if free is None else free.take(idx, axis=ax),
@@ -260,7 +260,7 @@ def _perm_check(variant, ex: Example, ctx):
     o1 = call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=True, **kw)
     o2 = call(fn, x.q[:, :, pt], x.k[:, :, ps], x.v[:, :, ps], causal=False, **kw)
     # both bounds are symmetric functions of the keys: the same for both computations
-    free = weights_bound(fn, x, kw, causal=False, mode=mode, dtype=ctx.dtype, o=o1)
+    free = weights_bound(fn, x, kw, causal=False, mode=mode, dtype=ctx.model_dtype, o=o1)
     model = model_bound(variant, x, ctx, mode=mode, form=form_kind(path))
     bound = combined(
         None if model is None else model[:, :, pt], None if free is None else free[:, :, pt]

@@ -58,7 +58,13 @@ from verify.exact.reference import (
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
-from verify.properties.support.common import MIN_MAGNITUDE, Example, lengths, radius_strategy
+from verify.properties.support.common import (
+    MIN_MAGNITUDE,
+    Example,
+    lengths,
+    radius_strategy,
+    within_domain,
+)
 from verify.properties.support.grads import (
     backward_grads,
     grad_inputs,
@@ -180,7 +186,7 @@ def _reference_error(variant, x, mode: str, g, ctx, exact):
     ``exact`` (float64 reference gradients, or zeros), scaled to float64 for float64 runs."""
     import torch
 
-    acc = ACCUMULATION[ctx.dtype]
+    acc = ACCUMULATION[ctx.model_dtype]
     low = "float32" if acc == "float64" else acc
     lo = reference_gradients(variant, x, mode, g, getattr(torch, low))
     scale = unit_roundoff(acc) / unit_roundoff(low)
@@ -205,6 +211,11 @@ def _gradcheck_applies(variant, ctx) -> str | None:
         return "gradcheck runs in float64 only (finite differences need it)"
     if "float64" not in variant.dtypes:
         return "the variant does not claim float64 (gradcheck needs it)"
+    if ctx.model_dtype != "float64":
+        return (
+            f"the variant computes in {ctx.model_dtype} (compute_dtype): finite differences need "
+            "float64 arithmetic (gradients-vs-reference checks the gradients instead)"
+        )
     return None
 
 
@@ -217,7 +228,8 @@ def _tiny_inputs(variant, ctx, *, causal: bool):
     def shape(d):
         T = d(lengths(variant, 1, 4))
         S = T if causal else d(lengths(variant, 1, 4))
-        return Shape(B=1, H=1, T=T, S=S, d=d(st.integers(1, 2)), d_v=d(st.integers(1, 2)))
+        shape = Shape(B=1, H=1, T=T, S=S, d=d(st.integers(1, 2)), d_v=d(st.integers(1, 2)))
+        return within_domain(variant, shape)
 
     return attention_inputs(
         shape(),
@@ -410,10 +422,10 @@ def _reference_examples(variant, ctx):
 
 
 def _rule(ctx) -> str:
-    acc = ACCUMULATION[ctx.dtype]
+    acc = ACCUMULATION[ctx.model_dtype]
     how = "scaled from float32 by u64/u32" if acc == "float64" else f"measured in {acc}"
     return (
-        f"calibrated: K (E + gamma_n(u_{acc}) M) + u_{ctx.dtype} |X|max, "
+        f"calibrated: K (E + gamma_n(u_{acc}) M) + u_{ctx.model_dtype} |X|max, "
         f"K = {CALIBRATION_FACTOR:g}, n = S + d + d_v + features, "
         f"E = the plain-torch reference's own error ({how}); SDPA-test approach "
         "(PyTorch test/test_transformers.py, get_tolerances/check_out_and_grad)"
@@ -432,7 +444,7 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
         raise NotApplicable("the float64 reference is not finite here (a vanishing denominator)")
     errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
     scales = term_scale(variant, x, mode, g)
-    u_a, u_c = unit_roundoff(ACCUMULATION[ctx.dtype]), unit_roundoff(ctx.dtype)
+    u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
     floor = gamma(sum_length(variant, x), u_a)
     bounds = [
         CALIBRATION_FACTOR * (e + floor * M) + u_c * max_abs(t)
@@ -520,7 +532,7 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
     M_q, M_k, _ = term_scale(variant, x, mode, g)
     if not (math.isfinite(M_q) and math.isfinite(M_k)):
         raise NotApplicable("the kernel weight vanishes: the single-key output is not defined")
-    u_a, u_c = unit_roundoff(ACCUMULATION[ctx.dtype]), unit_roundoff(ctx.dtype)
+    u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
     floor = gamma(sum_length(variant, x), u_a)
     bounds = [CALIBRATION_FACTOR * (e + floor * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]
     _, dq, dk, _ = variant_gradients(variant, form, x, mode, g)

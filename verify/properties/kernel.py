@@ -138,11 +138,11 @@ def _kernel_identity_check(variant, ex: PairsExample, ctx) -> Observation:
         raise NotApplicable(why)
     # bound stated before the feature map runs: features carry gamma_{4N+3} (D10), the dot
     # product of m of them gamma_{m+2}, relative to the majorant kappa_N(c sum_i |q_i||k_i|)
-    acc = errors.ACCUMULATION[ctx.dtype]
+    acc = errors.ACCUMULATION[ctx.model_dtype]
     u = d10.unit_roundoff(acc)
     e_phi = d10.taylor_feature_relative_error(N, u)
-    if acc != ctx.dtype:  # features rounded once more to the input dtype (two-level model)
-        e_phi = (1 + e_phi) * (1 + d10.unit_roundoff(ctx.dtype)) - 1
+    if acc != ctx.model_dtype:  # features rounded once more to the input dtype (two-level model)
+        e_phi = (1 + e_phi) * (1 + d10.unit_roundoff(ctx.model_dtype)) - 1
     phi_q = feature_map(variant, q)
     phi_k = feature_map(variant, k)
     if phi_q.shape[-1] != phi_k.shape[-1]:

@@ -119,7 +119,7 @@ def _linear_check(variant, ex: Example, ctx):
     if mode in LINEAR_IN_V_DENOMINATORS:
         W = effective_weights(fn, x, kw, causal=x.causal)
         d = x.q.shape[-1]
-        T = [reorder_bound(W, np64(xi.v), o, ctx.dtype, d) / 2 for xi, o in zip(xs, outs)]
+        T = [reorder_bound(W, np64(xi.v), o, ctx.model_dtype, d) / 2 for xi, o in zip(xs, outs)]
         free = abs(a) * T[0] + abs(b) * T[1] + T[2]
     bound = combined(model, free)
     return array_observation(

@@ -22,6 +22,12 @@ class VariantError(Exception):
     """The variant under test misbehaved: raised, returned NaN/inf, wrong shape or dtype."""
 
 
+class VariantRaised(VariantError):
+    """The variant's forward raised on an input: a failure of ``accepts-inputs`` when the input
+    lies inside the variant's domain; every other property leaves such an input out (one
+    restriction or defect fails one property, not every property)."""
+
+
 class NotApplicable(Exception):
     """Raised by a check for an example outside the property's range (counts as rejected)."""
 

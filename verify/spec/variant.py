@@ -21,6 +21,7 @@ from verify.spec.vocabulary import (
     DENOMINATORS,
     DEVICES,
     DTYPES,
+    EMPTY_ROW_CONVENTIONS,
     FEATURE_SCALES,
     LAYOUTS,
 )
@@ -92,7 +93,15 @@ class AttentionVariant:
         exp_library: key of ``derivations.rounding.LIBRARY_EXP_ULPS`` naming the exp the
             variant uses (a cited constant, e.g. ``cpu-torch-exp_u20`` for fused CPU kernels);
             None = the device default.
-        length_multiple: sequence lengths must be a multiple of this (a declared restriction).
+        length_multiple: sequence lengths must be a multiple of this (a restriction).
+        dv_equals_d: the value dimension must equal the head dimension (a restriction).
+        self_attention_only: the query and key lengths must be equal, T == S (a restriction).
+        compute_dtype: the dtype the variant computes in when its input is wider (e.g.
+            ``"float32"`` for a float64 call computed in float32): every bound, forward and
+            gradient, uses it. None: the input dtype (two-level for bf16/fp16).
+        empty_rows: what a row with no visible key returns, one of ``EMPTY_ROW_CONVENTIONS``
+            (``zeros``, ``nan``, ``uniform``, ``other``); None: not declared (found by the probes
+            and reported, never failed).
         tolerances: per-dtype :class:`Tolerance` overrides (each with its reason).
         description: one line for the report card.
 
@@ -120,6 +129,10 @@ class AttentionVariant:
     projection: Callable[..., Any] | None = None
     exp_library: str | None = None
     length_multiple: int = 1
+    dv_equals_d: bool = False
+    self_attention_only: bool = False
+    compute_dtype: str | None = None
+    empty_rows: str | None = None
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     description: str = ""
 
@@ -153,6 +166,13 @@ class AttentionVariant:
             raise ValueError(f"length_multiple: expected an int >= 1, got {self.length_multiple!r}")
         for mode in self.denominators:
             _one_of("denominators", mode, DENOMINATORS)
+        for flag in ("dv_equals_d", "self_attention_only"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag}: expected a bool, got {getattr(self, flag)!r}")
+        if self.compute_dtype is not None:
+            _one_of("compute_dtype", self.compute_dtype, DTYPES)
+        if self.empty_rows is not None:
+            _one_of("empty_rows", self.empty_rows, EMPTY_ROW_CONVENTIONS)
         if self.exp_library is not None:
             from derivations.rounding import LIBRARY_EXP_ULPS
 
@@ -228,6 +248,10 @@ CLAIM_FIELDS = (
     "dtypes",
     "devices",
     "length_multiple",
+    "dv_equals_d",
+    "self_attention_only",
+    "compute_dtype",
+    "empty_rows",
     "exp_library",
 )
 
@@ -255,6 +279,10 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "supports_mask": v.supports_mask,
         "denominators": list(v.denominators),
         "length_multiple": v.length_multiple,
+        "dv_equals_d": v.dv_equals_d,
+        "self_attention_only": v.self_attention_only,
+        "compute_dtype": v.compute_dtype,
+        "empty_rows": v.empty_rows,
         "exp_library": v.exp_library,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()

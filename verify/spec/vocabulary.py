@@ -36,6 +36,11 @@ FEATURE_MAPS = ("identity", "elu1", "relu", "taylor:N", "favor")
 FORMS = ("parallel", "recurrent", "chunked")
 #: bases of the Taylor feature map (D1): monomials x^alpha/sqrt(alpha!) or x^(tensor n)/sqrt(n!)
 BASES = ("symmetric", "tensor")
+#: what a variant returns for a query row that sees no key (a convention the theory leaves open):
+#: zeros (SDPA's current convention, this project's API), NaN (0/0), the uniform mean of the
+#: values, or anything else
+EMPTY_ROW_CONVENTIONS = ("zeros", "nan", "uniform", "other")
+
 #: what a user variant's ``feature_map`` absorbs (``sqrt``: the default exp scale on q and k)
 FEATURE_SCALES = ("sqrt", "none")
 

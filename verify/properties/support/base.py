@@ -9,6 +9,7 @@ hypothesis shrink the failure to a minimal counterexample and returns a :class:`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import traceback
@@ -24,6 +25,7 @@ from verify.spec.results import (
     Observation,
     PropertyResult,
     VariantError,
+    VariantRaised,
 )
 
 
@@ -89,6 +91,9 @@ def declare(property_id: str, applies, examples, check) -> Property:
     )
 
 
+#: the one property that fails when the variant's forward raises on an input of its domain
+ACCEPTS_INPUTS = "accepts-inputs"
+
 #: the shrink policy of every run (``RunContext.shrink_draws``)
 SHRINK_DRAWS = 25
 
@@ -111,12 +116,26 @@ class RunContext:
     #: same minimal input on every run and a bounded cost when one example is slow. None:
     #: hypothesis' own limits.
     shrink_draws: int | None = SHRINK_DRAWS
+    #: the dtype the variant computes in when coarser than ``dtype`` (its ``compute_dtype``
+    #: claim, set by :func:`run_property`): every bound uses :attr:`model_dtype`
+    compute_dtype: str | None = None
 
     @property
     def torch_dtype(self):
         import torch
 
         return getattr(torch, self.dtype)
+
+    @property
+    def model_dtype(self) -> str:
+        """The dtype the error models use: the input dtype, or a coarser declared compute
+        dtype (a float64 call computed in float32 has float32 roundings)."""
+        from derivations.rounding import unit_roundoff
+
+        c = self.compute_dtype
+        if c is not None and unit_roundoff(c) > unit_roundoff(self.dtype):
+            return c
+        return self.dtype
 
 
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
@@ -132,6 +151,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         dtype=ctx.dtype,
         device=ctx.device,
     )
+    ctx = dataclasses.replace(ctx, compute_dtype=getattr(variant, "compute_dtype", None))
     try:
         reason = prop.applies(variant, ctx)
     except Exception as exc:  # an applicability test that crashes is a bug in the catalogue
@@ -157,6 +177,16 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
             state["rejected_why"] = str(exc)
             assume(False)
             return
+        except VariantRaised as exc:
+            if prop.id != ACCEPTS_INPUTS:  # left out here; accepts-inputs fails on it
+                from hypothesis import assume
+
+                state["rejected"] = state.get("rejected", 0) + 1
+                state["rejected_why"] = f"{exc} (an input the variant rejects: accepts-inputs)"
+                assume(False)
+            state.setdefault("examples", len(observations) + 1)
+            state["failure"] = (example, None, str(exc))
+            raise
         except VariantError as exc:
             state.setdefault("examples", len(observations) + 1)  # those run up to the failure
             state["failure"] = (example, None, str(exc))

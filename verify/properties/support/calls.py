@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify.spec.results import VariantError
+from verify.spec.results import VariantError, VariantRaised
 
 
 def to_layout(x, layout: str):
@@ -40,7 +40,7 @@ def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwa
     except VariantError:
         raise
     except Exception as exc:
-        raise VariantError(f"forward raised {type(exc).__name__}: {exc}") from exc
+        raise VariantRaised(f"forward raised {type(exc).__name__}: {exc}") from exc
     if isinstance(out, tuple):  # e.g. (o, state) APIs
         out = out[0]
     if not isinstance(out, torch.Tensor):

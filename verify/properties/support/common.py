@@ -41,6 +41,20 @@ def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
     return st.integers(max(lo // m, 1), top).map(lambda j: j * m)
 
 
+def within_domain(variant, shape):
+    """``shape`` moved inside the variant's found or declared restrictions: d_v = d when the
+    value dimension must equal the head dimension, S = T for self-attention only (lengths
+    already respect ``length_multiple``)."""
+    import dataclasses
+
+    changes = {}
+    if variant.dv_equals_d and shape.d_v != shape.d:
+        changes["d_v"] = shape.d
+    if variant.self_attention_only and shape.S != shape.T:
+        changes["S"] = shape.T
+    return dataclasses.replace(shape, **changes) if changes else shape
+
+
 def shape_strategy(
     variant,
     *,
@@ -61,7 +75,7 @@ def shape_strategy(
         T = draw_(lengths(variant, min_len, max_len))
         S = T if (causal or not cross) else draw_(lengths(variant, 1, max_len))
         sizes = {"B": (1, MAX_BATCH), "H": (1, MAX_HEADS), "d_v": (1, MAX_VALUE_DIM)}
-        return sized_shape(draw_, T, S, d=(min_dim, max_dim), **sizes)
+        return within_domain(variant, sized_shape(draw_, T, S, d=(min_dim, max_dim), **sizes))
 
     return draw()
 
@@ -203,7 +217,7 @@ def exact_and_bound(
         x.q,
         x.k,
         x.v,
-        dtype=ctx.dtype,
+        dtype=ctx.model_dtype,
         scale=kw["scale"],
         denominator=denominator,
         projection=kw.get("projection"),
@@ -229,7 +243,7 @@ def _bound(variant, x, ctx, exact, form: str, kw: dict[str, Any]):
         x.q,
         x.k,
         x.v,
-        dtype=ctx.dtype,
+        dtype=ctx.model_dtype,
         exact=exact,
         form=form,
         device=ctx.device,

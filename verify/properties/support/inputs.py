@@ -18,6 +18,7 @@ from verify.properties.support.common import (
     causal_choices,
     lengths,
     radius_strategy,
+    within_domain,
 )
 
 #: the huge finite value put at positions that must have no influence (fault classes 8, 9)
@@ -52,7 +53,9 @@ def shape_st(
         s = draw_(lengths(variant, *T)) if (cross and not causal) else t
         if distinct:
             assume(s != t)
-        return sized_shape(draw_, t, s, B=B, H=H, d=d, d_v=d_v)
+        if distinct and variant.self_attention_only:
+            assume(False)  # S != T is outside the variant's domain
+        return within_domain(variant, sized_shape(draw_, t, s, B=B, H=H, d=d, d_v=d_v))
 
     return draw()
 
@@ -74,7 +77,7 @@ def small_shapes(
     from verify.strategies import Shape
 
     def build(T, S, d, d_v):
-        return Shape(B=1, H=1, T=T, S=T if causal else S, d=d, d_v=d_v)
+        return within_domain(variant, Shape(B=1, H=1, T=T, S=T if causal else S, d=d, d_v=d_v))
 
     return st.builds(
         build,

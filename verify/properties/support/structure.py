@@ -159,7 +159,7 @@ def one_evaluation_bound(variant, x, ctx, fn, kw: dict, o, *, form: str) -> np.n
     halved: one evaluation's own error)."""
     model = model_bound(variant, x, ctx, mode="sum", form=form, factor=1.0)
     W = effective_weights(fn, x, kw, causal=x.causal)
-    free = reorder_bound(W, np64(x.v), np64(o), ctx.dtype, x.q.shape[-1]) / 2
+    free = reorder_bound(W, np64(x.v), np64(o), ctx.model_dtype, x.q.shape[-1]) / 2
     return combined(model, free), W
 
 
