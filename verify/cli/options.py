@@ -12,7 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verify.spec.vocabulary import ALIGNMENTS, CAUSAL_SUPPORT, LAYOUTS
+from verify.spec.vocabulary import (
+    ALIGNMENTS,
+    CAUSAL_SUPPORT,
+    DTYPES,
+    EMPTY_ROW_CONVENTIONS,
+    LAYOUTS,
+)
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -74,6 +80,31 @@ CLAIM_OPTIONS = (
         "scale", "scale", "'default' (1/sqrt(d) for whatever d a check uses) or a number", scale
     ),
     ClaimOption("eps", "eps", "constant the variant adds to its denominator", float),
+    # the closed list of input restrictions (found by the probes when not stated)
+    ClaimOption(
+        "dv_equals_d",
+        "dv-equals-d",
+        "restriction: the value dimension must equal the head dimension",
+        off="dv-free",
+    ),
+    ClaimOption(
+        "self_attention_only",
+        "self-attention-only",
+        "restriction: the query and key lengths must be equal (T == S)",
+        off="cross-attention",
+    ),
+    ClaimOption(
+        "compute_dtype",
+        "compute-dtype",
+        "the dtype the variant computes in for wider inputs (e.g. float32 for float64 calls)",
+        choices=DTYPES,
+    ),
+    ClaimOption(
+        "empty_rows",
+        "empty-rows",
+        "what a row with no visible key returns",
+        choices=EMPTY_ROW_CONVENTIONS,
+    ),
 )
 
 

@@ -58,6 +58,7 @@ from verify.probes.restrictions import (
     probe_cross,
     probe_dtypes,
     probe_precision,
+    probe_value_dim,
     scan_lengths,
 )
 from verify.probes.runner import (
@@ -142,6 +143,7 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
     causal = mode == "c"
     steps = (
         ("cross", lambda: probe_cross(run, report)),
+        ("value_dim", lambda: probe_value_dim(run, report, T8, causal)),
         ("determinism", lambda: probe_determinism(run, report, T8, causal)),
         ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
         ("normalization", lambda: probe_normalization(run, report, T8, causal)),
@@ -175,18 +177,20 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     """Claims for ``AttentionVariant.with_claims`` from what the probes found.
 
     Keys (only those the probes settled): ``kernel`` ("softmax", "taylor:N", "linear:MAP" or
-    "unknown"), ``causal`` (yes/no/both), ``causal_alignment``, ``normalized``, ``eps``,
+    "unknown"), ``causal_alignment``, ``normalized``, ``eps``,
     ``scale`` ("default" when the identified convention is the default for the kernel type --
     1/sqrt(d) for exp-type, 1 for element-wise maps -- or a constant fitted float),
-    ``length_multiple``, ``dtypes``.
+    ``length_multiple`` and the restrictions ``dv_equals_d``, ``self_attention_only``,
+    ``compute_dtype``, ``empty_rows``. Never ``causal`` or ``dtypes``: a call that fails is the
+    variant's failure, not a claim.
     """
     claims: dict[str, Any] = {}
     kern = report.kernel
     verdict = kern.get("verdict")
     known = verdict in ("consistent", "favor-like")
     claims["kernel"] = kern.get("kernel", "unknown") if known else "unknown"
-    if report.causal_support:
-        claims["causal"] = report.causal_support
+    # which causal values the variant supports is never taken from the probes: a causal call
+    # that raises or returns NaN is a failure (accepts-inputs), not a claim of causal="no"
     if report.cross.get("alignment"):
         claims["causal_alignment"] = report.cross["alignment"]
     norm = report.normalization.get("kind")
@@ -209,7 +213,9 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
             claims["scale"] = 1.0
     if report.lengths.get("multiple"):
         claims["length_multiple"] = int(report.lengths["multiple"])
-    ok = tuple(dt for dt in PROBE_DTYPES if report.dtypes.get(dt) == "ok")
-    if ok:
-        claims["dtypes"] = ok
+    # the closed list of restrictions (found, not failed); the dtypes a variant raises on are
+    # not one: asked for, they fail accepts-inputs
+    for name in ("dv_equals_d", "self_attention_only", "compute_dtype", "empty_rows"):
+        if report.restrictions.get(name) is not None:
+            claims[name] = report.restrictions[name]
     return claims

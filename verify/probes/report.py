@@ -55,6 +55,10 @@ class ProbeReport:
             ``distinct_rows``, and ``summary``.
         independence: Checks ``batch``, ``head``, ``single_call``.
         dtypes: {dtype: "ok" | reason}.
+        restrictions: the closed list of input restrictions found (``dv_equals_d``,
+            ``self_attention_only``: True when only that shape works; ``compute_dtype``: a
+            coarser dtype the outputs of float64 calls fall in) and the ``empty_rows``
+            convention seen on rows without keys; absent keys were not found.
         output_precision: the coarsest dtype whose numbers contain every output of a call
             with full-precision values (the precision the bounds use).
         notes: probes that could not run, with the reason.
@@ -84,6 +88,7 @@ class ProbeReport:
     independence: dict[str, Check] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     output_precision: str = ""
+    restrictions: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     runtime_s: float = 0.0
     description: str = ""

@@ -114,6 +114,7 @@ def probe_precision(run: Runner, report: ProbeReport, T: int) -> None:
             report.output_precision = name
             run.bound_dtype = name
             report.notes.append(f"every output is a {name} number: bounds use {name}")
+            report.restrictions["compute_dtype"] = name
             return
 
 
@@ -162,6 +163,9 @@ def probe_cross(run: Runner, report: ProbeReport) -> None:
             common.discard("no mask")
             if len(common) == 1:
                 cross["alignment"] = common.pop()
+        if cross["alignment"] == "bottom-right":
+            cross["empty_rows"] = _empty_rows(run, m)
+            report.restrictions["empty_rows"] = cross["empty_rows"]
         raised = [p for p, r in cross["causal"].items() if r.startswith("forward")]
         if len(raised) == len(patterns):
             cross["detail"] = "causal with T != S is rejected (raises)"
@@ -170,7 +174,55 @@ def probe_cross(run: Runner, report: ProbeReport) -> None:
                 "causal with T != S: no consistent top-left/bottom-right alignment"
                 + (f" (raises for T,S = {', '.join(raised)})" if raised else "")
             )
+    nc = list(cross["noncausal"].values())
+    if nc and all(r.startswith("forward") for r in nc):
+        report.restrictions["self_attention_only"] = True
+        cross["detail"] = (cross["detail"] + "; " if cross["detail"] else "") + (
+            "T != S is rejected without causal too: self-attention only (a restriction)"
+        )
     report.cross = cross
+
+
+def _empty_rows(run: Runner, m: int) -> str:
+    """What a bottom-right causal call with T > S returns on its first T - S rows, which see no
+    key: ``zeros``, ``nan``, ``uniform`` (the mean of the values) or ``other``."""
+    T, S = 2 * m, m
+    q, k, v = run.rand(1, 1, T, DIM), run.rand(1, 1, S, DIM), run.rand(1, 1, S, DIM)
+    try:
+        o = run.out(q, k, v, True, allow_nonfinite=True)[0, 0, : T - S]
+    except VariantError:
+        return "other"
+    if np.isnan(o).all():
+        return "nan"
+    if np.array_equal(o, np.zeros_like(o)):
+        return "zeros"
+    mean = v[0, 0].double().mean(0).numpy()
+    if np.allclose(o, mean[None, :], rtol=1e-6, atol=1e-6):
+        return "uniform"
+    return "other"
+
+
+def probe_value_dim(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
+    """d_v == d a restriction: a value dimension other than the head dimension raises while
+    d_v = d works."""
+    q, k = run.rand(1, 1, T, DIM), run.rand(1, 1, T, DIM)
+    try:
+        run.out(q, k, run.rand(1, 1, T, DIM), causal)
+    except VariantError:
+        return
+    other = {}
+    for dv in (1, DIM + 1):
+        try:
+            run.out(q, k, run.rand(1, 1, T, dv), causal)
+            other[dv] = "ok"
+        except VariantError as exc:
+            other[dv] = str(exc)
+    if all(r != "ok" for r in other.values()):
+        report.restrictions["dv_equals_d"] = True
+        report.notes.append(
+            f"d_v != d is rejected ({other[1]}): the value dimension must equal the head "
+            "dimension (a restriction)"
+        )
 
 
 def probe_dtypes(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
