@@ -468,3 +468,25 @@ def test_adapters_of_third_party_code_are_not_project_owned():
     assert masks.project_owned(variants.get("taylor-2")) and masks.project_owned(
         variants.get("softmax")
     )
+
+
+def _bottom_right_nan_rows(q, k, v, *, causal):
+    """FlashAttention-style bottom-right causal masking with -inf: rows with no key are 0/0."""
+    T, S_ = q.shape[2], k.shape[2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        keep = torch.ones(T, S_, dtype=torch.bool).tril(S_ - T)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def test_empty_rows_are_a_convention_unless_declared():
+    """Causal T > S bottom-right leaves the first rows without a key: returning NaN there is a
+    convention (reported), not an alignment failure; it fails only against a declared one."""
+    v = softmax_twin("nan-rows", _bottom_right_nan_rows, causal_alignment="bottom-right")
+    res = run(masks.CAUSAL_ALIGNMENT, v, "float64")
+    assert res.status == "pass", res.reason
+    declared = v.with_claims(empty_rows="zeros")
+    res = run(masks.CAUSAL_ALIGNMENT, declared, "float64")
+    assert res.status == "fail" and "empty_rows convention is zeros" in res.reason
+    assert run(masks.CAUSAL_ALIGNMENT, v.with_claims(empty_rows="nan"), "float64").status == "pass"

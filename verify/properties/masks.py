@@ -47,7 +47,7 @@ from verify.properties.support.paths import (
     require_mode,
     with_path,
 )
-from verify.spec.results import NotApplicable, Observation
+from verify.spec.results import NotApplicable, Observation, VariantError
 from verify.spec.visibility import visible
 
 # --------------------------------------------------------------------------- masks (D6)
@@ -220,9 +220,42 @@ def _align_check(variant, ex: Example, ctx):
     mode = convention_mode(variant)
     ref, eb = exact_and_bound(variant, xm, ctx, denominator=mode, form=form_kind(path))
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
-    finite = bool(np.isfinite(eb.bound).all())
-    o = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=not finite, **kw)
-    return compare(o, eb, ref, what=f"{path}: causal, T = {x.shape.T}, S = {x.shape.S}, {align}")
+    o = call(fn, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
+    # rows the alignment leaves without a key: what they return is a convention (empty_rows),
+    # judged only against a declared one; the rows with keys follow the alignment
+    empty = (~vis.any(-1)).expand(o.shape[:-1]).cpu()
+    what = f"{path}: causal, T = {x.shape.T}, S = {x.shape.S}, {align}"
+    seen = _empty_row_convention(o[empty], x) if bool(empty.any()) else None
+    if not np.isfinite(np64(o[~empty])).all() and np.isfinite(eb.bound).all():
+        raise VariantError(f"{what}: NaN/inf in a row that sees keys")
+    obs = compare(o.masked_fill(empty[..., None].to(o.device), 0.0), eb, ref, what=what)
+    if seen is not None:
+        obs.detail += f"; rows without a key return {seen} (the empty-row convention)"
+        declared = variant.empty_rows
+        if declared not in (None, "other") and seen != declared:
+            return Observation(
+                1.0,
+                0.0,
+                "exact",
+                where="empty rows",
+                detail=f"{what}: rows without a key "
+                f"return {seen}, the declared empty_rows convention is {declared}",
+            )
+    return obs
+
+
+def _empty_row_convention(rows, x) -> str:
+    """``zeros``, ``nan``, ``uniform`` (the mean of the values) or ``other``: what the rows
+    without a key (a (n, d_v) tensor) hold."""
+    r = np64(rows)
+    if np.isnan(r).all():
+        return "nan"
+    if np.array_equal(r, np.zeros_like(r)):
+        return "zeros"
+    mean = np64(x.v).mean(-2)  # (B, H, d_v), the same for every empty row of an element
+    if np.isfinite(r).all() and np.allclose(r, mean.reshape(-1, r.shape[-1]).mean(0), atol=1e-6):
+        return "uniform"
+    return "other"
 
 
 CAUSAL_ALIGNMENT = declare("causal-alignment", _align_applies, _align_examples, _align_check)
