@@ -7,6 +7,9 @@ sums), ``windowed_softmax`` (a sliding window of 3 keys, bottom-right).
 Defective: ``heads_mixing_softmax`` (q, k L2-normalized over the *heads* axis before SDPA: heads
 depend on each other), ``stabilizer_leak_linear`` (a key stabilizer exp(k - max over the whole
 sequence) with eps = 1e-6: later keys move earlier outputs through the eps).
+Outside every known family (for the probes, which must say unknown): ``cosine_softmax`` (softmax
+of 10 cos(q, k): the weights depend on the norms, not on q.k only) and ``retention_decay``
+(softmax weights times 0.9^(t - s) renormalized: position-dependent).
 """
 
 from __future__ import annotations
@@ -61,3 +64,21 @@ def stabilizer_leak_linear(q, k, v, *, causal, eps: float = 1e-6):
     if causal:
         w = w * _causal_mask(q.shape[-2], k.shape[-2], q.device)
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
+
+
+def cosine_softmax(q, k, v, *, causal, tau: float = 10.0):
+    s = tau * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)
+    if causal:
+        s = s.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def retention_decay(q, k, v, *, causal, gamma: float = 0.9):
+    T, S = q.shape[-2], k.shape[-2]
+    t = torch.arange(T, device=q.device)[:, None] + (S - T)
+    s = torch.arange(S, device=q.device)[None, :]
+    bias = (t - s).abs().to(q.dtype) * torch.log(torch.tensor(gamma, dtype=q.dtype))
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias
+    if causal:
+        scores = scores.masked_fill(s > t, float("-inf"))
+    return torch.softmax(scores, -1) @ v

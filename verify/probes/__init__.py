@@ -187,7 +187,7 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     claims: dict[str, Any] = {}
     kern = report.kernel
     verdict = kern.get("verdict")
-    known = verdict in ("consistent", "favor-like")
+    known = verdict == "consistent"
     claims["kernel"] = kern.get("kernel", "unknown") if known else "unknown"
     # which causal values the variant supports is never taken from the probes: a causal call
     # that raises or returns NaN is a failure (accepts-inputs), not a claim of causal="no"

@@ -222,14 +222,18 @@ def favor_like(run: Runner, report: ProbeReport, ident: Ident, normalized: bool)
     others = [s for (kk_, _), s in scores.items() if kk_ != "softmax"]
     if scores[("softmax", "fitted")] < min(others, default=math.inf):
         conv = min(CONVENTIONS, key=lambda c: abs(math.log(CONVENTIONS[c](d) / slope)))
+        # closest to exp is a ranking, not a fit: random features have no bound without their
+        # count, so the kernel stays unknown and the evidence is reported
         report.kernel.update(
-            verdict="favor-like",
-            kernel="linear:favor",
+            verdict="none",
+            kernel="unknown",
+            resembles="linear:favor",
             scale=conv,
             fitted_scale=slope,
             fitted_scale_stderr=stderr,
             scatter=scores[("softmax", "fitted")],
-            detail=f"positive, not a function of q.k only, closest to exp: log-weights slope "
+            detail="unknown: positive, not a function of q.k only, closest to exp (FAVOR-like "
+            "random features would fit; no bound exists without their count): log-weights slope "
             f"{slope:.3g} +- {stderr:.2g} at d = {d} (nearest convention {conv}), rms "
             f"log-deviation {scores[('softmax', 'fitted')]:.3g}; best other map "
             f"{min(others, default=math.inf):.3g}",

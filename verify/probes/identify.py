@@ -24,7 +24,7 @@ from verify.spec.results import VariantError
 
 
 def identify(run: Runner, report: ProbeReport, T_of: Callable[[int], int | None], causal: bool):
-    kernel: dict[str, Any] = {"verdict": "none"}
+    kernel: dict[str, Any] = {"verdict": "none", "kernel": "unknown"}
     report.kernel = kernel
     if report.linear_in_v.result is False:  # e.g. a norm of the numerator (D7): no weights
         kernel.update(verdict="not run", detail="the output is not linear in v: no weights")

@@ -40,7 +40,8 @@ class ProbeReport:
         normalization: ``kind`` (sum | sum+eps | none | count | other), ``row_sum`` Check
             (v = 1 gives 1), ``duplication`` (last-row sums r1, r2 with every key twice),
             ``eps`` / ``eps_interval`` (eps/kappa(0) for sum+eps).
-        kernel: ``verdict`` (consistent | favor-like | none | not run), ``kernel`` (a claims
+        kernel: ``verdict`` (consistent | none | not run; with none, ``resembles`` names the
+        family a ranking puts first without a fit, e.g. FAVOR-like), ``kernel`` (a claims
             kernel string), ``scale`` (a convention name, ``fitted`` or ``any``), ``scale_by_d``
             {d: c}, ``precision`` (the dtype whose D10 bound the weights meet), ``max_ratio``
             (observed/bound of the match over d = 2, 4, 8), ``candidates`` {"kernel (scale)":

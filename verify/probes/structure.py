@@ -230,11 +230,40 @@ def probe_qk_only(run: Runner, report: ProbeReport, T: int, causal: bool) -> Non
     H = torch.from_numpy(hadamard(DIM))
     q2, k2 = q @ H / DIM, k @ H  # exact: dyadic entries, q2 . k2 = q H H^T k^T / d = q . k
     e = value_identity(T, n)
+    # norms: every key in span(e_1, e_2) and the query moved along e_4 keep each q.k_s and
+    # change |q| (the rotation above keeps |q||k|, so it cannot see a dependence on norms)
+    k3 = k.clone()
+    k3[..., 2:] = 0.0
+    q3 = q.clone()
+    q3[..., 3] += 2.0
     try:
         A = run.weights(q, k, causal, n)[0, 0, :n]
         A2 = run.weights(q2, k2, causal, n)[0, 0, :n]
         b = run.bound(q, k, e, causal, n) + run.bound(q2, k2, e, causal, n)
-        report.qk_only = same(A, A2, b[0, 0], "weights for (q, k) vs (q H/d, k H), same q.k")
+        rotated = same(A, A2, b[0, 0], "weights for (q, k) vs (q H/d, k H), same q.k")
+        A3 = run.weights(q, k3, causal, n)[0, 0, :n]
+        A4 = run.weights(q3, k3, causal, n)[0, 0, :n]
+        b = run.bound(q, k3, e, causal, n) + run.bound(q3, k3, e, causal, n)
+        normed = same(
+            A3,
+            A4,
+            b[0, 0],
+            "weights for q vs q + 2 e_4 with the keys in span(e_1, e_2): same q.k, another |q|",
+        )
+        # positions: the first n keys reversed; the last of the first n rows sees all of them
+        # (causal or not), so a function of q.k_s alone moves its weights with its keys
+        rev = torch.arange(n - 1, -1, -1)
+        k5 = k.clone()
+        k5[..., :n, :] = k[..., rev, :]
+        A5 = run.weights(q, k5, causal, n)[0, 0, :n]
+        b = run.bound(q, k, e, causal, n) + run.bound(q, k5, e, causal, n)
+        moved = same(
+            A5[-1:],
+            A[-1:, rev.numpy()],
+            b[0, 0][-1:, rev.numpy()],
+            "weights of the last row with its keys reversed: each weight moves with its key",
+        )
+        report.qk_only = next((c for c in (rotated, normed, moved) if not c.result), moved)
     except VariantError as exc:
         report.qk_only = Check(None, detail=str(exc))
 

@@ -3,15 +3,15 @@ project's own records in ``derivations/``, rendered in ``reports/derivations.md`
 ``contract`` for API behaviour.
 
 Groups (one module each, listed in catalogue order): ``domain`` (every input of the variant's
-domain accepted), ``oracle_checks`` (against the mpmath oracle), ``dependence`` (causality, prefix invariance, batch and head independence,
-permutation), ``weights`` (linearity in v, determinism, convexity, uniform weights), ``scores``
-(the score scale, a single key), ``masks`` (masks, causal alignment, the causal mismatch),
-``forms`` (form agreement and the streaming state API), ``kernel`` (kernel identity,
-positivity, odd orders), ``shift`` (shift invariance), ``gradients`` and ``gradient_masks``,
-``precision`` (dtype and device agreement), and on the built-in implementations' theory
-``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8), ``injectivity`` (D9 injectivity and rank)
-and ``favor`` (D9 FAVOR+ statistics). Every group stands on the floor ``support`` and never
-imports another group.
+domain accepted), ``oracle_checks`` (against the mpmath oracle), ``dependence`` (causality,
+prefix invariance, batch and head independence, permutation), ``weights`` (linearity in v,
+determinism, convexity, uniform weights), ``scores`` (the score scale, a single key), ``masks``
+(masks, causal alignment, the causal mismatch), ``forms`` (form agreement and the streaming
+state API), ``kernel`` (kernel identity, positivity, odd orders), ``shift`` (shift invariance),
+``gradients`` and ``gradient_masks``, ``precision`` (dtype and device agreement), and on the
+built-in implementations' theory ``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8),
+``injectivity`` (D9 injectivity and rank) and ``favor`` (D9 FAVOR+ statistics). Every group
+stands on the floor ``support`` and never imports another group.
 """
 
 from __future__ import annotations

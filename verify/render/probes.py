@@ -48,10 +48,12 @@ def _kernel_words(report: Mapping[str, Any]) -> str:
             f"linear attention with an element-wise feature map {m} "
             "(weights do not depend on q·k only)"
         )
-    if verdict == "favor-like":
+    if verdict == "none" and kern.get("resembles"):
+        # evidence, not a name: no family fits within its bound
         return (
-            "FAVOR-like linear attention (positive random features: weights scattered around exp, "
-            "not a function of q·k only)"
+            "attention with none of the known kernels (positive weights, not a function of q·k "
+            f"only; log-weights ≈ {float(kern.get('fitted_scale', math.nan)):.3g}·q·k with rms "
+            f"deviation {float(kern.get('scatter', math.nan)):.3g}, exp-like of the maps tried)"
         )
     if verdict == "none":
         fit = report.get("fit", {}).get("coefficients")
@@ -109,7 +111,7 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
     if norm == "other" and linear_in_v is not False:
         parts.append("rows normalized by something other than the kernel sum")
     scale = kernel.get("scale")
-    if kernel.get("verdict") in ("consistent", "favor-like") and scale not in (None, "any"):
+    if kernel.get("verdict") == "consistent" and scale not in (None, "any"):
         if scale == "fitted":
             const = constant_scale(kernel)
             if const is not None:
