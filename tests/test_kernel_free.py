@@ -66,3 +66,35 @@ def test_structural_defects_fail_with_a_counterexample(name, pid, dtype):
     assert res.status == "fail", (pid, res.status, res.reason)
     assert res.counterexample and res.snippet
     assert res.max_ratio > 1e3  # far beyond rounding: not a borderline call
+
+
+# -- extreme inputs: finite mask sentinels ----------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_finite_mask_sentinel_is_hit(dtype):
+    """-1e4 written for masked scores leaks once every visible score of a row is below it
+    (``extreme_scores``, up to 1e6 in float32/float64): causality fails with a counterexample of
+    that case; a sentinel at finfo.min passes, and so does -inf."""
+    claims = {"kernel": "softmax"}
+    leak = AttentionVariant(name="-1e4", forward=U.minus_1e4_softmax, **claims)
+    res = run("causality", leak, dtype, n=30)
+    assert res.status == "fail", (res.status, res.reason)
+    assert "extreme_scores" in res.counterexample, res.counterexample
+    for fn in (U.finfo_min_softmax, U.softmax_attention):
+        for pid in ("causality", "prefix-invariance", "accepts-inputs"):
+            ok = run(pid, AttentionVariant(name="ok", forward=fn, **claims), dtype, n=30)
+            assert ok.status == "pass", (fn, pid, ok.status, ok.reason)
+
+
+def test_extreme_magnitude_is_stated_per_dtype():
+    """1e6 where the range allows (float64, float32, bfloat16); float16 keeps q_0 k_0 = M/c and
+    d such terms below finfo.max / 16 (1448 at d = 8), so its scores cannot overflow."""
+    import math
+
+    import torch
+
+    from verify.strategies import extreme_score_magnitude
+
+    for dt in (torch.float64, torch.float32, torch.bfloat16):
+        assert extreme_score_magnitude(dt, 8) == 1e6
+    m = extreme_score_magnitude(torch.float16, 8)
+    assert m == pytest.approx(65504 / 16 / math.sqrt(8)) and 8 * m * math.sqrt(8) <= 65504

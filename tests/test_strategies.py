@@ -70,7 +70,7 @@ def test_causal_shapes_have_equal_lengths(s):
 
 
 @given(attention_inputs(dtype=list(DTYPES), radius=score_radius(None, dtype=torch.float16),
-                        cases=ALL_CASES))  # fmt: skip
+                        cases=("random", *EDGE_CASES)))  # fmt: skip
 def test_inputs_invariants_and_radius(x):
     s = x.shape
     assert x.q.shape == s.q and x.k.shape == s.k and x.v.shape == s.v
@@ -97,6 +97,28 @@ def test_inputs_invariants_and_radius(x):
             assert abs(Fraction(x.scale) * dot) <= Fraction(x.radius)
     # exp of every score is finite in the dtype (safe radius)
     assert torch.isfinite(torch.exp(torch.tensor(float(m), dtype=x.dtype)))
+
+
+@given(attention_inputs(dtype=list(DTYPES), radius=1.5, cases=("extreme_scores",)))
+def test_extreme_scores_offset_every_row(x):
+    """Every scaled score is sigma M + (a score of radius <= 1.5 over the other coordinates),
+    M <= extreme_score_magnitude (rounding a = sqrt(M/c) to the dtype moves M by <= 2u M), and the
+    dtype's own score computation is finite."""
+    from verify.strategies import extreme_score_magnitude
+
+    s = x.shape
+    c = 1 / math.sqrt(s.d)
+    q, k = x.q.double(), x.k.double()
+    offset = c * q[..., :1] @ k[..., :1].transpose(-1, -2)
+    rest = c * q[..., 1:] @ k[..., 1:].transpose(-1, -2)
+    M = extreme_score_magnitude(x.dtype, s.d)
+    m = offset.abs()
+    assert torch.all(m == m.flatten()[0]) and m.flatten()[0] <= M * (1 + 2 * U[x.dtype])
+    # the radius holds exactly in rationals; this float64 recomputation rounds (a few u64)
+    assert m.flatten()[0] >= 10 * (1 - 2 * U[x.dtype])
+    assert torch.all(rest.abs() <= 1.5 * (1 + 8 * 2.0**-53))
+    assert x.radius is None and x.case == "extreme_scores"
+    assert torch.isfinite(x.q @ x.k.transpose(-1, -2) * c).all()
 
 
 @given(attention_inputs(radius=1.5, scale=st.sampled_from([0.25, 1.0, 0.3])))

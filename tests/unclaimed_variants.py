@@ -10,6 +10,8 @@ sequence) with eps = 1e-6: later keys move earlier outputs through the eps).
 Outside every known family (for the probes, which must say unknown): ``cosine_softmax`` (softmax
 of 10 cos(q, k): the weights depend on the norms, not on q.k only) and ``retention_decay``
 (softmax weights times 0.9^(t - s) renormalized: position-dependent).
+Mask sentinels: ``sentinel_softmax(fill)`` masks with a finite score: -1e4 leaks when every visible
+score of a row lies below it; torch.finfo(dtype).min, as model code writes it, does not.
 """
 
 from __future__ import annotations
@@ -82,3 +84,20 @@ def retention_decay(q, k, v, *, causal, gamma: float = 0.9):
     if causal:
         scores = scores.masked_fill(s > t, float("-inf"))
     return torch.softmax(scores, -1) @ v
+
+
+def sentinel_softmax(fill):
+    """Softmax whose causal mask writes ``fill(dtype)`` instead of -inf."""
+
+    def attention(q, k, v, *, causal):
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if causal:
+            hidden = ~_causal_mask(q.shape[-2], k.shape[-2], q.device)
+            s = s.masked_fill(hidden, fill(q.dtype))
+        return torch.softmax(s, -1) @ v
+
+    return attention
+
+
+minus_1e4_softmax = sentinel_softmax(lambda dtype: -1e4)
+finfo_min_softmax = sentinel_softmax(lambda dtype: torch.finfo(dtype).min)

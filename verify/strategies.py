@@ -48,6 +48,7 @@ __all__ = [
     "attention_inputs",
     "dtypes",
     "edge_case_inputs",
+    "extreme_score_magnitude",
     "masked_inputs",
     "masks",
     "safe_exp_radius",
@@ -67,7 +68,13 @@ EDGE_CASES = (
     "positive",
     "unit_values",
 )
-ALL_CASES = ("random", *EDGE_CASES)
+#: rows whose visible scores are all far from 0 (see :func:`extreme_score_magnitude`)
+EXTREME_CASES = ("extreme_scores",)
+ALL_CASES = ("random", *EDGE_CASES, *EXTREME_CASES)
+#: the largest score offset drawn by ``extreme_scores`` where the dtype's range allows it: far
+#: below a finite mask sentinel such as -1e4, far above finfo.min (masks at the dtype's
+#: extreme, as model code writes them, stay below every drawn score)
+EXTREME_SCORE_CAP = 1e6
 
 _WIDTH = {torch.float64: 64, torch.float32: 32, torch.bfloat16: 32, torch.float16: 16}
 
@@ -300,6 +307,40 @@ def _rescale(qd: np.ndarray, kd: np.ndarray, c: float | None, r: float, dtype: t
     return np.zeros_like(qd), np.zeros_like(kd)  # unreachable in practice: lam -> 0 fits
 
 
+def extreme_score_magnitude(dtype: torch.dtype, d: int, scale: float | None = None) -> float:
+    """The largest |offset| M of the ``extreme_scores`` case: min(1e6, c finfo.max / 16), c the
+    scale (1/sqrt(d) when None).
+
+    Every visible scaled score of a row is then sigma M + (a score of radius <= r), sigma = +-1.
+    The unscaled product q_0 k_0 = M / c and a sum of d such terms stay below finfo.max / 16, so
+    the score computation itself does not overflow (float64, float32, bfloat16: 1e6; float16 at
+    d = 8: 1448). The stated magnitude is what a finite mask sentinel must stay below: -1e4 is
+    hit in float64, float32 and bfloat16, not in float16 (1448 < 1e4); finfo.min never.
+
+    Raises:
+        ValueError: bad ``dtype``, ``d`` < 1 or ``scale`` <= 0.
+    """
+    _check_dtype(dtype)
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d: expected an int >= 1, got {d!r}")
+    c = 1.0 / math.sqrt(d) if scale is None else scale
+    if not c > 0:
+        raise ValueError(f"scale: expected a positive float or None, got {scale!r}")
+    return min(EXTREME_SCORE_CAP, c * float(torch.finfo(dtype).max) / 16)
+
+
+def _extreme_offsets(qd, kd, c, magnitude: float, sign: float, dt):
+    """q_0 = a, k_0 = sign b with c a b = magnitude (a = b, rounded to the dtype): every scaled
+    score gets sign * magnitude plus the scores of the other coordinates."""
+    d = qd.shape[-1]
+    cc = 1.0 / math.sqrt(d) if c is None else c
+    a = float(_round_to(np.array([math.sqrt(magnitude / cc)]), dt)[0])
+    q2, k2 = qd.copy(), kd.copy()
+    q2[..., 0] = a
+    k2[..., 0] = sign * a
+    return q2, k2
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -482,7 +523,12 @@ def attention_inputs(
             large norms, scores unchanged (up to subnormal rounding of k), so exp/kappa_N stay
             within the radius and do not overflow);
             ``identity_values`` (v_s = e_{s mod d_v}: the output shows the weights);
-            ``positive`` (q, k >= 0, for positive feature maps); ``unit_values`` (v = 1).
+            ``positive`` (q, k >= 0, for positive feature maps); ``unit_values`` (v = 1);
+            ``extreme_scores`` (for shift-invariant kernels and masks: q_0 = a, k_0 = +-a with
+            c a^2 = M, M a power of ten from 10 up to :func:`extreme_score_magnitude`, or that
+            magnitude itself: every visible score of every row is +-M plus the radius-bounded
+            scores of the other coordinates, so a finite mask sentinel above -M is hit;
+            ``radius`` is then None).
 
     Raises:
         ValueError: bad ``dtype``, ``radius``, ``scale``, ``bound`` or ``cases`` (at call);
@@ -546,10 +592,19 @@ def attention_inputs(
             qd, kd = qd * 2.0 ** (top // 4), kd * 2.0 ** -(top // 4)
             vd = vd * 2.0 ** (top // 8)
             qd, kd, vd = _round_to(qd, dt), _round_to(kd, dt), _round_to(vd, dt)
+        if case == "extreme_scores":  # coordinate 0 carries the offset; the rest the radius
+            qd[..., 0], kd[..., 0] = 0.0, 0.0
         if r is not None:
             rescaled = _rescale(qd, kd, c, float(r), dt)
             assume(rescaled is not None)
             qd, kd = rescaled
+        if case == "extreme_scores":
+            top = extreme_score_magnitude(dt, shp.d, c)
+            mags = [10.0**j for j in range(1, 7) if 10.0**j < top] + [top]
+            magnitude = draw(st.sampled_from(mags[::-1]))  # shrinks to the stated magnitude
+            sign = draw(st.sampled_from((-1.0, 1.0)))
+            qd, kd = _extreme_offsets(qd, kd, c, magnitude, sign, dt)
+            r = None
 
         def tensor(a):
             return torch.from_numpy(np.ascontiguousarray(a)).to(dtype=dt, device=device)

@@ -31,6 +31,7 @@ from verify.properties.support.inputs import (
     plain_inputs,
     poison_value,
     restrict,
+    score_cases,
     shaped_inputs,
     tensor_like,
     values,
@@ -82,7 +83,7 @@ def _future(draw_, x) -> dict:
 
 
 def _causality_examples(variant, ctx):
-    base = shaped_inputs(variant, ctx, causal=True, T=(2, MAX_LEN))
+    base = shaped_inputs(variant, ctx, causal=True, T=(2, MAX_LEN), cases=score_cases(variant))
     return with_path_and_mode(variant, base, _future)
 
 
@@ -130,7 +131,7 @@ def _prefix_examples(variant, ctx):
     def cut(draw_, x):
         return {"prefix": m * draw_(st.integers(1, x.shape.T // m - 1))}
 
-    base = shaped_inputs(variant, ctx, causal=True, T=(2 * m, MAX_LEN))
+    base = shaped_inputs(variant, ctx, causal=True, T=(2 * m, MAX_LEN), cases=score_cases(variant))
     return with_path_and_mode(variant, base, cut)
 
 

@@ -30,6 +30,7 @@ from verify.properties.support.inputs import (
     by_causal,
     inputs,
     poison_value,
+    score_cases,
     shape_st,
     shaped_inputs,
     tensor_like,
@@ -113,6 +114,7 @@ def _mask_examples(variant, ctx):
             causal=c,
             radius=radius_strategy(variant, ctx),
             min_magnitude=MIN_MAGNITUDE,
+            cases=score_cases(variant),
         ),
     )
     # forms consume keys into a state: key-padding masks

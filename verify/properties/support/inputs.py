@@ -105,6 +105,15 @@ def inputs(variant, ctx, shape, *, causal: bool, cases=("random",), radius=None,
     )
 
 
+def score_cases(variant, cases: tuple[str, ...] = ("random",)) -> tuple[str, ...]:
+    """``cases`` and, for the shift-invariant softmax family, ``extreme_scores`` (every visible
+    score of a row far negative or far positive, up to ``extreme_score_magnitude``: finite mask
+    sentinels such as -1e4 and unsafe stabilizers are hit; sentinels at finfo.min are not)."""
+    from verify.strategies import EXTREME_CASES
+
+    return (*cases, *EXTREME_CASES) if variant.kernel_family == "softmax" else cases
+
+
 def by_causal(variant, make, choices: tuple[bool, ...] | None = None):
     """``make(causal)`` for each supported causal flag, built once, drawn as ``one_of`` (a
     strategy built inside a draw pays hypothesis' reflection cost on every draw and shrink
