@@ -362,3 +362,23 @@ def test_bad_output_options_fail_before_any_work(tmp_path):
     assert proc.returncode == 2 and "--max-examples" in proc.stderr
     assert "checking" not in proc.stderr  # rejected before the battery started
     assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "failing"),
+    [("windowed_softmax", 0, set()), ("stabilizer_leak_linear", 1, {"causality"})],
+)
+def test_kernel_unknown_runs_the_structural_battery(name, code, failing):
+    """``--kernel unknown``: every structural property runs (the summary lists which ran and
+    groups why the others did not apply); a correct windowed attention passes, a key
+    stabilizer over the whole sequence fails causality with a shrunk counterexample."""
+    proc = run_cli(f"tests.unclaimed_variants:{name}", "--kernel", "unknown", "--dtype", "float64")
+    assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-2000:]
+    ran = next(line for line in proc.stdout.splitlines() if line.startswith("ran "))
+    for pid in ("accepts-inputs", "causality", "prefix-invariance", "batch-independence",
+                "head-independence", "linearity-in-v", "determinism"):  # fmt: skip
+        assert pid in ran, ran
+    assert "did not apply" in proc.stdout and "kernel" in proc.stdout.split("did not apply")[1]
+    for pid in failing:
+        assert f"FAILED {pid} (float64)" in proc.stdout
+        assert "counterexample:" in proc.stdout and "reproduce:" in proc.stdout

@@ -10,6 +10,10 @@ sequence) with eps = 1e-6: later keys move earlier outputs through the eps).
 Outside every known family (for the probes, which must say unknown): ``cosine_softmax`` (softmax
 of 10 cos(q, k): the weights depend on the norms, not on q.k only) and ``retention_decay``
 (softmax weights times 0.9^(t - s) renormalized: position-dependent).
+Domains and conventions: ``crash_at_one_token`` (raises for T = 1: a bug, not a restriction),
+``off_by_one_causal`` (causal mask hides the diagonal: row 0 has no key, NaN for causal=True),
+``needs_dv_equal_d`` (asserts d_v == d), ``float32_inside`` (computes float64 calls in float32),
+``self_attention_only`` (asserts T == S).
 Mask sentinels: ``sentinel_softmax(fill)`` masks with a finite score: -1e4 leaks when every visible
 score of a row lies below it; torch.finfo(dtype).min, as model code writes it, does not.
 """
@@ -101,3 +105,34 @@ def sentinel_softmax(fill):
 
 minus_1e4_softmax = sentinel_softmax(lambda dtype: -1e4)
 finfo_min_softmax = sentinel_softmax(lambda dtype: torch.finfo(dtype).min)
+
+
+def crash_at_one_token(q, k, v, *, causal):
+    if q.shape[-2] == 1:
+        raise RuntimeError("index out of range: the code squeezes the length axis")
+    return softmax_attention(q, k, v, causal=causal)
+
+
+def off_by_one_causal(q, k, v, *, causal):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:  # meant tril(0): hides the diagonal too, so row 0 sees nothing
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(-1)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def needs_dv_equal_d(q, k, v, *, causal):
+    if v.shape[-1] != q.shape[-1]:
+        raise ValueError(f"v must have the head dimension {q.shape[-1]}, got {v.shape[-1]}")
+    return softmax_attention(q, k, v, causal=causal)
+
+
+def float32_inside(q, k, v, *, causal):
+    o = softmax_attention(q.float(), k.float(), v.float(), causal=causal)
+    return o.to(q.dtype)
+
+
+def self_attention_only(q, k, v, *, causal):
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError("cross-attention is not supported: T must equal S")
+    return softmax_attention(q, k, v, causal=causal)

@@ -99,8 +99,29 @@ def summary_text(result) -> str:
             f"({r.dtype}): {r.reason.strip()}",
         ]
     c = result.counts
+    out += ["", *coverage_lines(result.results)]
     out += [
         "",
         f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped, {c['error']} errors",
     ]
     return "\n".join(out)
+
+
+def coverage_lines(results) -> list[str]:
+    """What ran and why the rest did not: the property ids with at least one run (pass, fail or
+    error), and the skip reasons of the others grouped by their first clause. A skipped
+    property is not a pass."""
+    from collections import Counter
+
+    ids = list(dict.fromkeys(r.property_id for r in results))
+    ran = [i for i in ids if any(r.property_id == i and r.status != "skip" for r in results)]
+    out = [f"ran {len(ran)} of {len(ids)} properties: {', '.join(ran) or 'none'}"]
+    heads = Counter(
+        (r.reason or "no reason").split("\n")[0].split(": ")[0].split(" (")[0].strip()
+        for r in results
+        if r.property_id not in ran
+    )
+    if heads:
+        out.append(f"did not apply ({len(ids) - len(ran)} properties, every dtype):")
+        out += [f"  {n:3d} runs: {head}" for head, n in heads.most_common()]
+    return out
