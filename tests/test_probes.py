@@ -464,8 +464,10 @@ def test_report_json_round_trip():
     text = json.dumps(probe_json(r), allow_nan=False)
     back = json.loads(text)
     assert back["kernel"]["kernel"] == "taylor:2"
-    assert list(back) == list(r.to_json())  # the same keys in the same order
+    # the same keys in the same order, and the measured fit the card shows
+    assert list(back) == [*r.to_json(), "identification"]
     assert back["description"] == describe(r) == describe(back)
+    assert back["identification"].startswith("taylor:2 (scale 1/sqrt(d)): weights within")
 
 
 def test_bad_arguments():

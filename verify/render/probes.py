@@ -139,7 +139,26 @@ def probe_json(report: ProbeReport) -> dict[str, Any]:
     """``report.to_json()`` with ``description`` set to :func:`describe` (key order unchanged)."""
     data = report.to_json()
     data["description"] = describe(data)
+    data["identification"] = identification(data)
     return data
+
+
+def identification(report: Mapping[str, Any]) -> str:
+    """The measured fit behind the kernel verdict: observed/bound of the match (or, with no
+    match, of the three closest candidates) against the D10 bound of the weights."""
+    kern = report.get("kernel", {})
+    closest = ", ".join(
+        f"{c['kernel']} ({c['scale']}) {float(c['ratio']):.3g}" for c in kern.get("closest", [])
+    )
+    if kern.get("verdict") == "consistent":
+        return (
+            f"{kern.get('kernel')} (scale {kern.get('scale')}): weights within "
+            f"{float(kern.get('max_ratio', math.nan)):.3g} x the {kern.get('precision')} D10 "
+            f"bound at every d tried; closest at d = 4 (observed/bound): {closest}"
+        )
+    if kern.get("verdict") == "none":
+        return f"no family within its bound; closest at d = 4 (observed/bound): {closest}"
+    return f"not run: {kern.get('detail', '')}"
 
 
 def _result(check: Any) -> bool | None:
