@@ -65,6 +65,24 @@ def test_declared_restriction_is_respected_without_probes():
     assert res.exit_code == 0
 
 
+def test_declared_restriction_holds_for_every_property():
+    """Declared d_v == d on a variant that returns a wrong shape (no error) outside it: no
+    property calls it with d_v != d (weights are read in blocks of d_v = d one-hot values, the
+    single-key and long-sequence draws keep d_v = d), so nothing fails and the weight properties
+    run."""
+    res = check(
+        U.output_shaped_like_q,
+        kernel="softmax",
+        dv_equals_d=True,
+        probe=False,
+        select=("positive-weights", "softmax-injectivity", "single-key", "accepts-inputs"),
+        **FAST,
+    )
+    st = statuses(res)
+    assert set(st.values()) == {"pass"}, [(r.property_id, r.status, r.reason) for r in res.results]
+    assert len(st) == 4
+
+
 def test_undeclared_restriction_with_a_kernel_claim_fails_accepts_inputs_only():
     """With the kernel claimed the probes do not run: the d_v restriction is not known, so the
     variant fails accepts-inputs (one property), never gradcheck or determinism."""

@@ -98,3 +98,14 @@ def test_extreme_magnitude_is_stated_per_dtype():
         assert extreme_score_magnitude(dt, 8) == 1e6
     m = extreme_score_magnitude(torch.float16, 8)
     assert m == pytest.approx(65504 / 16 / math.sqrt(8)) and 8 * m * math.sqrt(8) <= 65504
+
+
+def test_single_key_leaves_out_rows_a_signed_kernel_gives_no_weight():
+    """Identity-map linear attention with zero denominators guarded, kernel unknown: one key
+    with q.k = 0 gets weight 0 (an empty row), so single-key judges only the other rows and
+    passes; the rows with a nonzero measured weight are still judged."""
+    from verify.engine.check import check
+
+    fast = dict(isolate=False, profile="ci", max_examples=25, dtypes=("float64",), probe=False)
+    res = check(U.identity_linear_guarded, kernel="unknown", select=("single-key",), **fast)
+    assert {r.status for r in res.results} == {"pass"}, [(r.status, r.reason) for r in res.results]

@@ -127,6 +127,26 @@ def needs_dv_equal_d(q, k, v, *, causal):
     return softmax_attention(q, k, v, causal=causal)
 
 
+def identity_linear_guarded(q, k, v, *, causal):
+    """Linear attention with the identity feature map (signed weights q.k) whose zero
+    denominators are replaced by 1: where q.k = 0 the query gives its keys no weight and the
+    output is 0 (an empty row, not a defect)."""
+    w = q @ k.transpose(-1, -2)
+    if causal:
+        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), 0.0)
+    den = w.sum(-1, keepdim=True)
+    return (w @ v) / torch.where(den == 0, torch.ones_like(den), den)
+
+
+def output_shaped_like_q(q, k, v, *, causal):
+    """The output buffer is ``zeros_like(q)`` and the attended values are added in place (as in
+    released FlashAttention ports): for d_v != d the values broadcast silently, a wrong shape
+    outside the restriction d_v == d, never an error."""
+    o = torch.zeros_like(q)
+    o.add_(softmax_attention(q, k, v, causal=causal))
+    return o
+
+
 def float32_inside(q, k, v, *, causal):
     o = softmax_attention(q.float(), k.float(), v.float(), causal=causal)
     return o.to(q.dtype)

@@ -343,8 +343,8 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
             )
         bound = bound + under * (1 + div_rel) + eta
         return bound, cond, f"{how}; kernel_attention_output_bound (D10, conditioning-aware)"
-    if denominator == "none":
-        bound = num_rel[..., None] * A + uf_N
+    if denominator == "none":  # + eta: the last operation (the scale back by e^m) may be subnormal
+        bound = num_rel[..., None] * A + uf_N + eta
         return bound, cond, f"{how}; numerator only: num_rel * A (D10)"
     if denominator == "count":
         n = (np.maximum(n_vis, 1) + eps)[..., None]

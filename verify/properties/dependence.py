@@ -259,7 +259,9 @@ def _perm_check(variant, ex: Example, ctx):
     mode, path = ex.choices["denominator"], ex.choices["path"]
     fn, kw = path_callable(variant, path), call_kwargs(variant, mode)
     o1 = call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=True, **kw)
-    o2 = call(fn, x.q[:, :, pt], x.k[:, :, ps], x.v[:, :, ps], causal=False, **kw)
+    o2 = call(
+        fn, x.q[:, :, pt], x.k[:, :, ps], x.v[:, :, ps], causal=False, allow_nonfinite=True, **kw
+    )
     # both bounds are symmetric functions of the keys: the same for both computations
     free = weights_bound(fn, x, kw, causal=False, mode=mode, dtype=ctx.model_dtype, o=o1)
     model = model_bound(variant, x, ctx, mode=mode, form=form_kind(path))

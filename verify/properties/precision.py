@@ -203,7 +203,8 @@ def _dtype_examples(variant, ctx):
         T = max(T // m * m, m)
         dim = d(st.integers(d_lo, d_hi))
         H = FAVOR_SIZES["H"] if favor else d(st.integers(1, 2))
-        sizes = dict(B=1, H=H, T=T, d=dim, d_v=d(st.integers(2, 4)))
+        d_v = dim if variant.dv_equals_d else d(st.integers(2, 4))  # d_v == d: a restriction
+        sizes = dict(B=1, H=H, T=T, d=dim, d_v=d_v)
         causal = d(st.sampled_from(causal_choices(variant)))
         rows = {T - 1, *(d(st.integers(0, T - 1)) for _ in range(EXTRA_ROWS))}
         return LongExample(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify.spec.results import VariantError, VariantRaised
+from verify.properties.support.common import outside_domain
+from verify.spec.results import NotApplicable, VariantError, VariantRaised
 
 
 def to_layout(x, layout: str):
@@ -29,9 +30,11 @@ def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwa
     Raises:
         VariantError: the variant raised, or returned a non-tensor, a wrong shape or dtype, or
             (unless ``allow_nonfinite``) NaN/inf.
+        NotApplicable: the shapes lie outside the variant's restrictions (the call is not made).
     """
     import torch
 
+    _require_domain(variant, q, k, v)
     lay = variant.layout
     try:
         out = variant.forward(
@@ -56,6 +59,11 @@ def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwa
         bad = (~torch.isfinite(out)).nonzero()[0].tolist()
         raise VariantError(f"output has NaN/inf (first at index {bad})")
     return out
+
+
+def _require_domain(variant, q, k, v) -> None:
+    if why := outside_domain(variant, tuple(q.shape), tuple(k.shape), tuple(v.shape)):
+        raise NotApplicable(why)
 
 
 def _unrepresentable(variant, q, k, mode: str | None) -> None:
@@ -134,6 +142,7 @@ def prefill(variant, q, k, v, state=None, *, allow_nonfinite: bool = False):
         VariantError: it raised, or returned something other than (tensor of the right shape,
             dtype and finiteness, state).
     """
+    _require_domain(variant, q, k, v)
     lay = variant.layout
     what = "state_api.prefill" + (" (resuming)" if state is not None else "")
     try:

@@ -41,6 +41,17 @@ def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
     return st.integers(max(lo // m, 1), top).map(lambda j: j * m)
 
 
+def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:
+    """Why a call with these canonical ``(B, H, T|S, d|d_v)`` shapes lies outside the variant's
+    declared or found restrictions (``dv_equals_d``, ``self_attention_only``), or None. Such a
+    call is never made: the example is rejected (a restriction is found, not failed)."""
+    if getattr(variant, "dv_equals_d", False) and v_shape[-1] != q_shape[-1]:
+        return f"d_v = {v_shape[-1]} != d = {q_shape[-1]}, outside the restriction d_v == d"
+    if getattr(variant, "self_attention_only", False) and k_shape[-2] != q_shape[-2]:
+        return f"S = {k_shape[-2]} != T = {q_shape[-2]}, outside the restriction T == S"
+    return None
+
+
 def within_domain(variant, shape):
     """``shape`` moved inside the variant's found or declared restrictions: d_v = d when the
     value dimension must equal the head dimension, S = T for self-attention only (lengths

@@ -17,6 +17,7 @@ from verify.properties.support.common import (
     MIN_MAGNITUDE,
     causal_choices,
     lengths,
+    outside_domain,
     radius_strategy,
     within_domain,
 )
@@ -93,7 +94,7 @@ def inputs(variant, ctx, shape, *, causal: bool, cases=("random",), radius=None,
     the run's dtype and device, and the catalogue's minimum magnitude (D10 model range)."""
     from verify.strategies import attention_inputs
 
-    return attention_inputs(
+    drawn = attention_inputs(
         shape,
         dtype=ctx.torch_dtype,
         device=ctx.device,
@@ -103,6 +104,8 @@ def inputs(variant, ctx, shape, *, causal: bool, cases=("random",), radius=None,
         cases=cases,
         min_magnitude=MIN_MAGNITUDE,
     )
+    # a case that changes the shape (single_key: S = 1) may leave the variant's restrictions
+    return drawn.filter(lambda x: not outside_domain(variant, x.shape.q, x.shape.k, x.shape.v))
 
 
 def score_cases(variant, cases: tuple[str, ...] = ("random",)) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ def effective_weights(fn, x, kw: dict, *, causal: bool) -> np.ndarray:
                     onehot[:, :, start + j, j] = 1.0
                 out = np64(call(fn, x.q, x.k, onehot, causal=causal, allow_nonfinite=True, **kw))
                 cols.append(out[..., : min(width, S - start)])
-        except VariantError as exc:
+        except (VariantError, NotApplicable) as exc:  # rejected, or outside a restriction
             errors.append(f"d_v = {width}: {exc}")
             continue
         return np.concatenate(cols, axis=-1)
