@@ -16,10 +16,11 @@ whose claims state what the function computes; the checker then says whether it 
   for its restriction (:func:`chunk_based_default_variant`).
 * ``naive_recurrent_linear_attn`` (fla.ops.linear_attn.naive): (B, T, H, d) layout, causal,
   identity feature map, ``normalize`` on (denominator q.k_cumsum + 1e-10) or off (numerator);
-  it casts q, k, v to float32 and back, so float64 inputs get float32 accuracy (claimed float64
-  anyway: the card shows what that means). fla multiplies q by ``scale`` (default d^-1/2) before
-  the map; the claims vocabulary has no d-dependent factor for element-wise maps, so the adapter
-  passes ``scale=1.0`` (the function's own argument) and the card measures the default.
+  it casts q, k, v to float32 and back, so float64 inputs get float32 accuracy: declared
+  ``compute_dtype="float32"`` (the probes find it; the card measures it). fla multiplies q by
+  ``scale`` (default d^-1/2) before the map; the claims vocabulary has no d-dependent factor
+  for element-wise maps, so the adapter passes ``scale=1.0`` (the function's own argument) and
+  the card measures the default.
 * ``TaylorFeatureMap`` (fla.modules.feature_map): [1, x/d^(1/4), x_i^2/(sqrt(2d)),
   x_i x_j/sqrt(d) (i < j)]: phi(q).phi(k) = kappa_2(q.k/sqrt(d)) (claimed ``linear:taylor:2``,
   ``feature_scale="sqrt"``), checked as kernel linear attention with this feature map.
@@ -255,6 +256,7 @@ def _recurrent_variant(normalize: bool) -> AttentionVariant:
         normalized=normalize,
         eps=LINEAR_ATTN_EPS if normalize else 0.0,
         dtypes=("float64", "float32", "bfloat16"),
+        compute_dtype="float32",  # it casts q, k, v to float32 (the probes find it too)
         description="fla.ops.linear_attn.naive.naive_recurrent_linear_attn("
         f"normalize={normalize}, scale=1.0) (fla-core 0.6)",
     )

@@ -337,8 +337,9 @@ def _float64_section(c: _Card) -> str:
             "",
             "`naive_recurrent_linear_attn` casts q, k, v to float32 and the result back "
             "to the input dtype, so a float64 call returns the float32 computation "
-            "(float64 is claimed anyway: `oracle-agreement` in float64 shows what that "
-            "costs against the float64 bound):",
+            '(the adapter declares `compute_dtype="float32"`, which the probes also find: '
+            "float64 calls are judged against float32 bounds, and gradcheck, which needs "
+            "float64 arithmetic, does not apply):",
             "",
             md.table(f64_header, rows),
             "",

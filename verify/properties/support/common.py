@@ -43,12 +43,16 @@ def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
 
 def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:
     """Why a call with these canonical ``(B, H, T|S, d|d_v)`` shapes lies outside the variant's
-    declared or found restrictions (``dv_equals_d``, ``self_attention_only``), or None. Such a
+    declared or found restrictions (``dv_equals_d``, ``self_attention_only``,
+    ``length_multiple``), or None. Such a
     call is never made: the example is rejected (a restriction is found, not failed)."""
     if getattr(variant, "dv_equals_d", False) and v_shape[-1] != q_shape[-1]:
         return f"d_v = {v_shape[-1]} != d = {q_shape[-1]}, outside the restriction d_v == d"
     if getattr(variant, "self_attention_only", False) and k_shape[-2] != q_shape[-2]:
         return f"S = {k_shape[-2]} != T = {q_shape[-2]}, outside the restriction T == S"
+    m = getattr(variant, "length_multiple", 1)
+    if m > 1 and (q_shape[-2] % m or k_shape[-2] % m):
+        return f"T = {q_shape[-2]}, S = {k_shape[-2]}: lengths must be multiples of {m}"
     return None
 
 
