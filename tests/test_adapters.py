@@ -152,19 +152,21 @@ def test_chunk_based_small_chunk_agrees_with_the_oracle():
 
 
 @pytest.mark.thirdparty
-def test_recurrent_linear_attn_fails_float64_because_it_computes_in_float32():
+def test_recurrent_linear_attn_computes_in_float32_as_declared():
+    """fla casts to float32: declared (the adapter), float64 calls pass against float32 bounds;
+    the same function claimed to compute in float64 fails oracle-agreement in float64."""
     _fla()
     from verify.adapters import fla
 
-    res = verify.check(
-        fla.recurrent_linear_unnormalized_variant(),
-        dtypes=("float64", "float32"),
-        select=["oracle-agreement"],
-        **SMOKE,
-    )
-    r64 = _status(res, "oracle-agreement", "float64")
+    declared = fla.recurrent_linear_unnormalized_variant()
+    assert declared.compute_dtype == "float32"
+    kw = dict(dtypes=("float64", "float32"), select=["oracle-agreement"], **SMOKE)
+    res = verify.check(declared, **kw)
+    assert {r.status for r in res.results} == {"pass"}, [(r.dtype, r.reason) for r in res.results]
+    undeclared = verify.check(declared.with_claims(compute_dtype=None), **kw)
+    r64 = _status(undeclared, "oracle-agreement", "float64")
     assert r64.status == "fail" and r64.counterexample
-    assert _status(res, "oracle-agreement", "float32").status == "pass"
+    assert _status(undeclared, "oracle-agreement", "float32").status == "pass"
     finding = fla.recurrent_float64_finding()
     assert all(v["outputs_are_float32_numbers"] for v in finding.values())
 

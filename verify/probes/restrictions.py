@@ -240,6 +240,7 @@ def probe_dtypes(run: Runner, report: ProbeReport, T: int, causal: bool) -> None
                 k.to(run.device, dt),
                 v.to(run.device, dt),
                 causal=run.flag_map.get(causal, causal),
+                restricted=False,
             )
             report.dtypes[name] = "ok"
         except VariantError as exc:

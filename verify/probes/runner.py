@@ -172,6 +172,7 @@ class Runner:
             self.t(v),
             causal=flag,
             allow_nonfinite=allow_nonfinite,
+            restricted=False,  # the probes look for the restrictions
         )
         return to_numpy(o)
 

@@ -24,17 +24,29 @@ def from_layout(x, layout: str):
     return x.transpose(1, 2) if layout == "BTHD" else x
 
 
-def call(variant, q, k, v, *, causal: bool, allow_nonfinite: bool = False, **kwargs: Any):
+def call(
+    variant,
+    q,
+    k,
+    v,
+    *,
+    causal: bool,
+    allow_nonfinite: bool = False,
+    restricted: bool = True,
+    **kwargs: Any,
+):
     """``variant.forward`` on canonical tensors; returns the canonical ``(B, H, T, d_v)`` output.
 
     Raises:
         VariantError: the variant raised, or returned a non-tensor, a wrong shape or dtype, or
             (unless ``allow_nonfinite``) NaN/inf.
-        NotApplicable: the shapes lie outside the variant's restrictions (the call is not made).
+        NotApplicable: ``restricted`` and the shapes lie outside the variant's declared or found
+            restrictions (the call is not made; the probes, which find them, pass False).
     """
     import torch
 
-    _require_domain(variant, q, k, v)
+    if restricted:
+        _require_domain(variant, q, k, v)
     lay = variant.layout
     try:
         out = variant.forward(
