@@ -33,7 +33,7 @@ from fractions import Fraction
 
 from derivations._record import Derivation, main_for
 from derivations._validate import check_int, check_real
-from derivations.rounding import gamma, unit_roundoff
+from derivations.rounding import gamma, round_to_bits, unit_roundoff
 
 #: the dtypes of the table of thresholds, and the term counts shown
 TABLE_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -149,30 +149,11 @@ def _decision(rec: Derivation, detection_factor) -> None:
     )
 
 
-def _round(x: Fraction, bits: int, emin: int) -> Fraction:
-    """Round the rational x to the nearest number with ``bits`` significant bits (ties to
-    even), gradual underflow below 2^emin; exact arithmetic."""
-    if x == 0:
-        return Fraction(0)
-    sign = -1 if x < 0 else 1
-    a = abs(x)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    e = max(e, emin)
-    q = a / Fraction(2) ** (e - bits + 1)
-    n, rem = divmod(q.numerator, q.denominator)
-    twice = 2 * rem
-    if twice > q.denominator or (twice == q.denominator and n % 2):
-        n += 1
-    return sign * n * Fraction(2) ** (e - bits + 1)
-
-
 def _fold(seq: list[Fraction], bits: int, emin: int) -> Fraction:
     """Left-to-right sum with every addition rounded (exact emulation)."""
     s = Fraction(0)
     for t in seq:
-        s = _round(s + t, bits, emin)
+        s = round_to_bits(s + t, bits, emin)
     return s
 
 
@@ -181,7 +162,9 @@ def _pairwise(seq: list[Fraction], bits: int, emin: int) -> Fraction:
     if len(seq) == 1:
         return seq[0]
     h = len(seq) // 2
-    return _round(_pairwise(seq[:h], bits, emin) + _pairwise(seq[h:], bits, emin), bits, emin)
+    return round_to_bits(
+        _pairwise(seq[:h], bits, emin) + _pairwise(seq[h:], bits, emin), bits, emin
+    )
 
 
 def _instances(rec: Derivation, reorder_factor) -> list[list]:
@@ -198,7 +181,9 @@ def _instances(rec: Derivation, reorder_factor) -> list[list]:
         for _ in range(400):
             n = rng.randint(2, 24)
             terms = [
-                _round(Fraction(rng.uniform(-1, 1)) * Fraction(2) ** rng.randint(-3, 3), bits, emin)
+                round_to_bits(
+                    Fraction(rng.uniform(-1, 1)) * Fraction(2) ** rng.randint(-3, 3), bits, emin
+                )
                 for _ in range(n)
             ]
             A = sum(abs(t) for t in terms)

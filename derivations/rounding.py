@@ -233,6 +233,30 @@ def product_exact_in(input_dtype: str, accum_dtype: str) -> bool:
 
 
 # -- the gamma constant -----------------------------------------------------------------------
+def round_to_bits(x, bits: int, emin: int | None = None):
+    """The rational ``x`` (a ``fractions.Fraction``) rounded exactly to the nearest number with
+    ``bits`` significant bits, ties to even; below 2^emin the spacing stays that of 2^emin
+    (gradual underflow), or the exponent is unbounded when ``emin`` is None. The exact emulation
+    of a small floating format that the D10 and D11 claims are checked against."""
+    from fractions import Fraction
+
+    if x == 0:
+        return Fraction(0)
+    sign = -1 if x < 0 else 1
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    if emin is not None:
+        e = max(e, emin)
+    step = Fraction(2) ** (e - bits + 1)  # the spacing at a's binade
+    n, rem = divmod(a / step, 1)
+    n = int(n)
+    if 2 * rem > 1 or (2 * rem == 1 and n % 2):
+        n += 1
+    return sign * n * step
+
+
 def gamma(n: int, u: float) -> float:
     """gamma_n = n u/(1 - n u) (Higham Lemma 3.1): |theta_n| <= gamma_n for n roundings.
 

@@ -18,28 +18,11 @@ from derivations.rounding import (
     LIBRARY_EXP_ULPS,
     precision_bits,
     product_exact_in,
+    round_to_bits,
 )
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _round_to_precision(x: Any, p: int) -> Any:
-    """Round a Fraction to p significant bits, nearest-even, unbounded exponent."""
-    if x == 0:
-        return Fraction(0)
-    sign = -1 if x < 0 else 1
-    a = abs(x)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    scale = Fraction(2) ** (p - 1 - e)  # a * scale in [2^(p-1), 2^p)
-    m = a * scale
-    q, r = divmod(m.numerator, m.denominator)
-    twice = 2 * r
-    if twice > m.denominator or (twice == m.denominator and q % 2 == 1):
-        q += 1
-    return sign * Fraction(q) / scale
-
-
 def _nonneg_rational(expr: Any, syms: list[Any]) -> bool:
     """Certificate: expr = P/Q with P, Q polynomials with non-negative coefficients in
     positive symbols (Q not identically 0) -> expr >= 0."""
@@ -395,16 +378,16 @@ def claim_toy_format(rec) -> None:
         for _ in range(1500):
             length = rng.randint(1, 6)
             a = [
-                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
+                round_to_bits(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
                 for _ in range(length)
             ]
             b = [
-                _round_to_precision(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
+                round_to_bits(Fraction(rng.randint(-999, 999), rng.randint(1, 64)), p)
                 for _ in range(length)
             ]
             acc = Fraction(0)
             for ai, bi in zip(a, b):
-                acc = _round_to_precision(acc + _round_to_precision(ai * bi, p), p)
+                acc = round_to_bits(acc + round_to_bits(ai * bi, p), p)
             exact = sum(ai * bi for ai, bi in zip(a, b))
             absd = sum(abs(ai * bi) for ai, bi in zip(a, b))
             g = length * uu / (1 - length * uu)

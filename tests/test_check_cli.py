@@ -22,22 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import faulty_variants as fv  # noqa: E402
+from test_faults import CASES as FAULT_PROPERTY_CASES  # noqa: E402
 
-#: fault class -> (faulty variant, the property that must catch it, dtype)
-FAULT_CASES = [
-    (1, "fault01_chunk_wrong_state", "forms-agree", "float32"),
-    (2, "fault02_padding_enters_state", "state-step", "float64"),
-    (3, "fault03_resume_forgets_denominator", "state-split-resume", "float64"),
-    (4, "fault04_normalizer_over_heads", "uniform-weights", "float64"),
-    (5, "fault05_key_sum_detached", "gradients-vs-reference", "float64"),
-    (6, "fault06_normalizer_multiplied", "convex-combination", "float64"),
-    (7, "fault07_alignment_mislabelled", "causal-alignment", "float64"),
-    (8, "fault08_sentinel_leak", "masks", "float64"),
-    (9, "fault09_causal_ignored_short_path", "causality", "float64"),
-    (10, "fault10_elementwise_square_map", "kernel-identity", "float64"),
-    (11, "fault11_fp16_normalizer", "dtype-agreement", "float16"),
-    (12, "fault12_single_key_dq", "single-key-gradients", "float64"),
-]
+#: fault class -> (faulty variant, the property that must catch it, dtype): the first case of
+#: each class in tests/test_faults.py, run here through the CLI
+FAULT_CASES = sorted({c[0]: c[:4] for c in reversed(FAULT_PROPERTY_CASES)}.values())
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import unclaimed_variants as U
 
 import verify.builtins as V
 from verify.attention import linear_attention, softmax_attention, taylor_attention
@@ -85,17 +86,6 @@ def _scaled(q, k, v, *, causal):
     return softmax_attention(q, k, v, causal=causal, scale=SCALE)
 
 
-def _float32_inside(q, k, v, *, causal):
-    o = softmax_attention(q.float(), k.float(), v.float(), causal=causal)
-    return o.to(q.dtype)
-
-
-def _needs_dv_equal_d(q, k, v, *, causal):
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError("d_v must equal d")
-    return softmax_attention(q, k, v, causal=causal)
-
-
 def _multiplied_normalizer(q, k, v, *, causal):  # fault class 6: N * D instead of N / D
     N = taylor_attention(q, k, v, order=2, causal=causal, denominator="none")
     D = taylor_attention(q, k, torch.ones_like(v), order=2, causal=causal, denominator="none")
@@ -150,8 +140,8 @@ WRAPPERS = {
     "ignores-causal": (_ignores_causal, {}),
     "elementwise-square": (_elementwise_square, {}),
     "scaled": (_scaled, {}),
-    "float32-inside": (_float32_inside, {}),
-    "dv-equal-d": (_needs_dv_equal_d, {}),
+    "float32-inside": (U.float32_inside, {}),
+    "dv-equal-d": (U.needs_dv_equal_d, {}),
     "multiplied-normalizer": (_multiplied_normalizer, {}),
     "l2-numerator": (_l2_numerator, {}),
     "sdpa": (_sdpa, {}),
@@ -532,7 +522,6 @@ def test_no_family_fits_says_unknown(name):
     """Cosine-normalized softmax and a retention-style decay fit no known family: the probes say
     unknown with their evidence (the measured fit of every candidate), never the nearest one; the
     norm probe (same q.k, another |q|) sees that cosine weights are not a function of q.k."""
-    import unclaimed_variants as U
 
     r = probe(AttentionVariant(name=name, forward=getattr(U, name)), dtype="float64")
     assert r.kernel["verdict"] == "none" and r.kernel["kernel"] == "unknown", r.kernel

@@ -343,8 +343,15 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
             )
         bound = bound + under * (1 + div_rel) + eta
         return bound, cond, f"{how}; kernel_attention_output_bound (D10, conditioning-aware)"
-    if denominator == "none":  # + eta: the last operation (the scale back by e^m) may be subnormal
-        bound = num_rel[..., None] * A + uf_N + eta
+    if denominator in ("none", "count"):
+        # the scale back by e^m (D6): an e^m below the normal range is itself rounded by up to
+        # eta, which the product carries times the shifted numerator sum_s e^{x_s - m} |v_s| <=
+        # n_t |v|max (1 + num_rel); the product may round subnormally too (one more eta)
+        tiny_log = (eta_log2 - math.log2(u)) * math.log(2.0)  # ln of the smallest normal
+        scaled_back = np.where(uf_log < tiny_log, n_vis * (1 + num_rel), 0.0)
+        uf_N = uf_N + scaled_back[..., None] * vmax * eta + eta
+    if denominator == "none":
+        bound = num_rel[..., None] * A + uf_N
         return bound, cond, f"{how}; numerator only: num_rel * A (D10)"
     if denominator == "count":
         n = (np.maximum(n_vis, 1) + eps)[..., None]

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from verify.properties.support.base import declare
-from verify.properties.support.calls import call, to_layout
+from verify.properties.support.calls import call, to_layout, unrepresentable
 from verify.properties.support.claims import oracle_applies
 from verify.properties.support.common import (
     MAX_LEN,
@@ -151,6 +151,8 @@ def _mask_check(variant, ex: Example, ctx):
         k=torch.where(dead[..., None], k_alt, x.k),
         v=torch.where(dead[..., None], v_alt, x.v),
     )
+    # unnormalized exp weights beyond the dtype's range (extreme scores): no statement (D6)
+    unrepresentable(variant, x_alt.q, x_alt.k, mode, visible=x.visible())
     # masked keys contribute nothing (D6): both computations round the same visible terms,
     # so the bound of each is the bound stated on x_alt (ordinary values at masked keys)
     ref, eb = exact_and_bound(variant, x_alt, ctx, denominator=mode, form=form_kind(path))

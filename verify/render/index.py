@@ -11,7 +11,7 @@ from verify.environment import environment
 from verify.render import markdown as md
 from verify.render.card import failed
 from verify.render.metadata import markdown_block
-from verify.render.verification import failing_paragraph
+from verify.render.verification import failing_paragraph, totals
 from verify.spec.variant import sanitize_name
 
 #: score radii of the error-vs-radius figure, and the fixed inputs it uses
@@ -145,9 +145,8 @@ def build(
         "",
         "## What was verified",
         "",
-        f"The property catalogue on the built-in implementations ([verification.md]"
-        f"(verification.md)): **{s['pass']} passed, {s['fail']} failed**, {s['skip']} not "
-        f"applicable, {s['error']} internal errors, {s['loose']} loose bounds.",
+        "The property catalogue on the built-in implementations ([verification.md]"
+        f"(verification.md)): {totals(s)}.",
         "",
     ]
     out += failing_paragraph("What failed: ", s["failing"])

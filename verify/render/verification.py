@@ -131,6 +131,14 @@ def _cell(c) -> str:
     return "✗ FAIL" if c["status"] == "fail" else "⚠ ERROR"
 
 
+def totals(s: dict) -> str:
+    """The summary's counts in words (``verification.json`` ``summary``)."""
+    return (
+        f"**{s['pass']} passed, {s['fail']} failed**, {s['skip']} not applicable, "
+        f"{s['error']} internal errors, {s['loose']} loose bounds"
+    )
+
+
 def failing_paragraph(label: str, failing: list[str]) -> list[str]:
     """``label`` and the failing cells of a summary in code spans, then a blank line; nothing when
     no cell fails."""
@@ -152,8 +160,7 @@ def render(data: dict, figure: str | None) -> str:
         "⁼ an exact identity; – means the property does not apply (the reason is in the JSON). "
         "A bound never approached within 1e-6 is flagged *loose*.",
         "",
-        f"**Totals:** {s['pass']} passed, {s['fail']} failed, {s['skip']} not applicable, "
-        f"{s['error']} internal errors; {s['loose']} loose bounds.",
+        f"**Totals:** {totals(s)}.",
         "",
     ]
     out += failing_paragraph("**Failing cells:** ", s["failing"])

@@ -9,6 +9,7 @@ way.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from verify.properties.support.common import outside_domain
@@ -67,7 +68,7 @@ def call(
     if out.dtype != q.dtype:
         raise VariantError(f"output dtype {out.dtype}, expected the input dtype {q.dtype}")
     if not allow_nonfinite and not torch.isfinite(out).all():
-        _unrepresentable(variant, q, k, kwargs.get("denominator"))
+        unrepresentable(variant, q, k, kwargs.get("denominator"))
         bad = (~torch.isfinite(out)).nonzero()[0].tolist()
         raise VariantError(f"output has NaN/inf (first at index {bad})")
     return out
@@ -78,11 +79,12 @@ def _require_domain(variant, q, k, v) -> None:
         raise NotApplicable(why)
 
 
-def _unrepresentable(variant, q, k, mode: str | None) -> None:
+def unrepresentable(variant, q, k, mode: str | None, visible=None) -> None:
     """NotApplicable when the exact output itself overflows the dtype: exp weights without a
     normalizing denominator (``none``: sum_j e^{s_j} v_j; ``count``: its mean) at a score beyond
     ``safe_exp_radius`` (D6: only a normalized form is shift invariant, so no stable
-    implementation can avoid the overflow)."""
+    implementation can avoid the overflow). ``visible`` (B|1, H|1, T, S) bool, if given: only
+    those scores count (masked keys carry no weight)."""
     import torch
 
     from verify.spec.results import NotApplicable
@@ -92,6 +94,8 @@ def _unrepresentable(variant, q, k, mode: str | None) -> None:
         return
     c = variant.score_scale(q.shape[-1])
     s = c * torch.einsum("bhtd,bhsd->bhts", q.double(), k.double())
+    if visible is not None:
+        s = s.masked_fill(~torch.as_tensor(visible, device=s.device), -math.inf)
     if float(s.max()) > safe_exp_radius(q.dtype):
         raise NotApplicable(
             f"exp(score) up to e^{float(s.max()):.4g} without a normalizing denominator "
