@@ -143,15 +143,13 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _defect(
         "performer-1.1.4-noncausal",
-        _PERFORMER,
+        _PERFORMER_NONCAUSAL,
         "1.1.4",
         "1.1.4 detaches the stabilizing amax; with the +1e-4 feature eps the output still "
         "depends on it, so autograd's gradient is no longer the derivative of the computed "
         "output (1.1.1, identical otherwise, passes gradcheck)",
         f"{_PERF_GH}/commit/fc8b78441b1e27eb5d9b01fc738a8772cee07127",
         ("gradcheck",),
-        args=("--kernel", "unknown", "--causal", "no"),
-        what="FastAttention (FAVOR+), non-causal, 16 features, fixed seed (latest release)",
         notes=("a judgement call: the detach is deliberate; the mismatch is O(feature eps)",),
         status="regression",
     ),
@@ -164,7 +162,7 @@ ENTRIES: tuple[Entry, ...] = (
         f"{_PERF_GH}/issues/82 (open)",
         ("causality",),
         args=("--kernel", "unknown", "--causal", "yes"),
-        what="FastAttention (FAVOR+), causal (CPU: causal_linear_attention_noncuda), latest",
+        what="FastAttention (FAVOR+), causal (on CPU causal_linear_attention_noncuda)",
         status="unfixed defect",
     ),
     # ------------------------------------------------------------ local-attention LocalAttention
