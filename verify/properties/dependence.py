@@ -26,6 +26,7 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
+from verify.properties.support.claims import structural_applies
 from verify.properties.support.common import MAX_BATCH, MAX_HEADS, MAX_LEN, Example
 from verify.properties.support.inputs import (
     plain_inputs,
@@ -46,7 +47,6 @@ from verify.properties.support.paths import (
 from verify.properties.support.structure import (
     combined,
     model_bound,
-    structural_applies,
     weights_bound,
 )
 from verify.spec.results import VariantError

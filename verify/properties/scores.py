@@ -17,7 +17,7 @@ import numpy as np
 
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
-from verify.properties.support.claims import oracle_applies
+from verify.properties.support.claims import normalized_structural_applies, oracle_applies
 from verify.properties.support.common import (
     Example,
     causal_choices,
@@ -40,7 +40,6 @@ from verify.properties.support.paths import (
     with_path,
 )
 from verify.properties.support.structure import (
-    normalized_structural_applies,
     one_evaluation_bound,
 )
 from verify.spec.results import NotApplicable, VariantError

@@ -19,8 +19,10 @@ from verify.properties.support.base import declare
 from verify.properties.support.calls import call, prefill
 from verify.properties.support.claims import (
     dtype_reason,
+    normalized_structural_applies,
     oracle_applies,
     positivity_reason,
+    structural_applies,
 )
 from verify.properties.support.common import Example, exact_and_bound
 from verify.properties.support.inputs import plain_inputs, shaped_inputs, tensor_like
@@ -39,10 +41,8 @@ from verify.properties.support.structure import (
     combined,
     effective_weights,
     model_bound,
-    normalized_structural_applies,
     one_evaluation_bound,
     reorder_bound,
-    structural_applies,
     variant_empty_rows,
 )
 from verify.spec.results import NotApplicable, Observation, VariantError

@@ -33,29 +33,42 @@ def projection_reason(variant, favor: str) -> str | None:
     return None
 
 
-def oracle_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
-    """Common applicability: a known kernel (oracle and error model), the run's dtype, and
-    (if given) support of the causal flag."""
-    why = reference_reason(
-        variant,
-        unknown="kernel unknown (kernel='unknown'): no exact reference or error model for a bound",
-        favor="no exact reference for a bound",
-    ) or dtype_reason(variant, ctx)
-    if why:
+def structural_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
+    """Applicability of a structural property: the run's dtype, and (if given) support of the
+    causal flag. No kernel is needed: the bound is kernel-free where the claim has no model
+    (``verify.properties.support.structure``, D11)."""
+    if why := dtype_reason(variant, ctx):
         return why
     if causal is not None and not variant.supports_causal(causal):
         return f"the variant does not support causal={causal}"
     return None
 
 
+def oracle_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
+    """Common applicability: a known kernel (oracle and error model), then
+    :func:`structural_applies`."""
+    return reference_reason(
+        variant,
+        unknown="kernel unknown (kernel='unknown'): no exact reference or error model for a bound",
+        favor="no exact reference for a bound",
+    ) or structural_applies(variant, ctx, causal=causal)
+
+
+def _normalized(why: str | None, variant, unnormalized: str) -> str | None:
+    if why:
+        return why
+    return None if normalized_modes(variant) else unnormalized
+
+
 def normalized_applies(variant, ctx, *, unnormalized: str) -> str | None:
     """:func:`oracle_applies`, and a claimed mode that divides by the kernel sum (none:
     ``unnormalized``, the whole reason)."""
-    if why := oracle_applies(variant, ctx):
-        return why
-    if not normalized_modes(variant):
-        return unnormalized
-    return None
+    return _normalized(oracle_applies(variant, ctx), variant, unnormalized)
+
+
+def normalized_structural_applies(variant, ctx, *, unnormalized: str) -> str | None:
+    """:func:`structural_applies`, and a claimed mode that divides by the kernel sum."""
+    return _normalized(structural_applies(variant, ctx), variant, unnormalized)
 
 
 def positivity_reason(variant, *, unknown: str, what: str) -> str | None:

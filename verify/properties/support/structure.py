@@ -128,35 +128,13 @@ def weights_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o):
         return None
 
 
-def structural_applies(variant, ctx, *, causal: bool | None = None) -> str | None:
-    """Applicability of a structural property: the run's dtype, and (if given) support of the
-    causal flag. No kernel is needed: the bound is kernel-free where the claim has no model."""
-    from verify.properties.support.claims import dtype_reason
-
-    if why := dtype_reason(variant, ctx):
-        return why
-    if causal is not None and not variant.supports_causal(causal):
-        return f"the variant does not support causal={causal}"
-    return None
-
-
-def normalized_structural_applies(variant, ctx, *, unnormalized: str) -> str | None:
-    """:func:`structural_applies`, and a claimed mode that divides by the kernel sum (none:
-    ``unnormalized``, the whole reason)."""
-    from verify.properties.support.paths import normalized_modes
-
-    if why := structural_applies(variant, ctx):
-        return why
-    if not normalized_modes(variant):
-        return unnormalized
-    return None
-
-
-def one_evaluation_bound(variant, x, ctx, fn, kw: dict, o, *, form: str) -> np.ndarray:
+def one_evaluation_bound(
+    variant, x, ctx, fn, kw: dict, o, *, form: str
+) -> tuple[np.ndarray, np.ndarray]:
     """The error of one normalized evaluation against the same computed weights' exact
     combination (``sum`` mode): the larger of the model's bound (where the claim has one) and
     half D11's threshold on the weights the variant computes (the two evaluations' bound
-    halved: one evaluation's own error)."""
+    halved: one evaluation's own error). Returns (bound, the measured weights W)."""
     model = model_bound(variant, x, ctx, mode="sum", form=form, factor=1.0)
     W = effective_weights(fn, x, kw, causal=x.causal)
     free = reorder_bound(W, np64(x.v), np64(o), ctx.model_dtype, x.q.shape[-1]) / 2
