@@ -73,8 +73,9 @@ _WHY = {
 
 def _finite_by_theory(variant, x, ctx, fn, kw, path) -> np.ndarray:
     """(B, H, T) rows whose output must be finite: with a claimed kernel, where the exact output
-    and the D10 bound in the run's dtype are finite (the model promises a finite result; a 0/0
-    of a sign-indefinite map, or an overflow the model charges, is no failure); with the kernel
+    and the D10 bound in the model dtype (the compute dtype where found or declared) are finite
+    (the model promises a finite result; a 0/0 of a sign-indefinite map, or an overflow the
+    model charges, is no failure); with the kernel
     unknown, causal rows the non-causal call on the same inputs computes finitely (the causal
     mask, not the kernel, made them NaN). Empty rows (a window's) are a convention either way."""
     if variant.parsed_kernel.known:
