@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from derivations import precision_models as pm
 from derivations import rounding as d10
-from verify.exact import error_terms
+from verify.exact import error_terms, models
 from verify.spec.kernel import parse as parse_kernel
 from verify.spec.visibility import visible
 from verify.spec.vocabulary import DENOMINATORS
@@ -180,6 +181,7 @@ def attention_error_bound(
     device: str = "cpu",
     exp_library: str | None = None,
     div_library: str | None = None,
+    precision: str | None = None,
 ) -> ErrorBound:
     """Elementwise bound on |o_hat - o| for kernel attention computed in ``dtype``.
 
@@ -202,12 +204,19 @@ def attention_error_bound(
         device: selects the cited library ulps (``cpu`` or ``cuda``).
         exp_library, div_library: keys of ``derivations.rounding.LIBRARY_EXP_ULPS`` /
             ``LIBRARY_DIV_ULPS`` overriding the device default (cited constants).
+        precision: a precision model (``derivations.precision_models.parse_precision``:
+            ``two-level``, ``fused``, ``online:B``, ``eager``, ``input-accumulation:SCHEME``)
+            for bf16/fp16 inputs; None = ``two-level``. Models other than ``two-level``
+            describe softmax kernels (sum denominator, no eps) and are the same as
+            ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
 
     Returns:
         :class:`ErrorBound` (``bound`` is 0 on rows with no visible key: zeros are required).
 
     Raises:
-        ValueError, TypeError: unknown kernel/denominator/dtype/form, bad shapes.
+        ValueError, TypeError: unknown kernel/denominator/dtype/form/precision, bad shapes, a
+            model other than two-level for a kernel it does not describe.
+        ModelNotApplicable: (a ValueError) an input-type accumulation without a gamma here.
     """
     if dtype not in ACCUMULATION:
         raise ValueError(f"dtype: expected one of {tuple(ACCUMULATION)}, got {dtype!r}")
@@ -236,12 +245,20 @@ def attention_error_bound(
         o_abs = np.abs(o_exact)
     else:
         o_exact = None
-    bound, cond, how = error_terms.core_bound(
-        setup, u=d10.unit_roundoff(acc), eta_log2=d10.underflow_abs_error_log2(acc), o_abs=o_abs
-    )
-    desc = how
+    model = stored_model(precision, kernel, denominator, eps, dtype)
     n_vis = vis.sum(-1)
-    if dtype != acc:
+    if model is not None:
+        bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs)
+        cond, desc = 1.0, how
+    else:
+        bound, cond, how = error_terms.core_bound(
+            setup,
+            u=d10.unit_roundoff(acc),
+            eta_log2=d10.underflow_abs_error_log2(acc),
+            o_abs=o_abs,
+        )
+        desc = how
+    if model is None and dtype != acc:
         o_for_round = o_abs if o_abs is not None else error_terms.output_majorant(setup)
         bound = error_terms.vec(
             lambda b, oa: d10.low_precision_output_bound(b, oa, dtype), bound, o_for_round
@@ -274,6 +291,31 @@ def attention_error_bound(
 
 
 FORMS = (*FORM_NAMES, "any")
+
+
+def stored_model(
+    precision: str | None, kernel: str, denominator: str, eps: float, dtype: str
+) -> pm.PrecisionModel | None:
+    """The precision model that stores intermediates in ``dtype`` (None: the two-level model
+    applies -- asked for, or float32/float64 inputs where nothing is stored narrower).
+
+    Raises:
+        ValueError: a bad spec, or a model other than two-level for a kernel or denominator it
+            does not describe (softmax with the sum denominator and no eps).
+    """
+    if precision is None:
+        return None
+    model = pm.parse_precision(precision)
+    if model.name == "two-level":
+        return None
+    if parse_kernel(kernel).family != "softmax" or denominator != "sum" or eps:
+        raise ValueError(
+            f"precision: {model.spec!r} describes softmax with the sum denominator and no eps, "
+            f"got kernel {kernel!r}, denominator {denominator!r}, eps {eps!r}"
+        )
+    if ACCUMULATION[dtype] == dtype and model.name != "online":
+        return None
+    return model
 
 
 def _setup(

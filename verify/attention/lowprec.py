@@ -1,0 +1,150 @@
+"""Faithful emulations of the precision models (D10, ``derivations.precision_models``).
+
+Each function computes softmax attention the way one class of real kernels does, in torch, on
+bf16/fp16 (or wider) inputs, so the bounds of ``verify.exact.models`` can be tested against
+the arithmetic they describe, the probes can tell the models apart by bit-matching a black-box
+kernel, and the anchors' comparison has correct kernels beside faulty ones. ``faults`` adds one
+rounding at a named place (the faulty twins of the tests):
+
+* ``rowsum-rounded``: the row sum l rounded to the input type before the division;
+* ``p-truncated``: P rounded toward zero (bit truncation) instead of to nearest;
+* ``scale-missing``: no 1/sqrt(d) (a missing scale);
+* ``mask-shifted``: causal mask shifted by one (each query also sees the next key).
+
+Shapes: q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v); returns (B, H, T, d_v) in q's dtype.
+Causal masks are top-left aligned (T == S in the models' tests); ``attn_mask`` is boolean,
+True = keep. Rows with no visible key return zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+FAULTS = ("rowsum-rounded", "p-truncated", "scale-missing", "mask-shifted")
+
+
+def _check(faults) -> tuple[str, ...]:
+    bad = [f for f in faults if f not in FAULTS]
+    if bad:
+        raise ValueError(f"faults: expected names from {FAULTS}, got {bad}")
+    return tuple(faults)
+
+
+def _scores(q, k, *, causal, attn_mask, scale, faults):
+    """fp32 scores c q.k with masked entries -inf, and the visibility (B?, H?, T, S)."""
+    import torch
+
+    from verify.spec.visibility import visible
+
+    T, S, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    c = 1.0 if "scale-missing" in faults else (1.0 / math.sqrt(d) if scale is None else scale)
+    s = (q.float() @ k.float().transpose(-1, -2)) * c
+    vis = visible(T, S, causal=causal, attn_mask=attn_mask, device=q.device)
+    if "mask-shifted" in faults and causal:
+        vis = vis | visible(T, S, causal=True, device=q.device).roll(1, -1)
+    return s.masked_fill(~vis, -torch.inf), vis
+
+
+def round_p(p, dtype, truncate: bool = False):
+    """fp32 weights stored in ``dtype``: to nearest (``tensor.to``) or toward zero (the low
+    16 bits of a float32 cleared: bfloat16 truncation; float16 by nextafter toward 0)."""
+    import torch
+
+    if not truncate or dtype == torch.float32:
+        return p.to(dtype)
+    if dtype == torch.bfloat16:
+        return (p.contiguous().view(torch.int32) & -65536).view(torch.float32).to(dtype)
+    r = p.to(dtype)
+    over = r.float().abs() > p.abs()
+    return torch.where(over, torch.nextafter(r, torch.zeros_like(r)), r)
+
+
+def fused_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, block=None, faults=()):
+    """The ``fused`` / ``online:B`` model: per key block of ``block`` keys (None: one block),
+    running maximum m, P = exp(s - m) in fp32, l = alpha l + rowsum(P) in fp32, P rounded to
+    the input type, acc = alpha acc + P~ V in fp32, out = acc / l rounded once
+    (FlashAttention-2, arXiv 2307.08691, Algorithm 1)."""
+    import torch
+
+    faults = _check(faults)
+    dt = q.dtype
+    s, _ = _scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, faults=faults)
+    S = s.shape[-1]
+    b = S if block is None else int(block)
+    vf = v.float()
+    m = torch.full(s.shape[:-1], -torch.inf, device=s.device)
+    l = torch.zeros(s.shape[:-1], device=s.device)
+    acc = torch.zeros((*s.shape[:-1], v.shape[-1]), device=s.device)
+    for j in range(0, S, b):
+        sj = s[..., j : j + b]
+        m_new = torch.maximum(m, sj.amax(-1))
+        safe = torch.where(torch.isfinite(m_new), m_new, 0.0)
+        alpha = torch.exp(m - safe)  # exp(-inf) = 0 on the first block
+        p = torch.exp(sj - safe[..., None])
+        l = alpha * l + p.sum(-1)
+        pt = round_p(p, dt, truncate="p-truncated" in faults).float()
+        acc = alpha[..., None] * acc + pt @ vf[..., j : j + b, :]
+        m = m_new
+    if "rowsum-rounded" in faults:
+        l = l.to(dt).float()
+    out = torch.where(l[..., None] > 0, acc / torch.where(l > 0, l, 1.0)[..., None], 0.0)
+    return out.to(dt)
+
+
+def eager_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, faults=()):
+    """The ``eager`` model: separate tensor operations in the input type -- s = (q @ k^T) * c
+    (two roundings), softmax (fp32 inside, output rounded), P @ V (fp32 accumulation inside the
+    matmul, output rounded). Empty rows: zeros (the NaN of softmax over -inf replaced)."""
+    import torch
+
+    from verify.spec.visibility import visible
+
+    faults = _check(faults)
+    T, S, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    c = 1.0 if "scale-missing" in faults else (1.0 / math.sqrt(d) if scale is None else scale)
+    s = (q @ k.transpose(-1, -2)) * c
+    vis = visible(T, S, causal=causal, attn_mask=attn_mask, device=q.device)
+    p = torch.softmax(s.masked_fill(~vis, -torch.inf), -1)
+    p = torch.nan_to_num(p, nan=0.0)
+    return p @ v
+
+
+def _sum_in(terms, dtype, scheme: str, block: int | None):
+    """Sum over axis -2 of ``terms`` (already in ``dtype``), every addition rounded to dtype."""
+    import torch
+
+    n = terms.shape[-2]
+    if scheme == "recursive":
+        acc = terms[..., 0, :]
+        for i in range(1, n):
+            acc = (acc + terms[..., i, :]).to(dtype)
+        return acc
+    if scheme == "pairwise":
+        x = terms
+        while x.shape[-2] > 1:
+            if x.shape[-2] % 2:
+                x = torch.cat([x, torch.zeros_like(x[..., :1, :])], -2)
+            x = (x[..., 0::2, :] + x[..., 1::2, :]).to(dtype)
+        return x[..., 0, :]
+    parts = [_sum_in(terms[..., j : j + block, :], dtype, "recursive", None)
+             for j in range(0, n, block)]  # fmt: skip
+    return _sum_in(torch.stack(parts, -2), dtype, "recursive", None)
+
+
+def input_accumulation_attention(
+    q, k, v, *, causal=False, attn_mask=None, scale=None, scheme="recursive", block=None
+):
+    """The ``input-accumulation:SCHEME`` model: P as in ``fused`` (one block), then the
+    products P~ v and the sums over keys (numerator and row sum) rounded to the input type at
+    every step (``scheme`` recursive, pairwise or blocked with ``block`` terms per block)."""
+    import torch
+
+    dt = q.dtype
+    s, _ = _scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, faults=())
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    pt = torch.exp(s - m).to(dt)  # (B, H, T, S)
+    prods = (pt[..., :, :, None] * v[..., None, :, :]).to(dt)  # (B, H, T, S, d_v)
+    N = _sum_in(prods, dt, scheme, block).float()
+    D = _sum_in(pt[..., None], dt, scheme, block).float()
+    return torch.where(D > 0, N / torch.where(D > 0, D, 1.0), 0.0).to(dt)
