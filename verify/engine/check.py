@@ -22,6 +22,7 @@ from verify.engine.pool import DEFAULT_TIMEOUT, run_jobs
 from verify.spec.results import PropertyResult
 from verify.spec.target import apply_claims, as_variant
 from verify.spec.variant import AttentionVariant, claim_fields, claims_json
+from verify.spec.vocabulary import LOW_PRECISION_DTYPES
 
 DEFAULT_DTYPES = ("float64", "float32")
 #: exit codes of ``attn-theory check`` (and :attr:`CheckResult.exit_code`): a property passed and
@@ -40,6 +41,8 @@ class CheckResult:
     probe: Any = None
     notes: list[str] = field(default_factory=list)
     target: str = ""
+    #: the precision-model probe (``verify.probes.precision_model``) when it ran
+    precision: dict | None = None
 
     @property
     def name(self) -> str:
@@ -124,6 +127,11 @@ def check(
 
     spec = target if isinstance(target, str) else None
     variant = apply_claims(as_variant(target), claims)
+    if dtypes:  # asking for a dtype is claiming it
+        claimed = tuple(dict.fromkeys((*variant.dtypes, *dtypes)))
+        if claimed != variant.dtypes:
+            variant = variant.with_claims(dtypes=claimed)
+            claims = {**claims, "dtypes": claimed}
     profile = profiles.selected(profile)
     profiles.load(profile)
     dtypes = tuple(dtypes or DEFAULT_DTYPES)
@@ -189,6 +197,19 @@ def check(
                     "claims identified by the black-box probes (state your own to override): "
                     + ", ".join(f"{k}={v!r}" for k, v in sorted(suggested.items()))
                 )
+    precision = None
+    low = [dt for dt in dtypes if dt in LOW_PRECISION_DTYPES]
+    if low and variant.kernel_family == "softmax" and not variant.precision:
+        from verify.probes.precision_model import combine, sentence
+
+        found = [f if isinstance(f, dict) else {"dtype": dt, "model": None, "reason": f}
+                 for dt, f in zip(low, run([Job(None, PROBE, dt) for dt in low]))]  # fmt: skip
+        chosen = combine(found)
+        precision = {"found": found, "model": chosen or "fused"}
+        notes.append(f"{sentence(found, chosen)}: the low-precision bounds use it")
+        if chosen:
+            variant = apply_claims(variant, {"precision": chosen})
+            claims = {**claims, "precision": chosen}
     tick = (lambda i, n, job, res: progress(res)) if progress else None
     results = run(battery(None, dtypes=dtypes, select=select), tick)
     if spec:
@@ -196,7 +217,12 @@ def check(
             if r.snippet:
                 r.snippet = reproducer(spec, variant, r.snippet)
     return CheckResult(
-        variant=variant, results=results, probe=report, notes=notes, target=spec or variant.name
+        variant=variant,
+        results=results,
+        probe=report,
+        notes=notes,
+        target=spec or variant.name,
+        precision=precision,
     )
 
 

@@ -6,6 +6,7 @@ import traceback
 
 from verify.engine.jobs import PROBE, Job
 from verify.spec.results import PropertyResult
+from verify.spec.vocabulary import LOW_PRECISION_DTYPES
 
 
 def result_for(property_id: str, dtype: str, device: str, **fields) -> PropertyResult:
@@ -33,6 +34,10 @@ def run_job(
     if job.property_id == PROBE:
         from verify import probes
 
+        if job.dtype in LOW_PRECISION_DTYPES:  # only the precision model, in that dtype
+            from verify.probes.precision_model import identify_precision
+
+            return identify_precision(variant, dtype=job.dtype, device=device, seed=seed)
         return probes.probe(variant, device=device, seed=seed)
     from verify.properties import get
     from verify.properties.support.base import RunContext, run_property

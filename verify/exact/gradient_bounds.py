@@ -123,10 +123,9 @@ def _one_bound(qn, kn, vn, gn, vis, c, *, dtype, model, exp_ulps, div_ulps, out_
         ga * (np.abs(o) + out_err), -1, keepdims=True
     )
     Pa = P * (1 + e_P) + eta_in
-    d_sum = (
-        np.sum((e_P * P + eta_in) * np.abs(dP) + Pa * e_dP, -1, keepdims=True)
-        + d10.gamma(max(S, 1), u_a) * np.sum(Pa * (np.abs(dP) + e_dP), -1, keepdims=True)
-    )
+    d_sum = np.sum((e_P * P + eta_in) * np.abs(dP) + Pa * e_dP, -1, keepdims=True) + d10.gamma(
+        max(S, 1), u_a
+    ) * np.sum(Pa * (np.abs(dP) + e_dP), -1, keepdims=True)
     e_delta = np.maximum(d_out, d_sum)
     resid = np.abs(dP - delta)
     rho = (1 + u_a) ** 2 * (1 + u_in) ** (2 if eager else 1) - 1

@@ -32,6 +32,8 @@ from verify.properties.support.common import (
     exact_and_bound,
     inputs_strategy,
     kernel_name,
+    model_applies,
+    precision_of,
     radius_strategy,
 )
 from verify.properties.support.paths import (
@@ -269,18 +271,20 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
     # the bound and the float64 reference, stated before the variant runs
     q_rows = q[..., rows, :]
     claims = dict(attn_mask=mask, scale=c, denominator=mode, eps=variant.eps, projection=proj)
-    eb = errors.attention_error_bound(
-        kernel,
-        q_rows,
-        k,
-        v,
-        dtype=ctx.dtype,
-        exact=None,
-        form=_bound_form(form),
-        device=ctx.device,
-        exp_library=variant.exp_library,
-        **claims,
-    )
+    with model_applies():
+        eb = errors.attention_error_bound(
+            kernel,
+            q_rows,
+            k,
+            v,
+            dtype=ctx.dtype,
+            exact=None,
+            form=_bound_form(form),
+            device=ctx.device,
+            exp_library=variant.exp_library,
+            precision=precision_of(variant, ctx, denominator=mode),
+            **claims,
+        )
     with torch.no_grad():
         ref = reference_attention(
             q_rows.to(torch.float64),

@@ -46,6 +46,7 @@ def to_json(result) -> dict[str, Any]:
         "description": describe(result),
         "claims": result.claims,
         "probe": None if result.probe is None else probe_json(result.probe),
+        "precision_model": getattr(result, "precision", None),
         "counts": result.counts,
         "exit_code": result.exit_code,
         "notes": result.notes,

@@ -99,6 +99,11 @@ class AttentionVariant:
         compute_dtype: the dtype the variant computes in when its input is wider (e.g.
             ``"float32"`` for a float64 call computed in float32): every bound, forward and
             gradient, uses it. None: the input dtype (two-level for bf16/fp16).
+        precision: the precision model of bf16/fp16 calls
+            (``derivations.precision_models.parse_precision``: ``two-level``, ``fused``,
+            ``online:B``, ``eager``, ``input-accumulation:SCHEME``); softmax kernels only. None:
+            the probes identify it when a low-precision dtype is checked (``fused`` when they
+            cannot); other kernels use ``two-level``.
         empty_rows: what a row with no visible key returns, one of ``EMPTY_ROW_CONVENTIONS``
             (``zeros``, ``nan``, ``uniform``, ``other``); None: not declared (found by the probes
             and reported, never failed).
@@ -132,6 +137,7 @@ class AttentionVariant:
     dv_equals_d: bool = False
     self_attention_only: bool = False
     compute_dtype: str | None = None
+    precision: str | None = None
     empty_rows: str | None = None
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     description: str = ""
@@ -171,6 +177,18 @@ class AttentionVariant:
                 raise TypeError(f"{flag}: expected a bool, got {getattr(self, flag)!r}")
         if self.compute_dtype is not None:
             _one_of("compute_dtype", self.compute_dtype, DTYPES)
+        if self.precision is not None:
+            from derivations.precision_models import parse_precision
+
+            model = parse_precision(self.precision)
+            if model.name != "two-level" and self.parsed_kernel.family not in (
+                "softmax",
+                "unknown",
+            ):
+                raise ValueError(
+                    f"precision: {self.precision!r} describes softmax kernels, but the kernel "
+                    f"claim is {self.kernel!r} (use two-level)"
+                )
         if self.empty_rows is not None:
             _one_of("empty_rows", self.empty_rows, EMPTY_ROW_CONVENTIONS)
         if self.exp_library is not None:
@@ -251,6 +269,7 @@ CLAIM_FIELDS = (
     "dv_equals_d",
     "self_attention_only",
     "compute_dtype",
+    "precision",
     "empty_rows",
     "exp_library",
 )
@@ -282,6 +301,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "dv_equals_d": v.dv_equals_d,
         "self_attention_only": v.self_attention_only,
         "compute_dtype": v.compute_dtype,
+        "precision": v.precision,
         "empty_rows": v.empty_rows,
         "exp_library": v.exp_library,
         "tolerances": {

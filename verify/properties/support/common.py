@@ -3,6 +3,7 @@ the exact reference and the stated bound for one call, and small example contain
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,21 +251,49 @@ def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", 
     return _bound(variant, x, ctx, exact, form, kw)
 
 
+def precision_of(variant, ctx, *, denominator: str, eps: float | None = None) -> str | None:
+    """The precision model the bounds of this run use (``derivations.precision_models``): the
+    variant's ``precision`` claim (declared or found by the probes), else ``fused`` for a
+    softmax kernel in bfloat16/float16; None (two-level) for other kernels, other denominators,
+    an eps, and float32/float64 runs without a claim."""
+    from verify.spec.vocabulary import LOW_PRECISION_DTYPES
+
+    eps = variant.eps if eps is None else eps
+    if variant.kernel_family != "softmax" or denominator != "sum" or eps:
+        return None
+    if variant.precision:
+        return variant.precision
+    return "fused" if ctx.model_dtype in LOW_PRECISION_DTYPES else None
+
+
 def _bound(variant, x, ctx, exact, form: str, kw: dict[str, Any]):
     from verify.exact import errors
 
-    return errors.attention_error_bound(
-        kernel_name(variant),
-        x.q,
-        x.k,
-        x.v,
-        dtype=ctx.model_dtype,
-        exact=exact,
-        form=form,
-        device=ctx.device,
-        exp_library=variant.exp_library,
-        **kw,
-    )
+    with model_applies():
+        return errors.attention_error_bound(
+            kernel_name(variant),
+            x.q,
+            x.k,
+            x.v,
+            dtype=ctx.model_dtype,
+            exact=exact,
+            form=form,
+            device=ctx.device,
+            exp_library=variant.exp_library,
+            precision=precision_of(variant, ctx, denominator=kw["denominator"], eps=kw["eps"]),
+            **kw,
+        )
+
+
+@contextlib.contextmanager
+def model_applies():
+    """A precision model without a bound here (``ModelNotApplicable``) -> NotApplicable."""
+    from derivations.precision_models import ModelNotApplicable
+
+    try:
+        yield
+    except ModelNotApplicable as exc:
+        raise NotApplicable(f"precision model: {exc}") from exc
 
 
 def oracle_kernel(kernel: str) -> str:

@@ -1,0 +1,132 @@
+"""Which precision model a black-box softmax kernel follows in bfloat16/float16 (D10 models).
+
+The kernel is called on random inputs of the dtype (B = 1, H = 2, d = d_v = 16; T = 16 queries
+over S = 2048 keys, or T = S = 512 when the kernel takes self-attention only or causal calls
+only), and its outputs are compared bit for bit with the faithful emulations of
+``verify.attention.lowprec``: ``two-level`` (the exact result rounded once), ``fused``,
+``online:B`` for B in :data:`ONLINE_BLOCKS` below S, and ``eager``. Different models round
+different intermediates, so they agree with each other on only part of the outputs (SDPA's CPU
+kernel in bfloat16, torch 2.13: 82 % bit-match with online:512, 66 % fused, 59 % two-level, 36 %
+eager). The model with the largest fraction is named; ties go to the earlier model in
+:data:`CANDIDATE_ORDER` (the tighter bound). Accumulation in the input type is never inferred:
+it is declared (``precision="input-accumulation:..."``), since a match would not prove the
+bound's hypotheses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ONLINE_BLOCKS = (32, 64, 128, 256, 512, 1024)
+CANDIDATE_ORDER = ("two-level", "fused", "online", "eager")
+#: a model is named only when at least this fraction of outputs bit-match it (else the default)
+MIN_MATCH = 0.25
+
+
+def _candidates(q, k, v, *, causal: bool, scale) -> dict[str, Any]:
+    import torch
+
+    from verify.attention import lowprec
+    from verify.exact.errors import float64_reference
+
+    dt = q.dtype
+    ref = float64_reference("softmax", q, k, v, causal=causal, scale=scale)
+    out = {"two-level": torch.from_numpy(ref).to(dt)}
+    out["fused"] = lowprec.fused_attention(q, k, v, causal=causal, scale=scale)
+    for b in ONLINE_BLOCKS:
+        if b < k.shape[-2]:
+            out[f"online:{b}"] = lowprec.fused_attention(q, k, v, causal=causal, scale=scale,
+                                                         block=b)  # fmt: skip
+    out["eager"] = lowprec.eager_attention(q, k, v, causal=causal, scale=scale)
+    return out
+
+
+def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 0) -> dict:
+    """Bit-match the variant's outputs against each emulated model (module docstring).
+
+    Args:
+        variant: an ``AttentionVariant`` claiming (or found to compute) softmax; its scale
+            claim is used; ``causal=False`` is called when supported.
+        dtype: ``bfloat16`` or ``float16``. device: where the tensors live.
+
+    Returns:
+        JSON values: ``dtype``, ``shape`` (T, S), ``causal``, ``matches`` {model: fraction of
+        outputs bit-equal}, ``model`` (the named spec, or None with ``reason``), ``next`` (the
+        runner-up and its fraction).
+
+    Raises:
+        ValueError: ``dtype`` is not bfloat16/float16.
+    """
+    import torch
+
+    from verify.properties.support.calls import call
+    from verify.spec.results import VariantError
+
+    if dtype not in ("bfloat16", "float16"):
+        raise ValueError(f"dtype: expected bfloat16 or float16, got {dtype!r}")
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(seed)
+    causal = not variant.supports_causal(False)
+    shapes = ((16, 2048), (512, 512)) if not causal else ((512, 512),)
+    scale = None if variant.scale == "default" else float(variant.scale)
+    last = "no call succeeded"
+    for T, S in shapes:
+        q = torch.randn(1, 2, T, 16, generator=gen).to(dt)
+        k, v = (torch.randn(1, 2, S, 16, generator=gen).to(dt) for _ in range(2))
+        try:
+            o = call(variant, q.to(device), k.to(device), v.to(device), causal=causal,
+                     restricted=False).cpu()  # fmt: skip
+        except VariantError as exc:
+            last = str(exc)
+            continue
+        cands = _candidates(q, k, v, causal=causal, scale=scale)
+        matches = {name: float((c == o).double().mean()) for name, c in cands.items()}
+        rank = sorted(
+            matches,
+            key=lambda n: (-matches[n], CANDIDATE_ORDER.index(n.split(":")[0]), n),
+        )
+        best = rank[0]
+        res = {
+            "dtype": dtype,
+            "shape": [T, S],
+            "causal": causal,
+            "matches": {n: round(f, 4) for n, f in matches.items()},
+            "next": [rank[1], round(matches[rank[1]], 4)] if len(rank) > 1 else None,
+        }
+        if matches[best] < MIN_MATCH:
+            res.update(model=None, reason=f"no model reaches {MIN_MATCH:.0%} bit-equal outputs")
+        else:
+            res["model"] = best
+        return res
+    return {"dtype": dtype, "model": None, "reason": f"the variant could not be called: {last}"}
+
+
+def combine(found: list[dict]) -> str | None:
+    """One model for every low-precision dtype: the found models if they agree, else the one
+    with the largest bound (eager > online > fused > two-level; online's smallest block)."""
+    models = [f["model"] for f in found if f.get("model")]
+    if not models:
+        return None
+
+    def weight(spec: str) -> tuple[int, int]:
+        name, _, block = spec.partition(":")
+        return CANDIDATE_ORDER.index(name), -int(block or 0)
+
+    return max(models, key=weight)
+
+
+def sentence(found: list[dict], chosen: str | None) -> str:
+    """What the probe found, for notes and cards."""
+    parts = []
+    for f in found:
+        if f.get("model"):
+            nxt = f.get("next")
+            tail = f", next {nxt[0]} {nxt[1]:.0%}" if nxt else ""
+            parts.append(
+                f"{f['dtype']}: {f['matches'][f['model']]:.0%} of outputs bit-match "
+                f"{f['model']}{tail}"
+            )
+        else:
+            parts.append(f"{f['dtype']}: {f.get('reason')}")
+    head = f"precision model {chosen}" if chosen else "no precision model identified (fused)"
+    return f"{head} ({'; '.join(parts)})"
