@@ -47,16 +47,21 @@ def _scores(q, k, *, causal, attn_mask, scale, faults):
 
 def round_p(p, dtype, truncate: bool = False):
     """fp32 weights stored in ``dtype``: to nearest (``tensor.to``) or toward zero (the low
-    16 bits of a float32 cleared: bfloat16 truncation; float16 by nextafter toward 0)."""
+    16 bits of a float32 cleared: bfloat16 truncation; float16 by nextafter toward 0; the
+    gradient passes straight through)."""
     import torch
 
     if not truncate or dtype == torch.float32:
         return p.to(dtype)
+    x = p.detach()
     if dtype == torch.bfloat16:
-        return (p.contiguous().view(torch.int32) & -65536).view(torch.float32).to(dtype)
-    r = p.to(dtype)
-    over = r.float().abs() > p.abs()
-    return torch.where(over, torch.nextafter(r, torch.zeros_like(r)), r)
+        r = (x.contiguous().view(torch.int32) & -65536).view(torch.float32)
+    else:
+        r = x.to(dtype)
+        r = torch.where(r.float().abs() > x.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
+        r = r.float()
+    # the gradient flows as through a rounding to nearest (straight through)
+    return (p + (r - x)).to(dtype)
 
 
 def fused_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, block=None, faults=()):

@@ -20,7 +20,7 @@ from typing import Any
 ONLINE_BLOCKS = (32, 64, 128, 256, 512, 1024)
 CANDIDATE_ORDER = ("two-level", "fused", "online", "eager")
 #: a model is named only when at least this fraction of outputs bit-match it (else the default)
-MIN_MATCH = 0.25
+MIN_MATCH = 0.5
 
 
 def _candidates(q, k, v, *, causal: bool, scale) -> dict[str, Any]:

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from verify.exact.reference import reference_attention
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
@@ -358,4 +360,133 @@ def _device_check(variant, ex, ctx) -> Observation:
 
 DEVICE_AGREEMENT = declare("device-agreement", _device_applies, _device_examples, _device_check)
 
-PROPERTIES = (DTYPE_AGREEMENT, DEVICE_AGREEMENT)
+# ----------------------------------------------------------------------------- bias
+
+#: the bias check's confidence: all its checks hold together with probability >= 1 - BIAS_ALPHA
+BIAS_ALPHA = 1e-6
+#: independent query rows per example, keys, head dimension, value dimension (d_v = d when the
+#: variant needs it)
+BIAS_ROWS, BIAS_KEYS, BIAS_DIM, BIAS_VALUE_DIM = 1024, 128, 16, 4
+#: value distributions with a non-zero mean: v = 1, and v uniform in [1/4, 1]
+BIAS_CASES = ("ones", "positive")
+
+
+def bias_inputs(seed: int, case: str, *, T: int, S: int, d: int, d_v: int, dtype: str):
+    """(q, k, v) of the bias check: q, k ~ N(0, 1) (the scores c q.k of size ~ 1), v = 1
+    (``ones``) or uniform in [1/4, 1] (``positive``), drawn in float64 from ``seed`` and
+    rounded once to ``dtype``; shapes (1, 1, T | S, d | d_v)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(int(seed))
+    q = torch.randn(1, 1, T, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, 1, S, d, generator=gen, dtype=torch.float64)
+    if case == "ones":
+        v = torch.ones(1, 1, S, d_v, dtype=torch.float64)
+    else:
+        v = 0.25 + 0.75 * torch.rand(1, 1, S, d_v, generator=gen, dtype=torch.float64)
+    dt = getattr(torch, dtype)
+    return q.to(dt), k.to(dt), v.to(dt)
+
+
+def _bias_applies(variant, ctx) -> str | None:
+    if why := reference_reason(variant, unknown=NO_REFERENCE, favor="no exact reference"):
+        return why
+    if ctx.model_dtype not in ("bfloat16", "float16"):
+        return (
+            "the bias check runs in bfloat16/float16 (a one-sided rounding of float32 is below "
+            "any rounding the output keeps)"
+        )
+    return dtype_reason(variant, ctx)
+
+
+@dataclass
+class BiasExample:
+    """One example of the bias check: how to rebuild its inputs (:func:`bias_inputs`)."""
+
+    seed: int
+    case: str
+    sizes: dict[str, int]
+    dtype: str
+    causal: bool
+    scale: float
+    choices: dict[str, Any] = field(default_factory=dict)
+
+    def tensors(self):
+        return bias_inputs(self.seed, self.case, dtype=self.dtype, **self.sizes)
+
+    def snippet(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.sizes.items())
+        return (
+            "from verify.properties.precision import bias_inputs\n\n"
+            f"q, k, v = bias_inputs({self.seed}, {self.case!r}, {args}, dtype={self.dtype!r})\n"
+            f"causal = {self.causal!r}\n"
+        )
+
+
+def _bias_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    m = variant.length_multiple
+    causal = not variant.supports_causal(False)
+    self_only = variant.self_attention_only or causal
+    S = max(BIAS_KEYS // m, 1) * m
+    T = S if self_only else max(BIAS_ROWS // m, 1) * m
+    d_v = BIAS_DIM if variant.dv_equals_d else BIAS_VALUE_DIM
+    sizes = dict(T=T, S=S, d=BIAS_DIM, d_v=d_v)
+    return st.builds(
+        lambda seed, case: BiasExample(
+            seed, case, sizes, ctx.dtype, causal, variant.score_scale(BIAS_DIM), {"case": case}
+        ),
+        st.integers(0, 2**31 - 1),
+        st.sampled_from(BIAS_CASES),
+    )
+
+
+def _bias_check(variant, ex: BiasExample, ctx) -> Observation:
+    import torch
+
+    from derivations.precision_models import hoeffding_half_width
+    from verify.exact import errors
+
+    q, k, v = ex.tensors()
+    kernel = kernel_name(variant)
+    mode = "sum" if variant.normalized else "none"
+    claims = dict(causal=ex.causal, scale=ex.scale, denominator=mode, eps=variant.eps)
+    with model_applies():
+        eb = errors.attention_error_bound(
+            kernel, q, k, v, dtype=ctx.model_dtype, exact=None, device=ctx.device,
+            exp_library=variant.exp_library, precision=precision_of(variant, ctx,
+            denominator=mode), **claims,
+        )  # fmt: skip
+    ref = errors.float64_reference(kernel, q, k, v, **claims)
+    with torch.no_grad():
+        out = call(variant, q.to(ctx.device), k.to(ctx.device), v.to(ctx.device),
+                   causal=ex.causal, **call_kwargs(variant, mode))  # fmt: skip
+    err = out.detach().cpu().double().numpy() - ref  # signed
+    z = err.sum(-1) / eb.bound.sum(-1)  # per row, in [-1, 1] where the bound holds
+    z = z.reshape(-1)
+    worst = float(np.max(np.abs(z)))
+    if worst > 1.0:  # the max-error bound itself fails: the mean says nothing more
+        i = int(np.argmax(np.abs(z)))
+        return Observation(
+            worst, 1.0, "derived", f"row {i}",
+            f"{ex.case}: the signed error of row {i} exceeds its max-error bound "
+            f"({worst:.3g} of it): {eb.description}",
+        )  # fmt: skip
+    width = hoeffding_half_width(z.size, BIAS_ALPHA, DTYPE_BIAS_TESTS * 2)
+    mean = float(z.mean())
+    return Observation(
+        abs(mean), width, "statistical", f"mean over {z.size} rows",
+        f"{ex.case}: mean signed error {mean:+.4f} of the max-error bound over "
+        f"{z.size} independent rows (mean error {float(err.mean()):+.3e}); Hoeffding width "
+        f"{width:.4f} at confidence 1 - {BIAS_ALPHA:g}, Bonferroni over {DTYPE_BIAS_TESTS * 2} "
+        f"checks (examples x low-precision dtypes); bound: {eb.description}",
+    )  # fmt: skip
+
+
+#: examples of the bias property (its catalogue max_examples)
+DTYPE_BIAS_TESTS = 3
+
+ROUNDING_BIAS = declare("rounding-bias", _bias_applies, _bias_examples, _bias_check)
+
+PROPERTIES = (DTYPE_AGREEMENT, DEVICE_AGREEMENT, ROUNDING_BIAS)

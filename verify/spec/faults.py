@@ -118,6 +118,17 @@ FAULTS: dict[int, FaultClass] = {
             "one key, any q",
             "dq = 0 within the gradient error model; gradients masked like the forward pass",
         ),
+        FaultClass(
+            13,
+            "biased low-precision rounding",
+            "the attention weights P are stored in bf16/fp16 by truncation (round toward zero) "
+            "or another one-sided rounding, so every output shrinks by a fraction of an ulp: "
+            "within a max-error bound, yet a systematic drift in training (a failure mode "
+            "reported for low-precision flash attention: H. Qiu, Q. Yao, arXiv 2510.04212)",
+            "bfloat16, values with a non-zero mean (v = 1): each output is 1 - 2^-8, not 1",
+            "round to nearest: the signed error averages to 0 over independent rows within "
+            "a Hoeffding width",
+        ),
     )
 }
 
