@@ -305,6 +305,48 @@ def score_gradient_bound(p, p_rel, p_abs, resid, resid_err, rho):
     return pert * (1.0 + rho) + rho * p * resid
 
 
+# -- elementwise forms (numpy arrays) of the D10 output lemmas ----------------------------------
+def output_bound_elementwise(num_rel, den_rel, abs_numerator, abs_denominator, denominator,
+                             output_abs, div_rel):  # fmt: skip
+    """``derivations.rounding.kernel_attention_output_bound`` applied elementwise to arrays
+    (same formula: (num_rel A + |o| den_rel B)/(|D| - den_rel B) (1 + div_rel) + div_rel |o|;
+    inf where |D| <= den_rel B). No validation: the caller's arrays are non-negative."""
+    import numpy as np
+
+    margin = np.abs(denominator) - den_rel * abs_denominator
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        err = (num_rel * abs_numerator + output_abs * den_rel * abs_denominator) / margin
+        out = err * (1.0 + div_rel) + div_rel * output_abs
+    return np.where(margin > 0, out, np.inf)
+
+
+def low_precision_elementwise(accum_bound, output_abs, out_dtype: str):
+    """``derivations.rounding.low_precision_output_bound`` applied elementwise to arrays:
+    accum (1 + u_low) + u_low |o| + eta_low."""
+    from derivations.rounding import underflow_abs_error, unit_roundoff
+
+    ul = unit_roundoff(out_dtype)
+    return accum_bound * (1.0 + ul) + ul * output_abs + underflow_abs_error(out_dtype)
+
+
+# -- the bias statistic ------------------------------------------------------------------------
+def hoeffding_half_width(n: int, alpha: float, n_tests: int = 1) -> float:
+    """t with P(|mean_n Z - E mean_n Z| >= t) <= alpha/n_tests for n independent Z_t in [-1, 1]
+    (W. Hoeffding, J. Amer. Statist. Assoc. 58, 1963, Theorem 2: 2 exp(-2 n^2 t^2 / sum (b -
+    a)^2) with b - a = 2): t = sqrt(2 ln(2 n_tests / alpha) / n). No variance assumption;
+    Bonferroni over ``n_tests`` simultaneous checks.
+
+    Raises:
+        TypeError, ValueError: bad arguments (alpha outside (0, 1)).
+    """
+    m = check_int("n", n, 1)
+    a = check_real("alpha", alpha, nonneg=True)
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
+    k = check_int("n_tests", n_tests, 1)
+    return math.sqrt(2.0 * math.log(2.0 * k / a) / m)
+
+
 EXPORTS = (
     "MODELS",
     "INFERABLE",
@@ -323,4 +365,7 @@ EXPORTS = (
     "lse_abs_error",
     "recomputed_weight_rel",
     "score_gradient_bound",
+    "hoeffding_half_width",
+    "output_bound_elementwise",
+    "low_precision_elementwise",
 )

@@ -248,6 +248,19 @@ def attention_error_bound(
     model = stored_model(precision, kernel, denominator, eps, dtype)
     n_vis = vis.sum(-1)
     if model is not None:
+        if o_abs is None:  # |o| <= |float64 reference| + its own bound (tighter than A/D)
+            ref_setup = {**setup, "form": "parallel"}
+            ref_bound, _ = models.softmax_model_bound(
+                ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None
+            )
+            o_abs = (
+                np.abs(
+                    float64_reference(
+                        kernel, q, k, v, causal=causal, attn_mask=attn_mask, scale=scale
+                    )  # fmt: skip
+                )
+                + ref_bound
+            )
         bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs)
         cond, desc = 1.0, how
     else:
@@ -271,9 +284,14 @@ def attention_error_bound(
         ref_setup = {**setup, "form": "parallel"}
         if setup["family"] == "taylor-features":
             ref_setup["family"] = "taylor"
-        ref, _, _ = error_terms.core_bound(
-            ref_setup, u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None
-        )
+        if model is not None:  # softmax: the same recipe, vectorized (models.py)
+            ref, _ = models.softmax_model_bound(
+                ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None
+            )
+        else:
+            ref, _, _ = error_terms.core_bound(
+                ref_setup, u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None
+            )
         bound = bound + ref
         notes.append("includes the float64 reference's own bound (D10 recipe 6)")
     # NaN (e.g. inf * 0 when unshifted exp weights overflow float64) means no statement: inf

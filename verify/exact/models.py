@@ -59,8 +59,11 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
     Raises:
         ModelNotApplicable: an input-type accumulation without a gamma at these lengths.
     """
-    u_a, u_in = d10.unit_roundoff(acc), d10.unit_roundoff(dtype)
-    eta_in = d10.underflow_abs_error(dtype)
+    u_a = d10.unit_roundoff(acc)
+    # nothing is stored narrower than the arithmetic in the two-level model or at full precision
+    stored = model.name != "two-level" and dtype != acc
+    u_in = d10.unit_roundoff(dtype) if stored else 0.0
+    eta_in = d10.underflow_abs_error(dtype) if stored else 0.0
     vis, v = st["vis"], st["v"]
     d, S = st["q"].shape[-1], st["k"].shape[-2]
     n_vis = vis.sum(-1)
@@ -118,19 +121,18 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
                           n_keys, num_w)  # fmt: skip
             den_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u_a, False),
                           n_keys, e_w)  # fmt: skip
-            how = f"{model.spec}: P rounded to the input type before P.V, fp32 sums"
-        bound = vec(
-            lambda en, ed, a, b, dd, oa: d10.kernel_attention_output_bound(
-                num_rel=en, den_rel=ed, abs_numerator=a, abs_denominator=b, denominator=dd,
-                output_abs=oa, div_rel=div_rel,
-            ),
-            num_rel[..., None], den_rel[..., None], A, B[..., None],
-            D_low[..., None], o_abs,
+            how = (f"{model.spec}: P rounded to the input type before P.V, fp32 sums" if stored
+                   else f"{model.spec}: {acc} arithmetic")  # fmt: skip
+        bound = pm.output_bound_elementwise(
+            num_rel[..., None], den_rel[..., None], A, B[..., None], D_low[..., None], o_abs,
+            div_rel,
         )  # fmt: skip
         margin = (D_low - den_rel * B)[..., None]
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = bound + np.where(margin > 0, uf / np.where(margin > 0, margin, 1), np.inf)
     # fp32 subnormal results of the accumulation (tiny next to eta_in) and the division
     bound = bound + d10.underflow_abs_error(acc) * (n_vis[..., None] * (vmax + 1) + 1)
-    bound = vec(lambda b, oa: d10.low_precision_output_bound(b, oa, dtype), bound, o_abs)
+    if dtype == acc:
+        return bound, f"{how} ({pm.MODEL_SOURCES[model.name]})"
+    bound = pm.low_precision_elementwise(bound, o_abs, dtype)
     return bound, f"{how}; output rounded to {dtype} ({pm.MODEL_SOURCES[model.name]})"
