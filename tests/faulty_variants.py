@@ -499,6 +499,33 @@ twin12_fused_backward = _fused_variant(
 )
 
 
+# ----------------------------------------------------------------------------- 13: biased rounding
+def _fused_bf16(name: str, faults: tuple[str, ...], description: str) -> AttentionVariant:
+    from verify.attention import lowprec
+
+    def forward(q, k, v, *, causal):
+        return lowprec.fused_attention(q, k, v, causal=causal, faults=faults)
+
+    return AttentionVariant(
+        name=name,
+        forward=forward,
+        kernel="softmax",
+        precision="fused",
+        dtypes=("float64", "float32", "bfloat16", "float16"),
+        description=description,
+    )
+
+
+fault13_p_truncated = _fused_bf16(
+    "fault13-p-truncated",
+    ("p-truncated",),
+    "fused softmax (FlashAttention order) storing P in the input type by truncation",
+)
+twin13_p_rounded = _fused_bf16(
+    "twin13-p-rounded", (), "fused softmax storing P rounded to nearest (twin of fault class 13)"
+)
+
+
 # ----------------------------------------------------------------------------- index
 
 #: fault class number -> names of its faulty variants in this module
@@ -515,6 +542,7 @@ FAULTY = {
     10: ("fault10_elementwise_square_map",),
     11: ("fault11_fp16_normalizer",),
     12: ("fault12_single_key_dq",),
+    13: ("fault13_p_truncated",),
 }
 #: fault class number -> the correct twin's name
 TWINS = {
@@ -530,6 +558,7 @@ TWINS = {
     10: "twin10_symmetric_map",
     11: "twin11_fp32_normalizer",
     12: "twin12_fused_backward",
+    13: "twin13_p_rounded",
 }
 
 

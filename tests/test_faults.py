@@ -44,6 +44,7 @@ CASES = [
     (12, "fault12_single_key_dq", "single-key-gradients", "float64", 10, ("one key",)),
     (12, "fault12_single_key_dq", "gradients-vs-reference", "float32", 10, ("bound",)),
     (12, "fault12_single_key_dq", "gradcheck", "float64", 10, ("analytic", "numeric")),
+    (13, "fault13_p_truncated", "rounding-bias", "bfloat16", 3, ("Hoeffding",)),
 ]
 
 
@@ -99,13 +100,13 @@ def test_correct_twin_passes(case):
 
 
 def test_every_fault_class_has_a_case():
-    assert {c[0] for c in CASES} == set(range(1, 13))
-    assert set(fv.FAULTY) == set(range(1, 13)) == set(fv.TWINS)
+    assert {c[0] for c in CASES} == set(range(1, 14))
+    assert set(fv.FAULTY) == set(range(1, 14)) == set(fv.TWINS)
     named = {n for names in fv.FAULTY.values() for n in names}
     assert named == {c[1] for c in CASES}
 
 
-@pytest.mark.parametrize("fault", range(1, 13))
+@pytest.mark.parametrize("fault", range(1, 14))
 def test_first_property_declares_the_fault(fault):
     pid = next(c[2] for c in CASES if c[0] == fault)
     assert fault in _property(pid).faults

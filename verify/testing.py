@@ -93,7 +93,7 @@ def _reference_and_bound(q, k, v, *, causal, scale, attn_mask, kernel, precision
     refs, bounds, how = [], [], ""
     qc, kc, vc = (t.detach().cpu() for t in (q, k, v))
     for a, b in _chunks(q.shape[-2], rows):
-        m = torch.from_numpy(np.ascontiguousarray(vis[..., a:b, :]))
+        m = torch.from_numpy(np.array(vis[..., a:b, :]))
         kw = dict(causal=False, attn_mask=m, scale=scale)
         eb = errors.attention_error_bound(
             kernel, qc[..., a:b, :], kc, vc, dtype=dtype, exact=None, device=dev,

@@ -16,14 +16,13 @@ QUICK_EXAMPLES = 3
 
 
 def card_dtypes(variant, *, quick: bool = False) -> tuple[str, ...]:
-    """The dtypes a card checks: float64 and float32, plus bfloat16 when the variant claims it
-    (its low-precision properties run too); float64 only for a quick run.
+    """The dtypes a card checks: float64 and float32, plus bfloat16 and float16 where the
+    variant claims them (its low-precision properties run too); float64 only for a quick run.
 
     Args:
         variant: the adapter's :class:`~verify.spec.variant.AttentionVariant`.
     """
     if quick:
         return ("float64",)
-    if "bfloat16" in variant.dtypes:
-        return ("float64", "float32", "bfloat16")
-    return ("float64", "float32")
+    low = tuple(dt for dt in ("bfloat16", "float16") if dt in variant.dtypes)
+    return ("float64", "float32", *low)

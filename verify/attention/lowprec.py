@@ -8,6 +8,8 @@ rounding at a named place (the faulty twins of the tests):
 
 * ``rowsum-rounded``: the row sum l rounded to the input type before the division;
 * ``p-truncated``: P rounded toward zero (bit truncation) instead of to nearest;
+* ``scores-rounded``: the scores rounded to the input type before the exp (an eager step in a
+  fused kernel: an error u |s| in the exponent);
 * ``scale-missing``: no 1/sqrt(d) (a missing scale);
 * ``mask-shifted``: causal mask shifted by one (each query also sees the next key).
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-FAULTS = ("rowsum-rounded", "p-truncated", "scale-missing", "mask-shifted")
+FAULTS = ("rowsum-rounded", "p-truncated", "scores-rounded", "scale-missing", "mask-shifted")
 
 
 def _check(faults) -> tuple[str, ...]:
@@ -39,6 +41,8 @@ def _scores(q, k, *, causal, attn_mask, scale, faults):
     T, S, d = q.shape[-2], k.shape[-2], q.shape[-1]
     c = 1.0 if "scale-missing" in faults else (1.0 / math.sqrt(d) if scale is None else scale)
     s = (q.float() @ k.float().transpose(-1, -2)) * c
+    if "scores-rounded" in faults:
+        s = s.to(q.dtype).float()
     vis = visible(T, S, causal=causal, attn_mask=attn_mask, device=q.device)
     if "mask-shifted" in faults and causal:
         vis = vis | visible(T, S, causal=True, device=q.device).roll(1, -1)

@@ -63,6 +63,18 @@ class ClaimOption:
     off: str | None = None
 
 
+def _precision(text: str) -> str:
+    """argparse type of ``--precision``: a valid model spec (its error names the option)."""
+    import argparse
+
+    from derivations.precision_models import parse_precision
+
+    try:
+        return parse_precision(text).spec
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 CLAIM_OPTIONS = (
     ClaimOption("kernel", "kernel", "claimed kernel: softmax | taylor:N | linear:MAP | unknown"),
     ClaimOption("layout", "layout", "tensor layout", choices=LAYOUTS),
@@ -98,6 +110,14 @@ CLAIM_OPTIONS = (
         "compute-dtype",
         "the dtype the variant computes in for wider inputs (e.g. float32 for float64 calls)",
         choices=DTYPES,
+    ),
+    ClaimOption(
+        "precision",
+        "precision",
+        "precision model of bf16/fp16 softmax: two-level | fused | eager | online:B | "
+        "input-accumulation:recursive|pairwise|blocked:B (default: found by the probes, else "
+        "fused)",
+        _precision,
     ),
     ClaimOption(
         "empty_rows",

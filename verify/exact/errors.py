@@ -72,6 +72,8 @@ class ErrorBound:
     description: str
     kind: str = "derived"
     notes: list[str] = field(default_factory=list)
+    #: the precision model of a bf16/fp16 softmax bound (None: two-level)
+    model: str | None = None
 
 
 def _np64(x: Any, name: str) -> np.ndarray:
@@ -305,6 +307,7 @@ def attention_error_bound(
         cond=cond,
         description=desc,
         notes=notes,
+        model=None if model is None else model.spec,
     )
 
 
@@ -509,6 +512,8 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
         f"{what}: max error {obs:.3e} vs bound {bnd:.3e} at {tuple(int(i) for i in idx)} "
         f"({units:.3g} u of {eb.dtype} relative to |o|); cond {eb.cond:.3g}"
     )
+    if eb.model:
+        detail += f"; precision model {eb.model}"
     if silent.any():
         detail += f"; {int(silent.sum())} of {silent.size} elements without a finite bound"
     if silent.all():

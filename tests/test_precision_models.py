@@ -1,0 +1,216 @@
+"""The D10 precision models (``derivations.precision_models``, ``verify.exact.models``,
+``verify.exact.gradient_bounds``) against faithful emulations on thousands of tokens, their
+faulty twins (one more rounding at a named place), the probe that names a black-box kernel's
+model, and the lemmas' elementwise forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from derivations import precision_models as pm
+from derivations import rounding as d10
+from verify.attention import lowprec
+from verify.exact import errors
+from verify.exact import gradient_bounds as gb
+
+
+def _inputs(dtype, T=16, S=4096, d=64, seed=0, radius=None):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 1, T, d, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 1, S, d, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 1, S, d, generator=g, dtype=torch.float64)
+    if radius is not None:  # max |q.k| / sqrt(d) about radius
+        lam = math.sqrt(radius / float((q @ k.transpose(-1, -2)).abs().max() / math.sqrt(d)))
+        q, k = q * lam, k * lam
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def _ratio(out, q, k, v, precision, **kw):
+    dtype = str(q.dtype).removeprefix("torch.")
+    eb = errors.attention_error_bound(
+        "softmax", q, k, v, dtype=dtype, exact=None, precision=precision,
+        exp_library="cpu-sleef-u10", **kw,
+    )  # fmt: skip
+    ref = errors.float64_reference("softmax", q, k, v, **kw)
+    return float((np.abs(out.double().numpy() - ref) / eb.bound).max())
+
+
+# -- parsing and the summation lemmas ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "spec", ["two-level", "fused", "eager", "online:512", "input-accumulation:recursive",
+             "input-accumulation:pairwise", "input-accumulation:blocked:64"],
+)  # fmt: skip
+def test_parse_round_trip(spec):
+    assert pm.parse_precision(spec).spec == spec
+
+
+@pytest.mark.parametrize("bad", ["online", "online:0", "fast", "input-accumulation:blocked", 3])
+def test_parse_rejects(bad):
+    with pytest.raises(ValueError, match="precision"):
+        pm.parse_precision(bad)
+
+
+def test_summation_indices_and_the_missing_gamma():
+    assert pm.summation_index(4096, "recursive") == 4095
+    assert pm.summation_index(4096, "pairwise") == 12
+    assert pm.summation_index(4096, "blocked", 64) == 63 + 63
+    u = d10.unit_roundoff("bfloat16")
+    assert pm.accumulation_gamma(200, u, "recursive") == d10.gamma(200, u)
+    with pytest.raises(pm.ModelNotApplicable, match="no bound"):
+        pm.accumulation_gamma(300, u, "recursive")  # (n - 1 + 1) u >= 1
+    assert pm.accumulation_gamma(4096, u, "pairwise") < 0.06
+
+
+def test_hoeffding_width_meets_its_tail():
+    t = pm.hoeffding_half_width(1024, 1e-6, 6)
+    assert 2 * math.exp(-1024 * t * t / 2) == pytest.approx(1e-6 / 6)
+
+
+def test_elementwise_forms_equal_the_scalar_lemmas():
+    rng = np.random.default_rng(0)
+    a, b, o = rng.random((3, 50))
+    D = b * (1 + rng.random(50))
+    arr = pm.output_bound_elementwise(1e-3, 2e-3, a, b, D, o, 1e-7)
+    for i in range(50):
+        assert arr[i] == pytest.approx(d10.kernel_attention_output_bound(
+            num_rel=1e-3, den_rel=2e-3, abs_numerator=a[i], abs_denominator=b[i],
+            denominator=D[i], output_abs=o[i], div_rel=1e-7), rel=1e-15)  # fmt: skip
+        low = pm.low_precision_elementwise(a[i], o[i], "bfloat16")
+        assert low == pytest.approx(d10.low_precision_output_bound(a[i], o[i], "bfloat16"))
+
+
+# -- emulations within their bounds, thousands of keys; twins outside ---------------------------
+CORRECT = [
+    ("fused", lambda q, k, v: lowprec.fused_attention(q, k, v)),
+    ("online:512", lambda q, k, v: lowprec.fused_attention(q, k, v, block=512)),
+    ("eager", lambda q, k, v: lowprec.eager_attention(q, k, v)),
+    ("input-accumulation:pairwise",
+     lambda q, k, v: lowprec.input_accumulation_attention(q, k, v, scheme="pairwise")),
+    ("input-accumulation:blocked:64",
+     lambda q, k, v: lowprec.input_accumulation_attention(q, k, v, scheme="blocked", block=64)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("model", "fn"), CORRECT, ids=[c[0] for c in CORRECT])
+@pytest.mark.parametrize("radius", [None, 12.0])
+def test_emulation_within_its_model(model, fn, dtype, radius):
+    q, k, v = _inputs(dtype, radius=radius)
+    r = _ratio(fn(q, k, v), q, k, v, model)
+    # holds, and is not vacuous; an input-type sum's worst case (gamma_k with k u near 1/2
+    # for bf16) sits far above what random data reach, hence only r > 0 there
+    floor = 0.0 if model.startswith("input-accumulation") else 1e-3
+    assert floor < r <= 1.0, r
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_scores_rounded_twin_breaks_the_fused_bound(dtype):
+    """One more rounding at a named place (the scores stored in the input type before the
+    exp) puts an error u |s| in the exponent that the fused model does not allow."""
+    q, k, v = _inputs(dtype, radius=12.0)
+    assert _ratio(lowprec.fused_attention(q, k, v), q, k, v, "fused") <= 1.0
+    bad = lowprec.fused_attention(q, k, v, faults=("scores-rounded",))
+    assert _ratio(bad, q, k, v, "fused") > 1.0
+    assert _ratio(bad, q, k, v, "eager") <= 1.0  # the eager model allows that rounding
+
+
+def test_input_type_recursive_sum_breaks_the_fused_and_pairwise_bounds():
+    q, k, v = _inputs(torch.bfloat16, T=8, S=4096)
+    v = v.abs()  # same-sign values: the stagnating bf16 sum loses mass
+    bad = lowprec.input_accumulation_attention(q, k, v, scheme="recursive")
+    assert _ratio(bad, q, k, v, "fused") > 1.0
+    assert _ratio(bad, q, k, v, "input-accumulation:pairwise") > 1.0
+    with pytest.raises(pm.ModelNotApplicable):
+        _ratio(bad, q, k, v, "input-accumulation:recursive")
+
+
+def test_sdpa_within_fused_and_online_in_both_low_dtypes():
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = _inputs(dtype, T=64, S=2048, d=16, seed=3)
+        out = F.scaled_dot_product_attention(q, k, v)
+        for model in ("fused", "online:512"):
+            eb = errors.attention_error_bound(
+                "softmax", q, k, v, dtype=str(dtype).removeprefix("torch."), exact=None,
+                precision=model, exp_library="cpu-torch-exp_u20",
+            )  # fmt: skip
+            ref = errors.float64_reference("softmax", q, k, v)
+            assert float((np.abs(out.double().numpy() - ref) / eb.bound).max()) <= 1.0
+
+
+def test_model_rejects_other_kernels():
+    q, k, v = _inputs(torch.bfloat16, T=4, S=8, d=4)
+    with pytest.raises(ValueError, match="precision"):
+        errors.attention_error_bound("taylor:2", q, k, v, dtype="bfloat16", precision="fused")
+
+
+# -- backward ---------------------------------------------------------------------------------
+def _grads(fn, q, k, v, g, causal):
+    qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+    fn(qq, kk, vv, causal).backward(g)
+    return qq.grad, kk.grad, vv.grad
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_gradients_within_derived_bounds(dtype, causal):
+    dt = getattr(torch, dtype)
+    q, k, v = _inputs(dt, T=128, S=128, d=16, seed=5)
+    g = torch.randn(1, 1, 128, 16, generator=torch.Generator().manual_seed(9)).to(dt)
+    sdpa = lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c)  # noqa: E731
+    grads = _grads(sdpa, q, k, v, g, causal)
+    bounds = gb.gradient_bounds(q, k, v, g, dtype=dtype, causal=causal,
+                                exp_library="cpu-torch-exp_u20")  # fmt: skip
+    ref = gb.reference_gradients(q, k, v, g, causal=causal)[1:]
+    for name, got, want in zip(gb.NAMES, grads, ref):
+        r = np.abs(got.double().numpy() - want) / bounds[name]
+        assert 1e-4 < float(r.max()) <= 1.0, (name, float(r.max()))
+
+
+def test_gradient_twin_detached_scale_breaks_the_bound():
+    """dq of a kernel that drops the 1/sqrt(d) scale in its backward only (dS K without c)."""
+    q, k, v = _inputs(torch.bfloat16, T=64, S=64, d=16, seed=7)
+    g = torch.randn(1, 1, 64, 16, generator=torch.Generator().manual_seed(2)).bfloat16()
+    dq, dk, dv = _grads(lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v), q, k, v, g,
+                        False)  # fmt: skip
+    bounds = gb.gradient_bounds(q, k, v, g, dtype="bfloat16", exp_library="cpu-torch-exp_u20")
+    ref = gb.reference_gradients(q, k, v, g)[1:]
+    bad = dq * 4.0  # c = 1/4 at d = 16 left out
+    assert float((np.abs(bad.double().numpy() - ref[0]) / bounds["dq"]).max()) > 1.0
+
+
+# -- the probe -------------------------------------------------------------------------------
+def _variant(fn, **claims):
+    from verify.spec.variant import AttentionVariant
+
+    return AttentionVariant(name="t", forward=fn, kernel="softmax", **claims)
+
+
+def test_probe_names_each_emulated_model():
+    from verify.probes.precision_model import identify_precision
+
+    def eager(q, k, v, *, causal):
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        return torch.softmax(s, -1) @ v
+
+    def fused(q, k, v, *, causal):
+        return lowprec.fused_attention(q, k, v, causal=causal)
+
+    def truncated(q, k, v, *, causal):
+        return lowprec.fused_attention(q, k, v, causal=causal, faults=("p-truncated",))
+
+    def sdpa(q, k, v, *, causal):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    found = {n: identify_precision(_variant(f), dtype="bfloat16")
+             for n, f in (("eager", eager), ("fused", fused), ("trunc", truncated),
+                          ("sdpa", sdpa))}  # fmt: skip
+    assert found["eager"]["model"] == "eager" and found["eager"]["matches"]["eager"] == 1.0
+    assert found["fused"]["model"] == "fused"
+    assert found["trunc"]["model"] is None and "50%" in found["trunc"]["reason"]
+    # SDPA's CPU kernel (torch 2.13): online softmax over key blocks of 512
+    assert found["sdpa"]["model"] == "online:512", found["sdpa"]["matches"]
