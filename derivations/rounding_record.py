@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from derivations import precision_claims, precision_models
 from derivations import rounding as d10
 from derivations import rounding_claims as claims
 from derivations._record import Derivation, main_for
@@ -38,9 +39,11 @@ def derive(
     claims.claim_weighted_sum(rec)
     claims.claim_taylor_weights(rec)
     claims.claim_two_level(rec)
+    # precision models of real low-precision kernels (derivations.precision_models)
+    precision_claims.claim_precision_models(rec)
     # instance check on a toy format
     claims.claim_toy_format(rec)
-    rec.exports = list(d10.EXPORTS)
+    rec.exports = list(d10.EXPORTS) + list(precision_models.EXPORTS)
     return rec
 
 
