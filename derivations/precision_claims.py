@@ -112,12 +112,12 @@ def _bound(x, v, model: str, block: int | None = None) -> tuple[float, float]:
     return acc * (1 + U_IN) + U_IN * o, o
 
 
-def _instances(model: str, twin: bool, spread: float, seed: int = 7, count: int = 200):
-    """max observed/bound over random rows of 2..24 keys in the toy formats."""
+def _instances(model: str, twin: bool, spread: float, seed: int = 7, count: int = 120):
+    """max observed/bound over random rows of 2..16 keys in the toy formats."""
     rng = random.Random(seed)
     worst = 0.0
     for _ in range(count):
-        x, v = _row(rng, rng.randint(2, 24), spread)
+        x, v = _row(rng, rng.randint(2, 16), spread)
         if model == "eager":
             out = _eager(x, v)
         else:
@@ -171,7 +171,7 @@ def claim_precision_models(rec) -> None:
             f"instances: the {model} model's forward bound holds (toy formats p_in = {P_IN}, "
             f"p_acc = {P_ACC}, exact rational rounding) and is not vacuous",
             holds,
-            "200 random rows of 2-24 keys, scores in [-6, 6] and [-1, 1]"
+            "120 random rows of 2-16 keys, scores in [-6, 6] and [-1, 1]"
             + (", key blocks of 4" if model == "online" else ""),
         )
         rec.tables[f"toy instances: {model}"] = (
@@ -189,7 +189,7 @@ def claim_precision_models(rec) -> None:
         "faulty twin: the fused kernel with its scores rounded to the input format (one more "
         "rounding at a named place) exceeds the fused bound on some instance",
         twin_rejected,
-        "the same 200 rows, scores in [-6, 6]",
+        "the same 120 rows, scores in [-6, 6]",
     )
 
     def summation() -> bool:
