@@ -3,16 +3,18 @@
 - ``gradcheck``: the backward pass of ``forward`` and of every form agrees with central finite
   differences of the same function, float64, tiny shapes (T, S <= 4, d, d_v <= 2), with the
   criterion of ``torch.autograd.gradcheck`` (which is also run).
-- ``gradients-vs-reference``: dq, dk, dv of the variant (in the run's dtype) against autograd
-  through a float64 plain-torch reference of the claimed kernel
-  (``verify.exact.reference.reference_attention``), within a *calibrated* bound (rule below).
+- ``gradients-vs-reference``: dq, dk, dv of the variant (in the run's dtype) against the exact
+  gradients on the same inputs. Softmax (sum denominator, no eps): elementwise within the
+  *derived* D10 backward bounds (``verify.exact.gradient_bounds``, in the variant's precision
+  model); other kernels: against autograd through a float64 plain-torch reference
+  (``verify.exact.reference.reference_attention``) within a *calibrated* bound (rule below).
 - ``single-key-gradients``: with one key the normalized output is v whatever q and k are, so
-  dq = 0 and dk = 0 within the calibrated gradient error model.
+  dq = 0 and dk = 0 within the gradient error model (derived for softmax, else calibrated).
 
 The exact zeros of masked keys and empty rows are checked by ``gradient_masks``; both groups
 take the variant's and the reference's gradients and their examples from ``support.grads``.
 
-Calibrated bound (D10 derives no backward error; the bound follows the approach of PyTorch's
+Calibrated bound (for the kernels without a derived backward bound; it follows PyTorch's
 SDPA tests, ``test/test_transformers.py``: ``get_tolerances()`` and ``check_out_and_grad()``
 take the tolerance as a per-tensor fudge factor times the error of the math reference evaluated
 in the low precision against the float64 reference). For a gradient tensor X in {dq, dk, dv}::
