@@ -19,9 +19,10 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
   float64 exp_u20 falls back to exp(), so the declaration is conservative there);
 * for bfloat16/float16 the same kernel stores the exponentials in the input's type before
   multiplying by V (``conditional_data_ptr(qk_data, qk_reduced_data)``) while summing them in
-  float32: a second low-precision rounding that the two-level D10 model (accumulate in float32,
-  round the output once) does not allow for. The card shows the resulting failures and
-  :func:`bf16_weight_rounding_evidence` measures the mechanism.
+  float32, over key blocks of 512 with the online rescaling: the ``online:512`` precision model
+  of D10 (``derivations.precision_models``). Nothing is declared: the checker's precision probe
+  bit-matches the outputs against the models' emulations and names it (the card's notes), and
+  :func:`bf16_weight_rounding_evidence` measures the mechanism on one key block.
 
 :data:`VARIANTS` names the variant's card; :func:`card_facts` measures what the card shows.
 """
