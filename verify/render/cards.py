@@ -238,29 +238,45 @@ def _sdpa_section(c: _Card) -> str:
         for r in c.doc["results"]
         if r["dtype"] in ("bfloat16", "float16") and r["status"] in ("fail", "error")
     ]
+    pm = c.doc.get("precision_model") or {}
+    found = pm.get("found") or []
+    named = "; ".join(
+        f"{f['dtype']}: {f['model']} ({f['matches'][f['model']]:.0%} of outputs bit-equal, next "
+        f"{f['next'][0]} {f['next'][1]:.0%})"
+        if f.get("model")
+        else f"{f['dtype']}: none ({f.get('reason')})"
+        for f in found
+    )
     lines += [
-        "### bfloat16: the weights are rounded before P·V",
+        "### bfloat16/float16: the precision model",
         "",
         "For bfloat16/float16 the fused kernel stores exp(s − max) in the input type "
         "(`conditional_data_ptr(qk_data, qk_reduced_data)` in FlashAttentionKernel.cpp) and "
-        "multiplies that by V, while the row sum is accumulated in float32: a second bf16 "
-        "rounding that the two-level D10 model (float32 accumulation, one rounding of the "
-        "output) does not allow for. Measured on bf16 inputs (B = H = 2, T = 16, S = 64, "
-        "d = 16): SDPA's output equals, bit for bit, the exact softmax rounded once in "
+        "multiplies that by V, while the row sum is accumulated in float32, over key blocks "
+        "with the online rescaling. Measured on one key block (bf16, B = H = 2, T = 16, "
+        "S = 64, d = 16): SDPA's output equals, bit for bit, the exact softmax rounded once in "
         f"{ev['exact']['bitwise_equal_fraction']:.1%} of entries, and the same computation "
         "with the weights rounded to bf16 before P·V in "
         f"{ev['weights_rounded']['bitwise_equal_fraction']:.1%}.",
         "",
         (
-            "Low-precision properties that fail against the two-level model: "
+            "The checker's precision probe (nothing declared) bit-matched the outputs against "
+            "the emulated models of D10 (`derivations/precision_models.py`) and named "
+            f"**{pm.get('model')}** — {named}; every low-precision bound of this card uses it."
+        )
+        if found
+        else "The precision probe did not run (quick run).",
+        "",
+        (
+            "Low-precision properties that fail under that model: "
             + ", ".join(f"`{r['property_id']}` ({fmt(r['max_ratio'])})" for r in low)
-            + " — a disagreement with the model's assumption, shown, not tuned away."
+            + " — a disagreement with the model, shown, not tuned away."
         )
         if low
         else (
             "The low-precision properties did not run (quick run)."
             if c.quick
-            else "No low-precision property fails on these inputs."
+            else "No low-precision property fails under that model (bfloat16 and float16)."
         ),
         "",
     ]
