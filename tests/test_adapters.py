@@ -103,8 +103,10 @@ def test_card_dtypes_follow_the_claims():
     from verify.adapters.sdpa import sdpa_variant
 
     v = sdpa_variant()
-    assert card_dtypes(v) == ("float64", "float32", "bfloat16")
+    assert card_dtypes(v) == ("float64", "float32", "bfloat16", "float16")
     assert card_dtypes(v.with_claims(dtypes=("float64", "float32"))) == ("float64", "float32")
+    no_fp16 = v.with_claims(dtypes=("float64", "float32", "bfloat16"))
+    assert card_dtypes(no_fp16) == ("float64", "float32", "bfloat16")
     assert card_dtypes(v, quick=True) == ("float64",)
 
 

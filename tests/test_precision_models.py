@@ -214,3 +214,22 @@ def test_probe_names_each_emulated_model():
     assert found["trunc"]["model"] is None and "50%" in found["trunc"]["reason"]
     # SDPA's CPU kernel (torch 2.13): online softmax over key blocks of 512
     assert found["sdpa"]["model"] == "online:512", found["sdpa"]["matches"]
+
+
+def test_tied_maxima_finding_separates_a_biased_kernel():
+    """The tied-maxima probe (Qiu & Yao's inputs) is reported, not failed: a round-to-nearest
+    fused kernel shows no significant mean signed error, a truncating one does."""
+    from verify.probes.precision_model import finding_sentence, tied_maxima_finding
+
+    def fused(q, k, v, *, causal):
+        return lowprec.fused_attention(q, k, v, causal=causal)
+
+    def truncated(q, k, v, *, causal):
+        return lowprec.fused_attention(q, k, v, causal=causal, faults=("p-truncated",))
+
+    ok = tied_maxima_finding(_variant(fused), dtype="bfloat16", model="fused")
+    bad = tied_maxima_finding(_variant(truncated), dtype="bfloat16", model="fused")
+    assert not ok["significant"] and abs(ok["mean_of_bound"]) < ok["width"]
+    assert bad["significant"] and bad["mean_of_bound"] > bad["width"]
+    text = finding_sentence([{"dtype": "bfloat16", "tied_maxima": bad}])
+    assert "not failed" in text and "significant" in text

@@ -38,6 +38,8 @@ OWNED_FILES = {
     "claims.md",
     "claims.json",
     "faults.md",
+    "anchors.md",
+    "anchors.json",
 }
 
 
@@ -108,6 +110,11 @@ def build(
 
     progress("fault classes")
     faults.write(stage, Path(__file__).resolve().parents[2])
+
+    from verify.render import anchors
+
+    progress("anchors' tolerance rules")
+    anchors.write(stage, quick=quick)
 
     progress("seed-paper claims")
     claims = claims_mod.build(stage, records=records, verification=ver, source_dir=source_dir)

@@ -200,13 +200,15 @@ def check(
     precision = None
     low = [dt for dt in dtypes if dt in LOW_PRECISION_DTYPES]
     if low and variant.kernel_family == "softmax" and not variant.precision:
-        from verify.probes.precision_model import combine, sentence
+        from verify.probes.precision_model import combine, finding_sentence, sentence
 
         found = [f if isinstance(f, dict) else {"dtype": dt, "model": None, "reason": f}
                  for dt, f in zip(low, run([Job(None, PROBE, dt) for dt in low]))]  # fmt: skip
         chosen = combine(found)
         precision = {"found": found, "model": chosen or "fused"}
         notes.append(f"{sentence(found, chosen)}: the low-precision bounds use it")
+        if finding := finding_sentence(found):
+            notes.append(finding)
         if chosen:
             variant = apply_claims(variant, {"precision": chosen})
             claims = {**claims, "precision": chosen}

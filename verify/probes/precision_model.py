@@ -97,8 +97,73 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
             res.update(model=None, reason=f"no model reaches {MIN_MATCH:.0%} bit-equal outputs")
         else:
             res["model"] = best
+        res["tied_maxima"] = tied_maxima_finding(
+            variant, dtype=dtype, model=res["model"] or "fused", device=device, seed=seed
+        )
         return res
     return {"dtype": dtype, "model": None, "reason": f"the variant could not be called: {last}"}
+
+
+#: rows, keys, tied keys, head and value dimension of the tied-maxima finding
+TIED_ROWS, TIED_KEYS, TIED_COUNT, TIED_DIM, TIED_VALUE_DIM = 512, 256, 8, 16, 4
+TIED_ALPHA = 1e-6
+
+
+def tied_maxima_finding(variant, *, dtype: str, model: str, device: str = "cpu", seed: int = 0):
+    """The data-dependent rounding bias reported for low-precision flash attention (H. Qiu,
+    Q. Yao, arXiv 2510.04212): rows whose maximum score is attained by several keys (P holds
+    several exact 1s) and values of one sign. Measures the mean signed error over independent
+    rows as a fraction of ``model``'s max-error bound (``verify.exact.errors``), with its
+    Hoeffding width (``derivations.precision_models.hoeffding_half_width``, alpha 1e-6). A
+    finding, reported and never failed: round-to-nearest kernels may show it legitimately.
+
+    Returns:
+        JSON values: ``mean_of_bound``, ``width``, ``mean_error``, ``significant`` (bool), or
+        ``reason`` when the variant could not be called.
+    """
+    import torch
+
+    from derivations.precision_models import hoeffding_half_width
+    from verify.exact import errors
+    from verify.properties.support.calls import call
+    from verify.spec.results import VariantError
+
+    gen = torch.Generator().manual_seed(seed)
+    f64 = torch.float64
+    k = 0.5 * torch.randn(1, 1, TIED_KEYS, TIED_DIM, generator=gen, dtype=f64)
+    top = torch.randn(TIED_DIM, generator=gen, dtype=f64)
+    top = 4 * top / top.norm()
+    k[0, 0, :TIED_COUNT] = top  # identical keys: tied maxima
+    q = top / 2 + 0.1 * torch.randn(1, 1, TIED_ROWS, TIED_DIM, generator=gen, dtype=f64)
+    v = -(1 + torch.rand(1, 1, TIED_KEYS, TIED_VALUE_DIM, generator=gen, dtype=f64))
+    if variant.dv_equals_d:
+        v = -(1 + torch.rand(1, 1, TIED_KEYS, TIED_DIM, generator=gen, dtype=f64))
+    dt = getattr(torch, dtype)
+    q, k, v = (t.to(dt) for t in (q, k, v))
+    causal = not variant.supports_causal(False)
+    if causal or variant.self_attention_only:
+        q = q[..., :TIED_KEYS, :]
+    try:
+        o = call(variant, q.to(device), k.to(device), v.to(device), causal=causal,
+                 restricted=False).cpu()  # fmt: skip
+    except VariantError as exc:
+        return {"reason": str(exc)}
+    scale = None if variant.scale == "default" else float(variant.scale)
+    kw = dict(causal=causal, scale=scale)
+    eb = errors.attention_error_bound(
+        "softmax", q, k, v, dtype=dtype, exact=None, precision=model,
+        exp_library=variant.exp_library or "cpu-torch-exp_u20", device=device, **kw,
+    )  # fmt: skip
+    err = o.double().numpy() - errors.float64_reference("softmax", q, k, v, **kw)
+    z = (err.sum(-1) / eb.bound.sum(-1)).reshape(-1)
+    width = hoeffding_half_width(z.size, TIED_ALPHA)
+    mean = float(z.mean())
+    return {
+        "mean_of_bound": round(mean, 4),
+        "width": round(width, 4),
+        "mean_error": float(f"{float(err.mean()):.3e}"),
+        "significant": bool(abs(mean) > width),
+    }
 
 
 def combine(found: list[dict]) -> str | None:
@@ -130,3 +195,21 @@ def sentence(found: list[dict], chosen: str | None) -> str:
             parts.append(f"{f['dtype']}: {f.get('reason')}")
     head = f"precision model {chosen}" if chosen else "no precision model identified (fused)"
     return f"{head} ({'; '.join(parts)})"
+
+
+def finding_sentence(found: list[dict]) -> str | None:
+    """The tied-maxima finding (:func:`tied_maxima_finding`) in words, or None."""
+    tied = [(f["dtype"], f["tied_maxima"]) for f in found
+            if "mean_of_bound" in f.get("tied_maxima", {})]  # fmt: skip
+    if not tied:
+        return None
+    return (
+        "finding (reported, not failed): rows with tied maximum scores and one-sign values "
+        + ("(the bias reported by Qiu & Yao 2025 for low-precision flash attention): ")
+        + ", ".join(
+            f"{dt} mean signed error {t['mean_of_bound']:+.3f} of the max-error bound over "
+            f"independent rows (Hoeffding width {t['width']:.3f}: "
+            f"{'significant' if t['significant'] else 'not significant'})"
+            for dt, t in tied
+        )
+    )
