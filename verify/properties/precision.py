@@ -369,6 +369,9 @@ BIAS_ALPHA = 1e-6
 BIAS_ROWS, BIAS_KEYS, BIAS_DIM, BIAS_VALUE_DIM = 1024, 128, 16, 4
 #: value distributions with a non-zero mean: v = 1, and v uniform in [1/4, 1]
 BIAS_CASES = ("ones", "positive")
+#: seeds of the bias examples: each example is already 1024 independent rows, and a small
+#: finite space keeps hypothesis' shrinking (which cannot simplify a seed) to a few candidates
+BIAS_SEEDS = tuple(range(8))
 
 
 def bias_inputs(seed: int, case: str, *, T: int, S: int, d: int, d_v: int, dtype: str):
@@ -437,7 +440,7 @@ def _bias_examples(variant, ctx):
         lambda seed, case: BiasExample(
             seed, case, sizes, ctx.dtype, causal, variant.score_scale(BIAS_DIM), {"case": case}
         ),
-        st.integers(0, 2**31 - 1),
+        st.sampled_from(BIAS_SEEDS),
         st.sampled_from(BIAS_CASES),
     )
 
@@ -487,6 +490,6 @@ def _bias_check(variant, ex: BiasExample, ctx) -> Observation:
 #: examples of the bias property (its catalogue max_examples)
 DTYPE_BIAS_TESTS = 3
 
-ROUNDING_BIAS = declare("rounding-bias", _bias_applies, _bias_examples, _bias_check)
+ROUNDING_BIAS = declare("rounding-bias", _bias_applies, _bias_examples, _bias_check, shrink=False)
 
 PROPERTIES = (DTYPE_AGREEMENT, DEVICE_AGREEMENT, ROUNDING_BIAS)

@@ -45,6 +45,8 @@ class Property:
         max_examples: cap on examples (expensive checks), ``None`` = the profile's count.
         low_precision: also meaningful for bf16/fp16 runs (the two-level model); the
             catalogue runner runs the others in float64 and float32 only.
+        shrink: hypothesis shrinks a failure (False for examples that are seeds of a
+            statistic: no seed is simpler than another, and each candidate costs a full run).
     """
 
     id: str
@@ -56,6 +58,7 @@ class Property:
     faults: tuple[int, ...] = ()
     max_examples: int | None = None
     low_precision: bool = False
+    shrink: bool = True
 
 
 @functools.cache
@@ -68,7 +71,7 @@ def _catalogue_metadata() -> dict[str, dict[str, Any]]:
     return {e["id"]: e for e in entries}
 
 
-def declare(property_id: str, applies, examples, check) -> Property:
+def declare(property_id: str, applies, examples, check, *, shrink: bool = True) -> Property:
     """The catalogue entry ``property_id`` with its three functions (see :class:`Property`).
 
     Raises:
@@ -88,6 +91,7 @@ def declare(property_id: str, applies, examples, check) -> Property:
         faults=tuple(m["faults"]),
         max_examples=m["max_examples"],
         low_precision=m["low_precision"],
+        shrink=shrink,
     )
 
 
@@ -209,6 +213,10 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         limit = min(limit, ctx.max_examples) if limit else ctx.max_examples
     if limit:
         overrides["max_examples"] = limit
+    if not prop.shrink:
+        from hypothesis import Phase
+
+        overrides["phases"] = [p for p in settings().phases if p != Phase.shrink]
     wrapped = settings(settings(), **overrides)(given(prop.examples(variant, ctx))(one))
     if settings().derandomize:
         # hypothesis would seed a derandomized run from a digest of ``one``'s source text, so a
