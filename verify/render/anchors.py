@@ -39,8 +39,6 @@ CONFIGS = (
     ("short-d64", 512, 512, 64, "none"),
     ("short-d64-causal", 512, 512, 64, "causal"),
     ("short-d128", 512, 512, 128, "none"),
-    ("short-d128-causal", 512, 512, 128, "causal"),
-    ("long-d64", 128, 8192, 64, "none"),
     ("long-d64-causal", 128, 8192, 64, "mask"),
 )
 QUICK_CONFIGS = ("short-d64", "short-d64-causal")

@@ -221,6 +221,8 @@ def build(
         "- [variants/](variants/): report cards of third-party variants",
         "- [claims.md](claims.md): the seed papers' claims, traced",
         "- [faults.md](faults.md): the fault classes the checker catches, with their properties",
+        "- [anchors.md](anchors.md): other projects' attention tolerance rules beside the "
+        "derived bound, on the same kernels and faulty twins (false alarms, misses, tightness)",
         "- [benchmarks.md](benchmarks.md), [experiments.md](experiments.md)",
         "",
     ]
