@@ -126,7 +126,7 @@ FAULTS: dict[int, FaultClass] = {
             "within a max-error bound, yet a systematic drift in training (a failure mode "
             "reported for low-precision flash attention: H. Qiu, Q. Yao, arXiv 2510.04212)",
             "bfloat16, values with a non-zero mean (v = 1): each output is 1 - 2^-8, not 1",
-            "round to nearest: the signed error averages to 0 over independent rows within "
+            "round to nearest: the signed error averages to 0 over independent inputs within "
             "a Hoeffding width",
         ),
     )
