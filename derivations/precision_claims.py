@@ -101,8 +101,10 @@ def _bound(x, v, model: str, block: int | None = None) -> tuple[float, float]:
         if block:
             nb = math.ceil(n / block)
             e_w = (1 + e_w) * (1 + pm.online_rescale_rel(nb, shift, U_ACC, TOY_EXP_ULPS)) - 1
-        # the online sums add one rounding per block to each term's path (n + n_b <= 2n)
-        k = n + (math.ceil(n / block) if block else 0)
+        # a term's path in the blocked sums: <= b - 1 additions in its block, then one per
+        # block joined: b - 1 + ceil(n/b) <= n (equality at b = 1 and b = n), so gamma_n as
+        # the unblocked sum (``verify.exact.models`` uses the same length)
+        k = n
         num_rel = weighted_sum_relative_bound(k, pm.fused_numerator_weight_rel(e_w, U_IN), U_ACC)
         den_rel = weighted_sum_relative_bound(k, e_w, U_ACC, False)
         acc = kernel_attention_output_bound(

@@ -17,16 +17,17 @@ from derivations.rounding import unit_roundoff
 from verify.testing import assert_attention_close, assert_attention_grads_close, attention_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
-README_EXAMPLE = """import torch
 
 
-def attention(q, k, v, *, causal):
-    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    if causal:
-        T = q.shape[-2]
-        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
-    return torch.softmax(s, -1) @ v
-"""
+def _readme_example() -> str:
+    """The README's example function (the first Python block of "Checking your own attention
+    variant"), read from the README so the test checks what users copy."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Checking your own attention variant") :]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+README_EXAMPLE = _readme_example()
 
 
 def _qkv(dtype, T=512, d=64, seed=0):

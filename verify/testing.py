@@ -32,11 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from verify.exact import errors
+from verify.exact.errors import BLACK_BOX_EXP_LIBRARY
+from verify.spec.vocabulary import DTYPES
+
 #: exp error assumed per device (keys of ``derivations.rounding.LIBRARY_EXP_ULPS``)
-DEVICE_EXP_LIBRARY = {"cpu": "cpu-torch-exp_u20", "cuda": "cuda-expf"}
+DEVICE_EXP_LIBRARY = BLACK_BOX_EXP_LIBRARY
 #: query rows per chunk of the bound computation (memory ~ 15 rows x S float64 arrays)
 ROWS_PER_CHUNK = 512
-_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 def _check_inputs(q, k, v, attn_mask) -> str:
@@ -47,8 +50,8 @@ def _check_inputs(q, k, v, attn_mask) -> str:
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name}: expected a 4-d (B, H, T|S, d) tensor, got {tuple(t.shape)}")
-        if str(t.dtype).removeprefix("torch.") not in _DTYPES:
-            raise TypeError(f"{name}: expected a float dtype in {_DTYPES}, got {t.dtype}")
+        if str(t.dtype).removeprefix("torch.") not in DTYPES:
+            raise TypeError(f"{name}: expected a float dtype in {DTYPES}, got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v: expected one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
@@ -81,14 +84,11 @@ def _reference_and_bound(q, k, v, *, causal, scale, attn_mask, kernel, precision
     """(float64 reference, bound, description) as numpy arrays (B, H, T, d_v)."""
     import torch
 
-    from verify.exact import errors
-
     dtype = _check_inputs(q, k, v, attn_mask)
     dev = "cuda" if q.device.type == "cuda" else "cpu"
     lib = exp_library or DEVICE_EXP_LIBRARY[dev]
-    low = dtype in ("bfloat16", "float16")
-    if precision is None and low and kernel == "softmax":
-        precision = "fused"
+    if precision is None and kernel == "softmax":
+        precision = errors.default_precision(dtype)
     vis = _visible(q, k, causal, attn_mask, alignment)
     refs, bounds, how = [], [], ""
     qc, kc, vc = (t.detach().cpu() for t in (q, k, v))
@@ -248,7 +248,7 @@ def assert_attention_grads_close(
     bounds = gb.gradient_bounds(*args, dtype=dtype, precision=precision, exp_library=lib,
                                 device=dev, **kw)  # fmt: skip
     ref = gb.reference_gradients(*args, **kw)[1:]
-    model = precision or ("fused" if dtype in ("bfloat16", "float16") else "two-level")
+    model = precision or errors.default_precision(dtype)
     desc = (
         f"derived (D10 backward bounds, verify.exact.gradient_bounds), precision model "
         f"{model!r}, {dtype} inputs on {dev}, exp {lib}"

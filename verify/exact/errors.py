@@ -48,6 +48,9 @@ ACCUMULATION = {
     "float16": "float32",
 }
 DEFAULT_EXP_LIBRARY = {"cpu": "cpu-sleef-u10", "cuda": "cuda-expf"}
+#: the largest cited exp error per device: the assumption when a kernel's library is unknown
+#: (black-box probes, ``verify.testing``)
+BLACK_BOX_EXP_LIBRARY = {"cpu": "cpu-torch-exp_u20", "cuda": "cuda-expf"}
 DEFAULT_DIV_LIBRARY = {"cpu": "ieee", "cuda": "ieee"}
 _U64 = d10.unit_roundoff("float64")
 
@@ -249,20 +252,16 @@ def attention_error_bound(
         o_exact = None
     model = stored_model(precision, kernel, denominator, eps, dtype)
     n_vis = vis.sum(-1)
+    ref_bound = None  # the float64 reference's own bound, when it is needed (softmax models)
     if model is not None:
         if o_abs is None:  # |o| <= |float64 reference| + its own bound (tighter than A/D)
-            ref_setup = {**setup, "form": "parallel"}
             ref_bound, _ = models.softmax_model_bound(
-                ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None
-            )
-            o_abs = (
-                np.abs(
-                    float64_reference(
-                        kernel, q, k, v, causal=causal, attn_mask=attn_mask, scale=scale
-                    )  # fmt: skip
-                )
-                + ref_bound
-            )
+                {**setup, "form": "parallel"}, pm.PrecisionModel("two-level"), "float64",
+                "float64", None,
+            )  # fmt: skip
+            ref = float64_reference(kernel, q, k, v, causal=causal, attn_mask=attn_mask,
+                                    scale=scale)  # fmt: skip
+            o_abs = np.abs(ref) + ref_bound
         bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs)
         cond, desc = 1.0, how
     else:
@@ -286,7 +285,9 @@ def attention_error_bound(
         ref_setup = {**setup, "form": "parallel"}
         if setup["family"] == "taylor-features":
             ref_setup["family"] = "taylor"
-        if model is not None:  # softmax: the same recipe, vectorized (models.py)
+        if ref_bound is not None:
+            ref = ref_bound
+        elif model is not None:  # softmax: the same recipe, vectorized (models.py)
             ref, _ = models.softmax_model_bound(
                 ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None
             )
@@ -312,6 +313,13 @@ def attention_error_bound(
 
 
 FORMS = (*FORM_NAMES, "any")
+
+
+def default_precision(dtype: str) -> str:
+    """The precision model of a softmax kernel that declares none: ``fused`` (P stored in the
+    input type before P.V, float32 accumulation: FlashAttention, SDPA) for bfloat16/float16,
+    ``two-level`` otherwise (nothing is stored narrower than the arithmetic)."""
+    return "fused" if dtype in ("bfloat16", "float16") else "two-level"
 
 
 def stored_model(

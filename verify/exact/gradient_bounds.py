@@ -25,27 +25,17 @@ with u = u_64, two-level), so comparisons against :func:`reference_gradients` ar
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from derivations import precision_models as pm
 from derivations import rounding as d10
 from verify.exact.error_terms import SCALE_ROUNDINGS, _row_max_increasing, inflate
+from verify.exact.errors import ACCUMULATION, _np64
 from verify.spec.visibility import visible
 
 _U64 = d10.unit_roundoff("float64")
-ACCUMULATION = {"float64": "float64", "float32": "float32", "bfloat16": "float32",
-                "float16": "float32"}  # fmt: skip
 NAMES = ("dq", "dk", "dv")
-
-
-def _np(x: Any) -> np.ndarray:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu", torch.float64).numpy()
-    return np.asarray(x, dtype=np.float64)
 
 
 def _forward(q, k, v, vis, c):
@@ -66,7 +56,7 @@ def reference_gradients(q, k, v, g, *, causal=False, attn_mask=None, scale=None)
             (cast up exactly); causal (top-left), attn_mask (bool, True = keep), scale (None =
             1/sqrt(d)).
     """
-    qn, kn, vn, gn = (_np(t) for t in (q, k, v, g))
+    qn, kn, vn, gn = (_np64(t, n) for t, n in zip((q, k, v, g), ("q", "k", "v", "g")))
     T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
     c = 1.0 / math.sqrt(d) if scale is None else float(scale)
     vis = visible(T, S, causal=causal, attn_mask=attn_mask, numpy=True)
@@ -178,15 +168,14 @@ def gradient_bounds(
 
     if dtype not in ACCUMULATION:
         raise ValueError(f"dtype: expected one of {tuple(ACCUMULATION)}, got {dtype!r}")
-    low = dtype in ("bfloat16", "float16")
-    spec = precision or ("fused" if low else "two-level")
+    spec = precision or errors.default_precision(dtype)
     model = pm.parse_precision(spec)
     if model.name == "input-accumulation":
         raise pm.ModelNotApplicable(
             "precision: the backward bounds assume fp32 accumulation (input-type accumulation "
             "is a forward-only model here)"
         )
-    qn, kn, vn, gn = (_np(t) for t in (q, k, v, g))
+    qn, kn, vn, gn = (_np64(t, n) for t, n in zip((q, k, v, g), ("q", "k", "v", "g")))
     T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
     c = 1.0 / math.sqrt(d) if scale is None else float(scale)
     vis = visible(T, S, causal=causal, attn_mask=attn_mask, numpy=True)
@@ -196,12 +185,13 @@ def gradient_bounds(
     if out_bound is None:
         out_bound = errors.attention_error_bound(
             "softmax", q, k, v, dtype=dtype, causal=causal, attn_mask=attn_mask, scale=scale,
-            precision=spec if low else None, exp_library=exp_library, div_library=div_library,
+            precision=spec, exp_library=exp_library, div_library=div_library,
             device=device,
         ).bound  # fmt: skip
     kw = dict(exp_ulps=exp_ulps, div_ulps=d10.LIBRARY_DIV_ULPS["ieee"].value)
+    out_err = _np64(out_bound, "out_bound")
     own = _one_bound(qn, kn, vn, gn, vis, c, dtype=dtype, model=model,
-                     div_ulps=div_ulps, exp_ulps=exp_ulps, out_err=_np(out_bound))  # fmt: skip
+                     div_ulps=div_ulps, exp_ulps=exp_ulps, out_err=out_err)  # fmt: skip
     ref_out = errors.attention_error_bound(
         "softmax", q, k, v, dtype="float64", causal=causal, attn_mask=attn_mask, scale=scale,
     ).bound  # fmt: skip

@@ -114,7 +114,7 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
             )
             num_rel = (1 + num_w) * (1 + g_num) - 1
             den_rel = (1 + num_w) * (1 + g_den) - 1
-            uf = uf * (1 + 1)  # the rounded products may be subnormal too: eta_in each
+            uf = 2 * uf  # the rounded products may be subnormal too: eta_in each
             how = f"input-type accumulation ({model.spec})"
         else:
             num_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u_a, True),

@@ -152,7 +152,8 @@ def tied_maxima_finding(variant, *, dtype: str, model: str, device: str = "cpu",
     kw = dict(causal=causal, scale=scale)
     eb = errors.attention_error_bound(
         "softmax", q, k, v, dtype=dtype, exact=None, precision=model,
-        exp_library=variant.exp_library or "cpu-torch-exp_u20", device=device, **kw,
+        exp_library=variant.exp_library or errors.BLACK_BOX_EXP_LIBRARY[device], device=device,
+        **kw,
     )  # fmt: skip
     err = o.double().numpy() - errors.float64_reference("softmax", q, k, v, **kw)
     z = (err.sum(-1) / eb.bound.sum(-1)).reshape(-1)

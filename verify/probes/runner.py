@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from verify.exact.errors import BLACK_BOX_EXP_LIBRARY
 from verify.probes.report import Check
 from verify.spec.results import VariantError
 
@@ -24,7 +25,7 @@ GRID = 32  # inputs are multiples of 1/GRID with few bits: exact in float64/32, 
 #: roundings grow with N; elu+1 features carry O(u |x|) errors)
 STRUCTURAL_KERNELS = ("softmax", f"taylor:{8}")
 #: the largest cited exp error per device (the library of a black box is unknown)
-BLACK_BOX_EXP = {"cpu": "cpu-torch-exp_u20", "cuda": "cuda-expf"}
+BLACK_BOX_EXP = BLACK_BOX_EXP_LIBRARY
 PROBE_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 

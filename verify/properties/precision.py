@@ -48,6 +48,7 @@ from verify.properties.support.paths import (
     with_mode_and_form,
 )
 from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.vocabulary import LOW_PRECISION_DTYPES
 
 #: the skip reason for an unknown kernel: no plain-torch reference of the claimed kernel
 NO_REFERENCE = "the variant claims no kernel (kernel=unknown): no reference"
@@ -394,7 +395,7 @@ def bias_inputs(seed: int, case: str, *, H: int, T: int, S: int, d: int, d_v: in
 def _bias_applies(variant, ctx) -> str | None:
     if why := reference_reason(variant, unknown=NO_REFERENCE, favor="no exact reference"):
         return why
-    if ctx.model_dtype not in ("bfloat16", "float16"):
+    if ctx.model_dtype not in LOW_PRECISION_DTYPES:
         return (
             "the bias check runs in bfloat16/float16 (a one-sided rounding of float32 is below "
             "any rounding the output keeps)"
@@ -484,20 +485,22 @@ def _bias_case(variant, ex: BiasExample, ctx, case: str) -> Observation:
             f"{case}: the signed error of head {i} exceeds its max-error bound "
             f"({worst:.3g} of it): {eb.description}",
         )  # fmt: skip
-    width = hoeffding_half_width(z.size, BIAS_ALPHA, BIAS_TESTS)
+    width = hoeffding_half_width(z.size, BIAS_ALPHA, bias_tests())
     mean = float(z.mean())
     return Observation(
         abs(mean), width, "statistical", f"{case}: mean over {z.size} heads",
         f"{case}: mean signed error {mean:+.4f} of the max-error bound over "
         f"{z.size} independent heads (mean error {float(err.mean()):+.3e}); Hoeffding width "
-        f"{width:.4f} at confidence 1 - {BIAS_ALPHA:g}, Bonferroni over {BIAS_TESTS} "
+        f"{width:.4f} at confidence 1 - {BIAS_ALPHA:g}, Bonferroni over {bias_tests()} "
         f"checks (examples x cases x low-precision dtypes); bound: {eb.description}",
     )  # fmt: skip
 
 
-#: simultaneous bias checks of one property run: 3 examples (its catalogue max_examples) x
-#: 2 cases x 2 low-precision dtypes
-BIAS_TESTS = 3 * 2 * 2
+def bias_tests() -> int:
+    """Simultaneous bias checks of one property run (the Bonferroni count): the catalogue's
+    max_examples x the cases x the two low-precision dtypes."""
+    return ROUNDING_BIAS.max_examples * len(BIAS_CASES) * len(LOW_PRECISION_DTYPES)
+
 
 ROUNDING_BIAS = declare("rounding-bias", _bias_applies, _bias_examples, _bias_check, shrink=False)
 

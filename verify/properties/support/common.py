@@ -256,14 +256,16 @@ def precision_of(variant, ctx, *, denominator: str, eps: float | None = None) ->
     variant's ``precision`` claim (declared or found by the probes), else ``fused`` for a
     softmax kernel in bfloat16/float16; None (two-level) for other kernels, other denominators,
     an eps, and float32/float64 runs without a claim."""
-    from verify.spec.vocabulary import LOW_PRECISION_DTYPES
 
     eps = variant.eps if eps is None else eps
     if variant.kernel_family != "softmax" or denominator != "sum" or eps:
         return None
     if variant.precision:
         return variant.precision
-    return "fused" if ctx.model_dtype in LOW_PRECISION_DTYPES else None
+    from verify.exact.errors import default_precision
+
+    model = default_precision(ctx.model_dtype)
+    return None if model == "two-level" else model
 
 
 def _bound(variant, x, ctx, exact, form: str, kw: dict[str, Any]):
