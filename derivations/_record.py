@@ -35,19 +35,22 @@ class Status(str, enum.Enum):
 
 @dataclass
 class Step:
-    """One step of a derivation: prose plus an optional sympy expression (or LaTeX string)."""
+    """One step of a derivation: prose plus an optional displayed formula.
+
+    The prose says what the formula is; the formula is a sympy object (printed by
+    ``derivations._latex.latex``) or a ``Tex`` (hand-written, slots from sympy objects).
+    """
 
     text: str
-    expr: Any = None  # sympy object, or a str taken as LaTeX
+    expr: Any = None  # sympy object or derivations._latex.Tex
 
     def latex(self) -> str | None:
+        """The displayed formula: the project's printer or the step's ``Tex`` (``_latex``)."""
         if self.expr is None:
             return None
-        if isinstance(self.expr, str):
-            return self.expr
-        import sympy
+        from derivations._latex import latex
 
-        return sympy.latex(self.expr)
+        return latex(self.expr)
 
 
 @dataclass
@@ -67,7 +70,8 @@ class Derivation:
     Attributes:
         id: ``"D1"`` ... ``"D10"``.
         title: one-line title.
-        statement: mapping label -> sympy object (or LaTeX string) stating the result.
+        statement: mapping label -> sympy object or ``Tex`` (``derivations._latex``) stating
+            the result with its conditions.
         steps: the derivation, in order.
         claims: every checked statement and its status.
         exports: names of the numeric functions ``verify/`` imports from the module.
@@ -135,10 +139,18 @@ class Derivation:
         """A JSON-serializable dict (statement in LaTeX and sympy ``srepr``)."""
         import sympy
 
-        def enc(x: Any) -> dict[str, str]:
+        from derivations._latex import Tex, latex
+
+        def enc(x: Any) -> dict[str, Any]:
             if isinstance(x, str):
                 return {"latex": x}
-            return {"latex": sympy.latex(x), "srepr": sympy.srepr(x)}
+            if isinstance(x, Tex):
+                out: dict[str, Any] = {"latex": x.latex(), "claim": x.claim}
+                out["slots"] = {k: sympy.srepr(v) for k, v in x.slots.items()}
+                if x.expr is not None:
+                    out["srepr"] = sympy.srepr(x.expr)
+                return out
+            return {"latex": latex(x), "srepr": sympy.srepr(x)}
 
         return {
             "id": self.id,

@@ -16,6 +16,7 @@ import itertools
 import math
 from fractions import Fraction
 
+from derivations._latex import tex
 from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_order
 
@@ -214,6 +215,14 @@ def _syms():
     }
 
 
+def _dot():
+    """q.k as the sympy sum over the d coordinates (the statement's symbols)."""
+    import sympy
+
+    d, i = pick(_syms(), "d", "i")
+    return sympy.Sum(sympy.IndexedBase("q")[i] * sympy.IndexedBase("k")[i], (i, 1, d))
+
+
 def _builders(f):
     """The symmetric and tensor-power map builders ``(x, order, c) -> list`` from the overrides."""
     if f["feature_map"] is None:
@@ -236,33 +245,43 @@ def _statement(rec) -> None:
     import sympy
 
     c, n, big_n, d, i, s = pick(_syms(), "c", "n", "N", "d", "i", "s")
-    qs, ks = sympy.IndexedBase("q"), sympy.IndexedBase("k")
-    qk = sympy.Sum(qs[i] * ks[i], (i, 1, d))
+    qk = _dot()
     rec.statement["exp_series"] = sympy.Eq(
         sympy.exp(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, sympy.oo))
     )
-    rec.statement["tensor_power"] = sympy.Eq(
-        qk**n, sympy.Symbol(r"\langle q^{\otimes n}, k^{\otimes n}\rangle")
+    # The tensor power, multi-indices and feature maps have no sympy object: hand-written
+    # templates (derivations._latex) whose sympy parts are slots and which name their claim.
+    rec.statement["tensor_power"] = tex(
+        r"@qk = \langle q^{\otimes n}, k^{\otimes n} \rangle"
+        r" \qquad (q, k \in \mathbb{R}^d,\ n \ge 0)",
+        claim="<q^(tensor n), k^(tensor n)> = (q.k)^n for all n, d",
+        qk=qk**n,
     )
-    rec.statement["multinomial"] = sympy.Eq(
-        qk**n,
-        sympy.Symbol(r"\sum_{|\alpha|=n} \frac{n!}{\alpha!} q^{\alpha} k^{\alpha}"),
+    rec.statement["multinomial"] = tex(
+        r"@qk = \sum_{\alpha \in \mathbb{N}^d,\ \lvert\alpha\rvert = n}"
+        r" \frac{n!}{\alpha!}\, q^{\alpha} k^{\alpha}",
+        claim="multinomial theorem (q.k)^n = sum_{|alpha|=n} n!/alpha! q^alpha k^alpha",
+        qk=qk**n,
     )
-    rec.statement["symmetric_map"] = sympy.Eq(
-        sympy.Symbol(r"\Phi(x)_\alpha"),
-        c ** (sympy.Symbol(r"|\alpha|") / 2)
-        * sympy.Symbol(r"x^\alpha")
-        / sympy.sqrt(sympy.Symbol(r"\alpha!")),
+    rec.statement["symmetric_map"] = tex(
+        r"\Phi(x)_{\alpha} = \frac{c^{\lvert\alpha\rvert/2}\, x^{\alpha}}{\sqrt{\alpha!}}"
+        r" \qquad (\alpha \in \mathbb{N}^d,\ \lvert\alpha\rvert \le N,\ c > 0)",
+        claim="symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
     )
-    rec.statement["tensor_map"] = sympy.Eq(
-        sympy.Symbol(r"\Phi_n(x)"),
-        sympy.Symbol(r"(\sqrt{c}\,x)^{\otimes n}") / sympy.sqrt(sympy.factorial(n)),
+    rec.statement["tensor_map"] = tex(
+        r"\Phi_n(x) = \frac{(\sqrt{c}\, x)^{\otimes n}}{\sqrt{n!}}"
+        r" \in (\mathbb{R}^d)^{\otimes n} \qquad (0 \le n \le N,\ c > 0)",
+        claim="tensor-power map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
     )
     rec.statement["kappa_N"] = sympy.Eq(
         sympy.Function("kappa_N")(s), sympy.Sum(s**n / sympy.factorial(n), (n, 0, big_n))
     )
-    rec.statement["block_sizes"] = sympy.Tuple(
-        sympy.binomial(n + d - 1, n), sympy.Pow(d, n, evaluate=False)
+    rec.statement["block_sizes"] = tex(
+        r"\left\lvert \lbrace \alpha \in \mathbb{N}^d : \lvert\alpha\rvert = n \rbrace"
+        r" \right\rvert = @sym, \qquad \left\lvert [d]^n \right\rvert = @ten",
+        claim="symmetric block size = C(n+d-1, n) for all n, d",
+        sym=sympy.binomial(n + d - 1, n),
+        ten=sympy.Pow(d, n, evaluate=False),
     )
 
 
@@ -422,13 +441,22 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
         "Feature maps from the exports: symmetric Phi(x)_alpha = c^(|alpha|/2) "
         "sqrt(monomial_weight(alpha)) x^alpha, tensor Phi_n(x) = "
         "sqrt(c^n taylor_coefficient(n)) x^(tensor n). Summing the multinomial identity "
-        "with weights c^n/n! over n <= N gives <Phi(q), Phi(k)> = kappa_N(c q.k).",
-        rec.statement["kappa_N"],
+        "with weights c^n/n! over n <= N gives the truncated exponential kernel:",
+        tex(
+            r"\langle \Phi(q), \Phi(k) \rangle = @kappa",
+            claim="symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
+            kappa=sympy.Function("kappa_N")(c * _dot()),
+        ),
     )
     rec.step(
         "Order 2: the symmetric map has weight 1/sqrt(2) on x_i^2 and 1 on x_i x_j (i < j); "
-        "an element-wise square x_i^2 alone misses the cross terms for d > 1.",
-        sympy.Tuple(sympy.sqrt(sympy.Rational(1, 2)), sympy.Integer(1)),
+        "an element-wise square x_i^2 alone misses the cross terms for d > 1. The order-2 "
+        "coordinates (c = 1) are",
+        tex(
+            r"\Phi(x)_{2 e_i} = @w\, x_i^2, \qquad \Phi(x)_{e_i + e_j} = x_i x_j \quad (i < j)",
+            claim="order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",
+            w=sympy.sqrt(sympy.Rational(1, 2)),
+        ),
     )
     rec.verify(
         "order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",

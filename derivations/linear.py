@@ -13,6 +13,7 @@ Numeric exports (plain Python): ``FEATURE_MAPS``, ``parse_feature_map``, ``featu
 from __future__ import annotations
 
 from derivations import feature_maps as fm
+from derivations._latex import tex
 from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim
 
@@ -169,18 +170,25 @@ def _statement(rec) -> None:
     import sympy
 
     xs = _syms()["x"]
-    phi = sympy.Function("phi")
-    rec.statement["first_order_term"] = sympy.Eq(
-        sympy.Symbol(r"\tilde{q}_t^T \sum_{s\le t} \tilde{k}_s v_s^T"),
-        sympy.Symbol(r"\sum_{s\le t} (\tilde{q}_t\cdot\tilde{k}_s)\, v_s^T"),
+    # Matrix products over the tokens and the block feature map: hand-written templates
+    # (derivations._latex) naming the claim that proves each; kappa_1 is a sympy object.
+    rec.statement["first_order_term"] = tex(
+        r"\tilde{q}_t^{T} \sum_{s \le t} \tilde{k}_s v_s^{T}"
+        r" = \sum_{s \le t} (\tilde{q}_t \cdot \tilde{k}_s)\, v_s^{T}"
+        r" \qquad (\tilde{q} = \sqrt{c}\, q,\ \tilde{k} = \sqrt{c}\, k)",
+        claim="exchange of the feature and token sums (all T, d, any feature map)",
     )
     rec.statement["kappa_1"] = sympy.Eq(sympy.Function("kappa_1")(xs), 1 + xs)
-    rec.statement["first_order_map"] = sympy.Eq(
-        phi(sympy.Symbol("x")), sympy.Symbol(r"[1, \tilde{x}]"), evaluate=False
+    rec.statement["first_order_map"] = tex(
+        r"\phi(x) = (1, \sqrt{c}\, x) \in \mathbb{R}^{d+1},"
+        r" \qquad \phi(q) \cdot \phi(k) = 1 + c\, q \cdot k = \kappa_1(c\, q \cdot k)",
+        claim="[1, sqrt(c) q] . [1, sqrt(c) k] = 1 + c q.k (all d)",
     )
-    rec.statement["kernel_linear_attention"] = sympy.Eq(
-        sympy.Symbol("o_t"),
-        sympy.Symbol(r"\phi(q_t)^T S_t / \phi(q_t)^T z_t"),
+    rec.statement["kernel_linear_attention"] = tex(
+        r"o_t = \frac{\phi(q_t)^{T} S_t}{\phi(q_t)^{T} z_t}, \qquad"
+        r" S_t = S_{t-1} + \phi(k_t)\, v_t^{T}, \quad z_t = z_{t-1} + \phi(k_t),"
+        r" \quad S_0 = 0,\ z_0 = 0",
+        claim="normalized Taylor-1 attention == kernel linear attention with phi = [1, x~]",
     )
 
 

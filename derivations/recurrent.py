@@ -13,6 +13,7 @@ polynomials in symbolic q, k, v (numerator and denominator separately).
 from __future__ import annotations
 
 from derivations import feature_maps as fm
+from derivations._latex import tex
 from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_int, check_order
 
@@ -186,25 +187,33 @@ def _statement(rec) -> None:
 
     t, s_, n, big_n = pick(_syms(), "t", "s", "n", "N")
     kap = sympy.Function("kappa_N")
-    x_ts = sympy.Function("x")(t, s_)
-    v_s = sympy.Function("v")(s_)
-    s_fn, z_fn = sympy.Function("S^{(n)}"), sympy.Function("z^{(n)}")
-    kt_n = sympy.Function(r"\tilde{k}^{\otimes n}")
-    q_n = sympy.Function(r"\tilde{q}^{\otimes n}")
-    rec.statement["output"] = sympy.Eq(
-        sympy.Symbol("o_t"),
-        sympy.Sum(kap(x_ts) * v_s, (s_, 1, t)) / sympy.Sum(kap(x_ts), (s_, 1, t)),
-    )
-    rec.statement["state_update"] = sympy.Eq(
-        s_fn(t), s_fn(t - 1) + kt_n(t) * sympy.Function("v^T")(t)
-    )
-    rec.statement["normalizer_update"] = sympy.Eq(z_fn(t), z_fn(t - 1) + kt_n(t))
-    rec.statement["readout"] = sympy.Eq(
-        sympy.Symbol("N_t"),
-        sympy.Sum(
-            sympy.Function(r"\langle\cdot,\cdot\rangle")(q_n(t), s_fn(t)) / sympy.factorial(n),
-            (n, 0, big_n),
+    x, v, o = sympy.IndexedBase("x"), sympy.IndexedBase("v"), sympy.IndexedBase("o")
+    # Tensor powers and the state contraction have no sympy object: hand-written templates
+    # (derivations._latex) with the sympy parts as slots, each naming the claim that proves it.
+    readout = "recurrent readout = parallel form (all T, d, N), z^(0)_t = t"
+    rec.statement["output"] = tex(
+        r"@o \qquad (x_{t, s} = c\, q_t \cdot k_s,\ c > 0)",
+        claim=readout,
+        o=sympy.Eq(
+            o[t],
+            sympy.Sum(kap(x[t, s_]) * v[s_], (s_, 1, t)) / sympy.Sum(kap(x[t, s_]), (s_, 1, t)),
         ),
+    )
+    rec.statement["state_update"] = tex(
+        r"S^{(n)}_t = S^{(n)}_{t-1} + \tilde{k}_t^{\otimes n} v_t^{T}, \qquad S^{(n)}_0 = 0"
+        r" \qquad (\tilde{k}_t = \sqrt{c}\, k_t)",
+        claim="the state recursion unrolls to the causal prefix sum (all t)",
+    )
+    rec.statement["normalizer_update"] = tex(
+        r"z^{(n)}_t = z^{(n)}_{t-1} + \tilde{k}_t^{\otimes n}, \qquad z^{(n)}_0 = 0",
+        claim="the state recursion unrolls to the causal prefix sum (all t)",
+    )
+    rec.statement["readout"] = tex(
+        r"o_t = \frac{N_t}{D_t}, \quad N_t = \sum_{n=0}^{N} \frac{1}{n!}"
+        r" \big(\tilde{q}_t^{\otimes n}\big)^{T} S^{(n)}_t, \quad"
+        r" D_t = \sum_{n=0}^{N} \frac{1}{n!} \big(\tilde{q}_t^{\otimes n}\big)^{T} z^{(n)}_t"
+        r" \qquad (\tilde{q}_t = \sqrt{c}\, q_t)",
+        claim=readout,
     )
 
 

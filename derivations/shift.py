@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from derivations._latex import tex
 from derivations._record import Derivation, main_for
 from derivations._validate import check_exact, check_order
 from derivations.feature_maps import taylor_coefficients
@@ -181,11 +182,19 @@ def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
     w_shift = kern(x[i] + a) / sp.Sum(kern(x[j] + a), (j, 1, n))
     w = kern(x[i]) / sp.Sum(kern(x[j]), (j, 1, n))
     rec.statement["softmax shift invariance"] = sp.Eq(w_shift, w)
-    rec.step("Softmax weight of key i in a row of n scores, shifted by a:", w_shift)
+    shift_claim = "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a"
+    rec.step(
+        "Softmax weight of key i in a row of n scores, shifted by a:",
+        tex(r"\operatorname{softmax}(x + a \mathbf{1})_i = @w", claim=shift_claim, w=w_shift),
+    )
     rec.step(
         "e^{x_j + a} = e^a e^{x_j}; the finite sum is linear, so e^a factors out of the "
         "denominator and cancels with the numerator:",
-        factor_sums(sp.expand(w_shift, power_exp=True)),
+        tex(
+            r"\operatorname{softmax}(x + a \mathbf{1})_i = @w",
+            claim=shift_claim,
+            w=factor_sums(sp.expand(w_shift, power_exp=True)),
+        ),
     )
     rec.prove(
         "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a",
@@ -211,13 +220,22 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         + sp.binomial(N, N - 1) * anz / sp.factorial(N)
         - 1 / sp.factorial(N - 1)
     )
-    rec.statement["kappa_N shift"] = sp.Eq(
-        sp.Symbol("[x^{N-1}](kappa_N(x+a) - kappa_N(x))"), anz / sp.factorial(N - 1)
+    gap_claim = "[x^(N-1)] (kappa_N(x+a) - kappa_N(x)) = a/(N-1)! != 0 for a != 0 (not a multiple)"
+    # [x^k] (coefficient extraction) has no sympy object: a template (derivations._latex).
+    gap = r"[x^{N-1}]\bigl(\kappa_N(x + a) - \kappa_N(x)\bigr) = @c"
+    rec.statement["kappa_N shift"] = tex(
+        gap + r" \ne 0 \qquad (N \ge 1,\ a \ne 0)",
+        claim=gap_claim,
+        c=anz / sp.factorial(N - 1),
     )
     rec.step(
         "If kappa_N(x + a) = c kappa_N(x) for all x, the x^N coefficients give c = 1: only "
         "(x+a)^N/N! contributes to x^N in kappa_N(x+a), with coefficient",
-        lead,
+        tex(
+            r"[x^{N}]\, \kappa_N(x + a) = @c",
+            claim="x^N coefficient of kappa_N(x+a) is 1/N! (forces c = 1)",
+            c=lead,
+        ),
     )
     rec.prove(
         "x^N coefficient of kappa_N(x+a) is 1/N! (forces c = 1)",
@@ -227,7 +245,7 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
     rec.step(
         "The x^(N-1) coefficient of kappa_N(x+a) - kappa_N(x) gets C(N-1,N-1)/(N-1)! from "
         "(x+a)^(N-1)/(N-1)!, C(N,N-1) a/N! from (x+a)^N/N!, minus 1/(N-1)! from kappa_N(x):",
-        sp.combsimp(sub),
+        tex(gap, claim=gap_claim, c=sp.combsimp(sub)),
     )
     rec.prove(
         "[x^(N-1)] (kappa_N(x+a) - kappa_N(x)) = a/(N-1)! != 0 for a != 0 (not a multiple)",
@@ -245,7 +263,12 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         "Two keys with scores x1, x2: the shifted and unshifted weights agree iff "
         "P = kappa(x1+a) kappa(x2) - kappa(x2+a) kappa(x1) = 0. The coefficient of "
         "x1^(N-1) x2^N in P is [(1 + a)/(N-1)!]/N! - (1/N!)(1/(N-1)!):",
-        sp.simplify(coef_p),
+        tex(
+            r"[x_1^{N-1} x_2^{N}]\, P = @c",
+            claim="P is a non-zero polynomial (coefficient a/((N-1)! N!)), so kappa_N weights "
+            "change under a shift except on a proper algebraic subset of score pairs",
+            c=sp.simplify(coef_p),
+        ),
     )
     rec.prove(
         "P is a non-zero polynomial (coefficient a/((N-1)! N!)), so kappa_N weights change "
@@ -327,11 +350,16 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
     b = sp.Symbol("b", positive=True)
     nv = sp.Symbol("n_v", integer=True, positive=True)
     leak = sp.exp(-M) / (sp.exp(-M) + S)
-    rec.statement["exp sentinel leak"] = sp.Eq(sp.Symbol("w_masked"), leak)
+    leak_claim = "exp: the masked key's weight is > 0 for every finite sentinel -M and every S > 0"
+    rec.statement["exp sentinel leak"] = tex(
+        r"@w > 0 \qquad \Bigl(S = \sum_{s \text{ visible}} e^{x_s} > 0,\ M > 0\Bigr)",
+        claim=leak_claim,
+        w=sp.Eq(sp.Symbol("w_masked"), leak),
+    )
     rec.step(
         "Masking by an additive sentinel -M gives the masked key the softmax weight "
         "e^{-M}/(e^{-M} + S), S = sum of the visible keys' e^{x_s} > 0:",
-        leak,
+        sp.Eq(sp.Symbol("w_masked"), leak),
     )
     rec.prove(
         "exp: the masked key's weight is > 0 for every finite sentinel -M and every S > 0",
@@ -342,7 +370,7 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
     rec.step(
         "'Whatever the other scores': if the n_v visible scores all equal -M - b, the masked "
         "weight is",
-        sp.simplify(leak_low),
+        sp.Eq(sp.Symbol("w_masked"), sp.simplify(leak_low)),
     )
     rec.prove(
         "exp: with visible scores -M - b the masked weight is 1/(1 + n_v e^{-b}) -> 1 (b -> oo)",
@@ -370,7 +398,7 @@ def _claim_kappa_sentinel(rec: Derivation) -> None:
     rec.step(
         "kappa_N at a sentinel -M, N >= 1, M >= 1: |kappa_N(-M)| >= M^N/N! - sum_{n<N} M^n/n! "
         ">= M^N/N! - M^(N-1) sum_{n<N} 1/n! >= M^(N-1) (M/N! - e), since sum_n 1/n! = e:",
-        lower,
+        sp.Ge(sp.Abs(sp.Function("kappa_N")(-M)), lower),
     )
     nn = sp.Symbol("n", integer=True, nonnegative=True)
     rec.prove(

@@ -18,6 +18,7 @@ import math
 from fractions import Fraction
 
 from derivations import feature_maps as fm
+from derivations._latex import tex
 from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_order
 
@@ -129,8 +130,12 @@ def _statement(rec) -> None:
         sympy.Symbol("S_tensor"), sympy.Sum(d**n, (n, 0, big_n)) * (d_v + 1)
     )
     rec.statement["kv_cache"] = sympy.Eq(sympy.Symbol("KV"), t_len * (d + d_v))
-    rec.statement["crossover"] = sympy.Eq(
-        sympy.Symbol("T^*"), sympy.binomial(big_n + d, big_n) * (d_v + 1) / (d + d_v)
+    # T* is where the two sizes are equal; as a length it is rounded up (hand-written condition).
+    rec.statement["crossover"] = tex(
+        r"@t \qquad \bigl(T\,(d + d_v) \ge @state \iff T \ge T^{*}\bigr)",
+        claim="kv_cache_numbers, crossover_ratio, crossover_length (= first T with KV >= state)",
+        t=sympy.Eq(sympy.Symbol("T^*"), sympy.binomial(big_n + d, big_n) * (d_v + 1) / (d + d_v)),
+        state=sympy.binomial(big_n + d, big_n) * (d_v + 1),
     )
 
 

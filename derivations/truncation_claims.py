@@ -14,6 +14,7 @@ import functools
 from fractions import Fraction
 
 from derivations import feature_maps as fm
+from derivations._latex import tex
 from derivations._record import pick
 from derivations.truncation import STATED_DELTAS, STATED_FIRST_BELOW_ONE
 
@@ -101,23 +102,39 @@ def statement(rec) -> None:
     g = sympy.Function("g_N")
     r, dl = sympy.Symbol("r", nonnegative=True), sympy.Symbol("delta", nonnegative=True)
     rec.statement["kappa_N"] = sympy.Eq(kap(x), sympy.Sum(x**n / sympy.factorial(n), (n, 0, big_n)))
-    rec.statement["remainder_bound"] = sympy.Le(
-        sympy.Abs(sympy.exp(x) - kap(x)),
-        sympy.exp(sympy.Max(x, 0)) * sympy.Abs(x) ** (big_n + 1) / sympy.factorial(big_n + 1),
+    # Conditions and quantifiers are hand-written around the sympy objects (derivations._latex);
+    # each template names the claim that proves it.
+    rec.statement["remainder_bound"] = tex(
+        r"@b \qquad (x \in \mathbb{R},\ N \ge 0)",
+        claim="|e^x - kappa_N(x)| <= e^{max(x,0)} |x|^{N+1}/(N+1)! (all N, x)",
+        b=sympy.Le(
+            sympy.Abs(sympy.exp(x) - kap(x)),
+            sympy.exp(sympy.Max(x, 0)) * sympy.Abs(x) ** (big_n + 1) / sympy.factorial(big_n + 1),
+        ),
     )
     rec.statement["relative_error"] = sympy.Eq(g(x), 1 - kap(x) * sympy.exp(-x))
     rec.statement["relative_error_derivative"] = sympy.Eq(
         sympy.Derivative(g(x), x), x**big_n * sympy.exp(-x) / sympy.factorial(big_n)
     )
-    rec.statement["delta_closed_form"] = sympy.Eq(
-        sympy.Function("delta_N")(r), sympy.Max(sympy.Abs(g(-r)), sympy.Abs(g(r)))
+    rec.statement["delta_closed_form"] = tex(
+        r"\delta_N(r) = \sup_{\lvert x \rvert \le r} \lvert g_N(x) \rvert = @m"
+        r" \qquad (r \ge 0)",
+        claim="|g_N| increases with |x| on each side of 0: delta_N(r) = max(|g_N(-r)|, |g_N(r)|)",
+        m=sympy.Max(sympy.Abs(g(-r)), sympy.Abs(g(r))),
     )
-    rec.statement["output_bound"] = sympy.Le(
-        sympy.Symbol(r"\sum_s |\hat w_s - w_s|"), 2 * dl / (1 + sympy.sqrt(1 - dl**2))
+    rec.statement["output_bound"] = tex(
+        r"\sum_{s} \lvert \hat{w}_s - w_s \rvert \le @b \qquad"
+        r" \Bigl(w_s = \frac{a_s}{\sum_j a_j},\ \hat{w}_s = \frac{\hat{a}_s}{\sum_j \hat{a}_j},"
+        r"\ \hat{a}_s = a_s (1 + e_s),\ a_s > 0,"
+        r"\ \lvert e_s \rvert \le \delta,\ 0 \le \delta < 1\Bigr)",
+        claim="sup over all weights and errors of sum |w^ - w| = 2 delta/(1 + sqrt(1 - delta^2))",
+        b=2 * dl / (1 + sympy.sqrt(1 - dl**2)),
     )
-    rec.statement["positivity"] = sympy.Symbol(
-        r"\kappa_{2m}(x) > 0 \;\forall x\in\mathbb{R};\ \kappa_{2m+1}\text{ has one real root, "
-        r"and it is negative}"
+    rec.statement["positivity"] = tex(
+        r"\kappa_{2m}(x) > 0 \ \ \forall x \in \mathbb{R}; \qquad"
+        r" \left\lvert \lbrace x \in \mathbb{R} : \kappa_{2m+1}(x) = 0 \rbrace \right\rvert = 1"
+        r", \quad \kappa_{2m+1}(x) = 0 \Rightarrow x < 0 \qquad (m \ge 0)",
+        claim="kappa_2m > 0 on R; kappa_{2m+1} has exactly one real root, negative (all m)",
     )
 
 
@@ -182,7 +199,7 @@ def claim_last_term(rec) -> None:
     rec.step(
         "Last term: kappa_N - kappa_{N-1} = x^N/N! (forward difference of the partial sums).",
         sympy.Eq(
-            sympy.Symbol(r"\kappa_N - \kappa_{N-1}"),
+            sympy.Function("kappa_N")(x) - sympy.Function("kappa_{N-1}")(x),
             x**npos / sympy.factorial(npos),
             evaluate=False,
         ),
@@ -420,7 +437,7 @@ def claim_split_bound(rec) -> None:
     rec.step(
         "U decreases and L increases in m, so min(U, L) is largest where they cross: "
         "m* = 1 - delta + 2 a delta, giving F(a) = 4a(1-a) delta/(1 - delta + 2 a delta).",
-        sympy.Eq(sympy.Symbol("F(a)"), f_a),
+        sympy.Eq(sympy.Function("F")(a), f_a),
     )
 
     def crossing_value():
@@ -452,7 +469,7 @@ def claim_supremum(rec) -> None:
         "2t(1 - t - 2a)^2/((1-t)^2 + 4at) >= 0, so sup_a F = F* = 2t = 2 delta/(1 + sqrt(1 - "
         "delta^2)), attained at a = (1-t)/2 by e = +delta on P and -delta elsewhere. It is "
         "below the looser bound 2 delta/(1-delta) = 4t/(1-t)^2.",
-        sympy.Eq(sympy.Symbol("B(delta)"), b_star),
+        sympy.Eq(sympy.Function("B")(b_star.free_symbols.pop()), b_star),
     )
 
     def supremum():

@@ -67,8 +67,7 @@ def _record_md(r) -> list[str]:
     if r.statement:
         out += ["### Statement", ""]
         for label, expr in r.statement.items():
-            latex = expr if isinstance(expr, str) else _latex(expr)
-            out += [f"**{label}**", "", md.display_math(latex), ""]
+            out += [f"**`{label}`**", "", md.display_math(_latex(expr)), ""]
     if r.steps:
         out += ["### Steps", ""]
         for i, s in enumerate(r.steps, 1):
@@ -93,9 +92,10 @@ def _record_md(r) -> list[str]:
 
 
 def _latex(expr) -> str:
-    import sympy
+    """The project's LaTeX for a statement: ``derivations._latex`` (printer or template)."""
+    from derivations._latex import latex
 
-    return sympy.latex(expr)
+    return latex(expr)
 
 
 def write(stage: Path, records, figures: list[tuple[str, str]]) -> None:

@@ -1,0 +1,339 @@
+"""The LaTeX of ``reports/derivations.md``: it renders, it says what the code proves.
+
+1. Every math span (``$...$`` and ``$$...$$``) renders with KaTeX (``throwOnError``, strict),
+   in one node process for all spans. KaTeX is installed from ``tests/katex/package-lock.json``
+   into ``tests/katex/node_modules`` (git-ignored) on first use; the test skips only when node
+   or npm is missing.
+2. Fragments a lossy sympy -> LaTeX conversion produced (a ``Symbol`` named after a formula,
+   prose set as math) are absent, and generic smells of the same kind are found nowhere.
+3. Every hand-written template (``derivations._latex.Tex``) is tied to its record: its slots are
+   printed from sympy objects, the claim it names exists and did not fail, and a template that
+   gives a full ``expr`` prints as that object does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import derivations
+from derivations._latex import NOTATION, SLOT, Tex, latex
+from derivations._record import Status
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "reports" / "derivations.md"
+KATEX_DIR = Path(__file__).resolve().parent / "katex"
+
+
+# -- the math spans of a GitHub Markdown file ----------------------------------------------------
+def math_spans(text: str) -> list[tuple[str, bool, int]]:
+    """``(tex, display, line)`` for every ``$$...$$`` block and every inline ``$...$``.
+
+    Code spans and fenced code are skipped (GitHub does not typeset math there).
+    """
+    spans: list[tuple[str, bool, int]] = []
+    lines = text.split("\n")
+    i, fenced = 0, False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.strip() == "$$":
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "$$":
+                j += 1
+            assert j < len(lines), f"unclosed $$ block at line {i + 1}"
+            spans.append(("\n".join(lines[i + 1 : j]), True, i + 1))
+            i = j
+        elif not fenced:
+            prose = re.sub(r"`[^`]*`", "", line)
+            for m in re.finditer(r"(?<![\\$])\$(?!\$)([^$]+?)(?<![\\$])\$(?!\$)", prose):
+                spans.append((m.group(1), False, i + 1))
+        i += 1
+    return spans
+
+
+def _katex_ready() -> Path:
+    """``tests/katex/render.js`` with KaTeX installed (``npm ci`` on first use)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to render the math with KaTeX (not found on PATH)")
+    if not (KATEX_DIR / "node_modules" / "katex" / "package.json").exists():
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=KATEX_DIR,
+            check=True,
+            timeout=300,
+        )
+    return KATEX_DIR / "render.js"
+
+
+def katex_errors(spans: list[tuple[str, bool, int]]) -> list[str]:
+    """KaTeX's error for each span that does not render (one node process for all spans)."""
+    script = _katex_ready()
+    payload = json.dumps([{"tex": t, "display": d} for t, d, _ in spans])
+    proc = subprocess.run(
+        [shutil.which("node"), str(script)],
+        input=payload,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    errors = json.loads(proc.stdout)
+    assert len(errors) == len(spans)
+    return [f"line {ln}: {err}\n    {t!r}" for (t, _, ln), err in zip(spans, errors) if err]
+
+
+@pytest.fixture(scope="module")
+def report_text() -> str:
+    return REPORT.read_text()
+
+
+@pytest.fixture(scope="module")
+def spans(report_text):
+    found = math_spans(report_text)
+    assert len(found) > 100  # statements and steps of D1-D11
+    return found
+
+
+# -- 1. a real TeX renderer -----------------------------------------------------------------------
+def test_katex_renders_every_math_span(spans):
+    errors = katex_errors(spans)
+    assert not errors, f"{len(errors)} math spans do not render:\n" + "\n".join(errors)
+
+
+def test_katex_check_can_fail():
+    """The renderer check itself rejects broken LaTeX (else test 1 would prove nothing)."""
+    bad = [(r"\frac{a}{b", True, 1), (r"x_{t) i}^{", False, 2), (r"\kappa_N", False, 3)]
+    errors = katex_errors(bad)
+    assert len(errors) == 2 and "line 1" in errors[0] and "line 2" in errors[1]
+
+
+def test_math_spans_reader():
+    text = "a $x_1$ and `$not math$` b\n\n$$\n\\frac{1}{2}\n$$\n\n```\n$$\n```\n"
+    assert math_spans(text) == [("x_1", False, 1), ("\\frac{1}{2}", True, 3)]
+
+
+# -- 2. fragments of the lossy conversion ---------------------------------------------------------
+#: fragments the old conversion printed (record, text)
+FRAGMENTS = [
+    ("D1", r"\Phi_{n(x)}"),
+    ("D3", r"o_{t} = \phi(q^{T S T z}_{t) t / \phi(q t) t}"),
+    ("D3", r"\phi(q^{T S T z}"),
+    ("D4", r"\sum_{s |\hat w s - w s|}"),
+    ("D7", r"L2(N_{t) i}"),
+    ("D7", r"RMS(N_{t) i}"),
+    ("D7", r"LN(N_{t) i}"),
+    ("D7", r"\left\|{Layer}\right\|_{eps(N t) i}"),
+    ("D7", r"eps(N t) i"),
+    ("D8", r"z_{j in [0, a] for all j} \Rightarrow max_{i softmax(z) i}"),
+    ("D8", r"z_{j in [0, a] for all j}"),
+    ("D8", r"max_{i softmax(z) i}"),
+    ("D8", r"smallest n (threshold 1/2)"),
+    ("D8", "lin peak"),
+    ("D8", "power peak"),
+    ("D9", r"w_{s(alpha q)}"),
+    ("D9", r"E[Z^{k]}"),
+    ("D9", r"Var[phi(x).phi(y)]"),
+    ("D10", r"|Nhat/Dhat"),
+    ("D11", r"max|e_{1 - e 2|}"),
+    ("D11", r"o_{1 - o 2}"),
+]
+
+
+@pytest.mark.parametrize(("rid", "fragment"), FRAGMENTS)
+def test_fragment_absent(report_text, rid, fragment):
+    assert fragment not in report_text, f"{rid}: {fragment!r} is still in {REPORT.name}"
+
+
+def _strip_text(tex: str) -> str:
+    """The math of a span without its ``\\text{...}``-like groups and command names."""
+    tex = re.sub(
+        r"\\(?:text|mathrm|operatorname|mathbb|mathcal|textbf|begin|end)\{[^{}]*\}", "", tex
+    )
+    return re.sub(r"\\[A-Za-z]+", "", tex)
+
+
+def _groups(tex: str):
+    """Contents of every ``_{...}`` / ``^{...}`` group (brace-matched)."""
+    for m in re.finditer(r"[_^]\{", tex):
+        depth, j = 1, m.end()
+        while j < len(tex) and depth:
+            depth += {"{": 1, "}": -1}.get(tex[j], 0)
+            j += 1
+        yield tex[m.end() : j - 1]
+
+
+def _balanced(s: str) -> bool:
+    stack, pairs = [], {")": "(", "]": "["}
+    s = re.sub(r"\\(?:left|right|big|Big|bigl|bigr)[\[\]()]", "", s)
+    for ch in s:
+        if ch in "([":
+            stack.append(ch)
+        elif ch in ")]":
+            if not stack or stack.pop() != pairs[ch]:
+                return False
+    return not stack
+
+
+def smells(tex: str) -> list[str]:
+    """What in one math span looks like a string or prose pushed through sympy."""
+    found = []
+    if re.search(r"(?<!\\)kappa", tex):
+        found.append("kappa without a backslash")
+    for op in (">=", "<=", "!=", "=>"):
+        if op in tex:
+            found.append(f"ASCII operator {op!r}")
+    if re.search(r"[ND]hat", tex):
+        found.append("Nhat/Dhat spelt as a name")
+    words = re.findall(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z])", _strip_text(tex))
+    if words:
+        found.append(f"bare words as identifiers {sorted(set(words))}")
+    for group in _groups(tex):
+        if not _balanced(group):
+            found.append(f"unbalanced sub/superscript {{{group}}}")
+        if re.search(r"[A-Za-z0-9] [A-Za-z]", _strip_text(group)) and "," not in group:
+            if re.search(r"(?<![A-Za-z])[A-Za-z]{2,}", _strip_text(group)):
+                found.append(f"words in a subscript {{{group}}}")
+    return found
+
+
+def test_smell_detector_catches_the_listed_fragments():
+    """Each generic rule fires on the old output it is meant for (the test can fail)."""
+    assert smells(r"o_{t} = \phi(q^{T S T z}_{t) t / \phi(q t) t}")
+    assert smells(r"\sum_{s |\hat w s - w s|} \leq 1")
+    assert smells(r"L2(N_{t) i} = 1")
+    assert smells(r"z_{j in [0, a] for all j} \Rightarrow max_{i softmax(z) i}")
+    assert smells(r"z_{i*} >= z_j + Delta (j != i*)")
+    assert smells(r"w_{s(alpha q)} = w_{s(q)}")
+    assert smells(r"E[Z^{k]} = 1")
+    assert smells(r"[x^{N-1}](kappa_N(x+a) - kappa_N(x)) = 1")
+    assert smells(r"|Nhat/Dhat (1+delta)/(N/D) - 1| \leq 1")
+    assert smells(r"l > 2 T \Rightarrow flagged")
+    assert not smells(r"\kappa_N(x) = \sum_{n=0}^{N} \frac{x^{n}}{n!}")
+    assert not smells(r"\delta \in [0, 1),\ \text{so } \hat N \ge 0")
+
+
+def test_no_smells_in_math(spans):
+    bad = [f"line {ln}: {s}\n    {t!r}" for t, _, ln in spans for s in smells(t)]
+    assert not bad, "\n".join(bad)
+
+
+def test_d4_output_bound_states_its_condition(report_text):
+    """D4's bound on sum |w^ - w| needs delta < 1 (the proof divides by 1 - delta + 2 a delta)."""
+    block = report_text.split("**`output_bound`**", 1)[1].split("$$", 2)[1]
+    assert r"\delta < 1" in block and r"\lvert \hat{w}_s - w_s \rvert" in block
+
+
+STEP_DISPLAY = re.compile(r"^(\d+)\. ([^\n]*)\n\n\$\$\n(.*?)\n\$\$", re.M | re.S)
+RELATION = re.compile(
+    r"=|<|>|\\(?:le|ge|leq|geq|ne|neq|in|to|iff|approx|Rightarrow|implies|sim)(?![A-Za-z])"
+)
+
+
+def test_every_displayed_result_says_what_it_is(report_text):
+    """A displayed formula in a step is a relation (it names what it is), after prose."""
+    bad = []
+    for m in STEP_DISPLAY.finditer(report_text):
+        num, prose, tex = m.groups()
+        if not RELATION.search(tex) or len(prose.split()) < 3:
+            bad.append(f"step {num}: {tex!r}")
+    assert not bad, "\n".join(bad)
+
+
+# -- 3. templates tied to what the code proves ----------------------------------------------------
+@pytest.fixture(scope="module")
+def records():
+    return derivations.derive_all()
+
+
+def _formulas(rec):
+    for label, x in rec.statement.items():
+        yield f"{rec.id} statement {label}", x
+    for i, s in enumerate(rec.steps, 1):
+        if s.expr is not None:
+            yield f"{rec.id} step {i}", s.expr
+
+
+def _normal(tex: str) -> str:
+    """LaTeX up to spacing, ``\\left``/``\\right`` and braces around one token."""
+    tex = re.sub(r"\\left|\\right|\\[,;!: ]|\\quad|\\qquad", "", tex)
+    tex = re.sub(r"\s+", "", tex)
+    prev = None
+    while prev != tex:
+        prev = tex
+        tex = re.sub(r"\{(\\[A-Za-z]+|[A-Za-z0-9])\}", r"\1", tex)
+    return tex
+
+
+IDENTIFIER = re.compile(r"^[A-Za-z]+(_\{?[A-Za-z0-9*]+\}?)?\^?\*?$")
+
+
+def test_every_formula_is_an_object_or_a_tied_template(records):
+    """No formula is a bare string, and no sympy symbol is a formula in disguise."""
+    import sympy
+
+    bad = []
+    for where, x in (f for r in records for f in _formulas(r)):
+        objects = list(x.slots.values()) + [x.expr] if isinstance(x, Tex) else [x]
+        if isinstance(x, str):
+            bad.append(f"{where}: a LaTeX string, not an object or a Tex")
+        for obj in objects:
+            if obj is None:
+                continue
+            if not isinstance(obj, sympy.Basic):
+                bad.append(f"{where}: slot {obj!r} is not a sympy object")
+                continue
+            names = {a.name for a in obj.atoms(sympy.Symbol)} | {
+                f.func.__name__ for f in obj.atoms(sympy.core.function.AppliedUndef)
+            }
+            for name in names:
+                if name not in NOTATION and not IDENTIFIER.match(name):
+                    bad.append(f"{where}: symbol named {name!r} (a formula in a name)")
+    assert not bad, "\n".join(bad)
+
+
+def test_templates_are_tied_to_claims_and_objects(records):
+    bad, checked = [], 0
+    for rec in records:
+        claims = {c.name: c.status for c in rec.claims}
+        for where, x in _formulas(rec):
+            if not isinstance(x, Tex):
+                continue
+            checked += 1
+            slots = set(SLOT.findall(x.template))
+            if slots != set(x.slots):
+                bad.append(f"{where}: slots {sorted(slots)} vs objects {sorted(x.slots)}")
+            if x.claim is None and x.expr is None:
+                bad.append(f"{where}: names neither the claim that proves it nor its object")
+            if x.claim is not None:
+                if x.claim not in claims:
+                    bad.append(f"{where}: claim {x.claim!r} is not in {rec.id}'s claims")
+                elif claims[x.claim] is Status.FAILED:
+                    bad.append(f"{where}: claim {x.claim!r} failed")
+            if x.expr is not None and _normal(x.latex()) != _normal(latex(x.expr)):
+                bad.append(f"{where}: template {x.latex()!r} != object {latex(x.expr)!r}")
+            for name, obj in x.slots.items():
+                if "{" + latex(obj) + "}" not in x.latex():
+                    bad.append(f"{where}: slot {name} not printed from its object")
+    assert checked >= 20, checked
+    assert not bad, "\n".join(bad)
+
+
+def test_template_check_can_fail():
+    """A template whose text drifts from its object is caught by the normal-form comparison."""
+    import sympy
+
+    x = sympy.Symbol("x")
+    right = Tex(
+        r"\kappa_1\left(x\right) = x + 1", expr=sympy.Eq(sympy.Function("kappa_1")(x), x + 1)
+    )
+    wrong = Tex(r"\kappa_1\left(x\right) = x - 1", expr=right.expr)
+    assert _normal(right.latex()) == _normal(latex(right.expr))
+    assert _normal(wrong.latex()) != _normal(latex(wrong.expr))
