@@ -54,26 +54,28 @@ def _accuracy_row(r: dict) -> list[str]:
     return [r["form"], accuracy, f"{r['diverged']}/{r['runs']}"]
 
 
-def error_vs_radius(path: Path) -> tuple[str, dict]:
+#: the fixed inputs of the error-vs-radius figure: one head of T queries and keys, sizes d, d_v
+FIGURE_T, FIGURE_D, FIGURE_DV = 16, 4, 4
+#: errors below this are drawn at it (a log axis has no zero)
+FIGURE_FLOOR = 1e-17
+
+
+def error_vs_radius_data() -> dict:
     """Max |variant - softmax| over fixed inputs rescaled to score radius r, for r in RADII,
     for the built-ins of ``FIGURE_VARIANTS``, with the D4 output bound
-    output_error_bound(delta_N(r)) max|v| for the Taylor variants.
-
-    Returns (relative figure path, data).
-    """
+    output_error_bound(delta_N(r)) max|v| for the Taylor variants (float64, non-causal)."""
     import torch
 
     from derivations import truncation as d4
     from verify import builtins as variants
-    from verify.render.figures import _plt, save
 
     gen = np.random.default_rng(FIGURE_SEED)
-    T, d, d_v = 16, 4, 4
+    T, d, d_v = FIGURE_T, FIGURE_D, FIGURE_DV
     q0, k0 = gen.standard_normal((1, 1, T, d)), gen.standard_normal((1, 1, T, d))
     v = torch.from_numpy(gen.uniform(-1, 1, (1, 1, T, d_v)))
     c = 1 / np.sqrt(d)
     base = np.max(np.abs(c * q0 @ np.swapaxes(k0, -1, -2)))
-    data: dict[str, list] = {"radii": list(RADII)}
+    data: dict = {"radii": list(RADII)}
     curves = {}
     for name in FIGURE_VARIANTS:
         fwd = variants.get(name).forward
@@ -97,27 +99,71 @@ def error_vs_radius(path: Path) -> tuple[str, dict]:
             b.append(d4.output_error_bound(delta) * vmax if delta < 1 else None)
         bounds[f"taylor-{n}"] = b
     data["d4_bound"] = bounds
+    data["max_abs_v"] = vmax
+    return data
+
+
+def error_vs_radius_caption(max_abs_v: float) -> str:
+    """The caption of the error-vs-radius figure: what is plotted, then its inputs (the bound
+    scales with ``max_abs_v`` = max|v| of the drawn values)."""
+    from verify.builtins import FAVOR_FEATURES, FAVOR_SEED
+    from verify.render.figures import num
+
+    return (
+        "Each built-in variant's largest output error max |o − o_softmax| against exact softmax "
+        "as the score radius r = max over t, s of |c q_t·k_s| grows (float64, non-causal). "
+        "Dotted: the D4 output bound B(δ_N(r)) · max|v| of Taylor-N, drawn while δ_N(r) < 1; "
+        f"it scales with max|v| = {max_abs_v:.3f} of these values. linear-elu1 and linear-favor "
+        f"have no such bound. Inputs: one head, T = {FIGURE_T} queries and keys, d = "
+        f"{FIGURE_D}, d_v = {FIGURE_DV}, c = 1/√d; q and k drawn once from N(0, 1) and "
+        "both scaled by one factor per r so that the radius is r; v ~ U(−1, 1); generator "
+        f"seed {FIGURE_SEED}; {len(RADII)} radii log-spaced from {RADII[0]:g} to "
+        f"{RADII[-1]:g}; linear-favor with m = {FAVOR_FEATURES} orthogonal random features "
+        f"(seed {FAVOR_SEED} + d). Errors below {num(FIGURE_FLOOR)} are drawn at "
+        f"{num(FIGURE_FLOOR)}."
+    )
+
+
+def draw_error_vs_radius(data: dict):
+    """The error-vs-radius figure of ``data`` (:func:`error_vs_radius_data`), a
+    ``figures.Drawn``."""
+    from verify.render.figures import Drawn, _plt
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
-    for i, (name, errs) in enumerate(curves.items()):
+    radii, bounds = data["radii"], data["d4_bound"]
+    for i, (name, errs) in enumerate(data["max_error"].items()):
         color = f"C{i % 10}"
-        ax.loglog(RADII, np.maximum(errs, 1e-17), "o-", ms=3, color=color, label=name)
+        ax.loglog(radii, np.maximum(errs, FIGURE_FLOOR), "o-", ms=3, color=color, label=name)
         if name in bounds:
             ys = [np.nan if y is None else y for y in bounds[name]]
-            ax.loglog(RADII, ys, ":", color=color, lw=1.2)
-    ax.set_xlabel("score radius r = max |c q.k| (dimensionless)")
-    ax.set_ylabel(r"max $|o - o_{softmax}|$ (value units)")
-    ax.set_title("Error against exact softmax vs score radius (dotted: D4 bound)")
+            ax.loglog(radii, ys, ":", color=color, lw=1.2)
+    ax.set_xlabel(r"score radius $r = \max_{t,s} |c\, q_t \cdot k_s|$ (dimensionless)")
+    ax.set_ylabel(r"$\max |o - o_{\mathrm{softmax}}|$ (units of $v$)")
+    ax.set_title(
+        "Error against exact softmax vs score radius "
+        rf"(dotted: D4 bound, $\max|v| = {data['max_abs_v']:.3f}$)"
+    )
     ax.legend(fontsize=7, ncol=2)
-    save(fig, path)
-    return "figures/error_vs_radius.png", data
+    return Drawn(fig, error_vs_radius_caption(data["max_abs_v"]))
+
+
+def error_vs_radius(path: Path) -> tuple[str, str]:
+    """Compute, draw and save the error-vs-radius figure; (relative path, caption)."""
+    from verify.render.figures import save
+
+    drawn = draw_error_vs_radius(error_vs_radius_data())
+    save(drawn.fig, path)
+    return "figures/error_vs_radius.png", drawn.caption
 
 
 def build(
     stage: Path, *, records, verification, cards, claims, source_dir: Path, quick: bool = False
 ) -> None:
     """Write ``index.md`` (and the error-vs-radius figure) under ``stage``."""
-    fig_path, _ = error_vs_radius(stage / "figures" / "error_vs_radius.png")
+    from verify.render import figures
+
+    fig_path, fig_caption = error_vs_radius(stage / "figures" / "error_vs_radius.png")
     s = verification["summary"]
     out = [
         "# attn-theory reports",
@@ -184,17 +230,27 @@ def build(
         "",
         "![truncation error](figures/truncation_error.png)",
         "",
-        "*Worst relative error of κ_N against exp on [−r, r] versus N: the closed form "
-        "δ_N(r), a dense grid, and the Lagrange bound (D4).*",
+        f"*{figures.truncation_error_caption()}*",
         "",
         f"![error vs radius]({fig_path})",
         "",
-        "*Each variant's error against exact softmax as the score radius grows; dotted: the "
-        "D4 output bound for Taylor-N while δ_N(r) < 1.*",
+        f"*{fig_caption}*",
         "",
-        "![positivity](figures/kappa_positivity.png) ![state size](figures/state_vs_kv_cache.png)",
+        "![positivity](figures/kappa_positivity.png)",
+        "",
+        f"*{figures.positivity_caption()}*",
+        "",
+        "![state size](figures/state_vs_kv_cache.png)",
+        "",
+        f"*{figures.state_vs_kv_caption()}*",
         "",
         "![observed/bound](figures/ratio_distribution.png)",
+        "",
+        "*"
+        + figures.ratio_distribution_caption(
+            max_examples=verification["max_examples"], profile=verification["profile"]
+        )
+        + "*",
         "",
     ]
     out += _committed(

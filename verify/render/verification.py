@@ -102,7 +102,12 @@ def build(
         "summary": _summary(cells),
         "environment": environment(profile="ci", seed=0),
     }
-    fig = _ratio_figure(stage / "figures" / "ratio_distribution.png", ratios_by_dtype)
+    fig = _ratio_figure(
+        stage / "figures" / "ratio_distribution.png",
+        ratios_by_dtype,
+        max_examples=max_examples,
+        profile=data["profile"],
+    )
     md.write_json(stage / "verification.json", data)
     md.write_text(stage / "verification.md", render(data, fig))
     return data
@@ -145,7 +150,9 @@ def failing_paragraph(label: str, failing: list[str]) -> list[str]:
     return [label + ", ".join(f"`{f}`" for f in failing), ""] if failing else []
 
 
-def render(data: dict, figure: str | None) -> str:
+def render(data: dict, figure: tuple[str, str] | None) -> str:
+    """``verification.md`` from its JSON; ``figure``: (relative path, caption) of the ratio
+    figure, or None."""
     s = data["summary"]
     out = [
         "# Verification of the built-in implementations",
@@ -165,12 +172,7 @@ def render(data: dict, figure: str | None) -> str:
     ]
     out += failing_paragraph("**Failing cells:** ", s["failing"])
     if figure:
-        out += [
-            f"![observed/bound per dtype]({figure})",
-            "",
-            "*Distribution of observed error / stated bound over all examples, per dtype.*",
-            "",
-        ]
+        out += [f"![observed/bound per dtype]({figure[0]})", "", f"*{figure[1]}*", ""]
     out += [
         "## Properties",
         "",
@@ -223,27 +225,14 @@ def _variant_key(name: str):
     return (order.get(fam, 3), int(tail) if tail.isdigit() else 0, tail)
 
 
-def _ratio_figure(path: Path, ratios_by_dtype: dict[str, list[float]]) -> str | None:
+def _ratio_figure(
+    path: Path, ratios_by_dtype: dict[str, list[float]], *, max_examples: int, profile: str
+) -> tuple[str, str] | None:
+    """Write the ratio figure (``figures.draw_ratio_distribution``); (relative path, caption)."""
     if not ratios_by_dtype:
         return None
-    import numpy as np
+    from verify.render.figures import draw_ratio_distribution, save
 
-    from verify.render.figures import _plt, save
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    bins = np.linspace(-12, 0.5, 51)
-    for dtype in ("float64", "float32", "bfloat16", "float16"):
-        vals = ratios_by_dtype.get(dtype)
-        if vals:
-            ax.hist(
-                np.log10(vals), bins=bins, histtype="step", lw=1.6, label=f"{dtype} ({len(vals)})"
-            )
-    ax.axvline(0.0, color="k", lw=1, ls="--", label="bound (ratio 1)")
-    ax.axvline(-6.0, color="grey", lw=0.8, ls=":", label="'loose' threshold (1e-6)")
-    ax.set_xlabel(r"$\log_{10}$(observed error / stated bound)")
-    ax.set_ylabel("examples")
-    ax.set_title("Tightness of the stated bounds over all passing examples")
-    ax.legend(fontsize=8)
-    save(fig, path)
-    return "figures/ratio_distribution.png"
+    drawn = draw_ratio_distribution(ratios_by_dtype, max_examples=max_examples, profile=profile)
+    save(drawn.fig, path)
+    return "figures/ratio_distribution.png", drawn.caption
