@@ -41,9 +41,11 @@ NOTATION: dict[str, str] = {
     "u_in": r"u_{\mathrm{in}}",
     "u_acc": r"u_{\mathrm{acc}}",
     "u_low": r"u_{\mathrm{low}}",
+    "eta_low": r"\eta_{\mathrm{low}}",
     "n_b": "n_b",
     "ulps": r"k_{\mathrm{ulp}}",
     "gamma_S": r"\gamma_S",
+    "gamma_{n-1}": r"\gamma_{n-1}",
     "Delta_lin": r"\Delta_{\mathrm{lin}}",
     "z_max": r"z_{\max}",
     "z_star": r"z_{i^*}",
@@ -84,6 +86,8 @@ def _printer_class():
             if isinstance(expr, AppliedUndef):
                 name = expr.func.__name__
                 head = NOTATION.get(name) or self._deal_with_super_sub(name)
+                if len(name) > 1 and name.isalpha() and not head.startswith("\\"):
+                    head = rf"\operatorname{{{name}}}"  # relu, softmax: upright operator names
                 args = ", ".join(self._print(a) for a in expr.args)
                 out = rf"{head}\left({args}\right)"
                 return f"{out}^{{{exp}}}" if exp is not None else out

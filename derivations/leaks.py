@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from derivations._latex import tex
 from derivations._record import Derivation, main_for
 from derivations._validate import check_int, check_real
 from derivations.rounding import gamma, round_to_bits, unit_roundoff
@@ -86,7 +87,12 @@ def _two_evaluations(rec: Derivation) -> None:
         "Two evaluations of the same sum: each error e_i = fl_i - s has |e_i| <= gamma A "
         "(A = sum |a_i|); the difference fl_1 - fl_2 = e_1 - e_2 is linear in (e_1, e_2), so "
         "its largest magnitude over the box is at a corner:",
-        sp.Eq(sp.Symbol("max|e_1 - e_2|"), sp.simplify(worst)),
+        tex(
+            r"\max_{\lvert e_1 \rvert, \lvert e_2 \rvert \le \gamma A}"
+            r" \lvert e_1 - e_2 \rvert = @w",
+            claim="two evaluations differ by at most 2 gamma A, attained at e_1 = -e_2 = gamma A",
+            w=sp.simplify(worst),
+        ),
     )
     rec.prove(
         "two evaluations differ by at most 2 gamma A, attained at e_1 = -e_2 = gamma A",
@@ -110,7 +116,12 @@ def _ratio(rec: Derivation) -> None:
     rec.step(
         "A ratio o = N/D with N and D each evaluated twice (errors dN_i, dD_i) and one division "
         "each (relative d_i): to first order o_1 - o_2 is",
-        sp.Eq(sp.Symbol("o_1 - o_2"), expected),
+        tex(
+            r"o_1 - o_2 = @e + O(\varepsilon^2) \qquad"
+            r" (\delta N_i, \delta D_i, \delta_i = O(\varepsilon))",
+            claim="first-order difference of two evaluations of N/D",
+            e=expected,
+        ),
     )
     rec.prove(
         "first-order difference of two evaluations of N/D",
@@ -137,7 +148,7 @@ def _decision(rec: Derivation, detection_factor) -> None:
     rec.prove(
         "no false alarm: l = 0 gives m <= T",
         lambda: sp.simplify(no_false_alarm - T) == 0,
-        "|r| <= T",
+        "given |r| <= T; the T of step 3 bounds the rounding part to first order in u",
     )
     # the smallest measurement of a true change l is l - T (r = -T); l > 2T gives m > T
     h = sp.Symbol("h", positive=True)
@@ -145,7 +156,7 @@ def _decision(rec: Derivation, detection_factor) -> None:
     rec.prove(
         f"detection: every true change l > {detection_factor}T gives m > T",
         lambda: sp.simplify(smallest - T).is_positive is True,
-        "m >= l - |r| >= l - T",
+        "m >= l - |r| >= l - T, given |r| <= T (first order in u, step 3)",
     )
 
 
@@ -228,11 +239,26 @@ def derive(*, reorder_factor=2, detection_factor=2) -> Derivation:
 
     rec = Derivation("D11", "Dependence without a kernel: reordered sums and the leak rule")
     tau, l, T = sp.symbols("tau l T", nonnegative=True)
-    A, B, o = sp.symbols("A B |o|", nonnegative=True)
+    A, B = sp.symbols("A B", nonnegative=True)
+    o = sp.Abs(sp.Symbol("o", real=True))
+    # conditions and the decision are hand-written around sympy slots (derivations._latex)
     rec.statement = {
-        "threshold": sp.Eq(T, tau * (A + o * B) + 2 * sp.Symbol("u") * o),
-        "reorder": sp.Eq(tau, 2 * sp.Symbol("gamma_{n-1}")),
-        "detection": sp.Implies(l > 2 * T, sp.Symbol("flagged")),
+        "threshold": tex(
+            r"@t \qquad \Bigl(A = \sum_s \lvert W_s v_s \rvert,\ B = \sum_s \lvert W_s \rvert,"
+            r"\ W_s = \frac{w_s}{D}\Bigr)",
+            claim="first-order difference of two evaluations of N/D",
+            t=sp.Eq(T, tau * (A + o * B) + 2 * sp.Symbol("u") * o),
+        ),
+        "reorder": tex(
+            r"@t \qquad ((n - 1) u < 1)",
+            claim="two evaluations differ by at most 2 gamma A, attained at e_1 = -e_2 = gamma A",
+            t=sp.Eq(tau, 2 * sp.Symbol("gamma_{n-1}")),
+        ),
+        "detection": tex(
+            r"@h \Rightarrow m > T \qquad (m = \lvert l + r \rvert,\ \lvert r \rvert \le T)",
+            claim=f"detection: every true change l > {detection_factor}T gives m > T",
+            h=l > sp.nsimplify(detection_factor) * T,
+        ),
     }
     rec.cite(
         "any evaluation order of an n-term sum has error <= gamma_{n-1} sum |a_i|",

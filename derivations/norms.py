@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from derivations._latex import tex
 from derivations._record import Derivation, main_for, pick
 from derivations._validate import check_choice, check_int, check_real
 
@@ -244,8 +245,20 @@ def _claim_l2_rms(rec: Derivation) -> None:
     No = D * o[i]  # component i of N_t = D_t o_t
     l2_N = No / sp.sqrt(_fs(_sq(D * o[j])))
     l2_o = o[i] / sp.sqrt(_sq(o[j]))
-    rec.statement["L2"] = sp.Eq(sp.Symbol("L2(N_t)_i"), l2_o)
-    rec.step("L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:", l2_N)
+    # The normalizations are named operators sympy has no object for: templates
+    # (derivations._latex) with both sides as slots from the objects the checks compare.
+    cond = r" \qquad (N_t = D\, o_t,\ D > 0,\ n = d_v)"
+    rec.statement["L2"] = tex(
+        r"\operatorname{L2}(N_t)_i = @o" + cond, claim="L2(N_t) = L2(o_t) for D_t > 0", o=l2_o
+    )
+    rec.step(
+        "L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:",
+        tex(
+            r"\operatorname{L2}(N_t)_i = \frac{D\, o_i}{\sqrt{\sum_{j=1}^{n} (D\, o_j)^2}} = @o",
+            claim="L2(N_t) = L2(o_t) for D_t > 0",
+            o=l2_N,
+        ),
+    )
     rec.prove(
         "L2(N_t) = L2(o_t) for D_t > 0",
         lambda: sp.simplify(l2_N - l2_o) == 0,
@@ -253,7 +266,9 @@ def _claim_l2_rms(rec: Derivation) -> None:
     )
     rms_N = No / sp.sqrt(_fs(_sq(D * o[j])) / n)
     rms_o = o[i] / sp.sqrt(_sq(o[j]) / n)
-    rec.statement["RMS"] = sp.Eq(sp.Symbol("RMS(N_t)_i"), rms_o)
+    rec.statement["RMS"] = tex(
+        r"\operatorname{RMS}(N_t)_i = @o" + cond, claim="RMS(N_t) = RMS(o_t) for D_t > 0", o=rms_o
+    )
     rec.prove(
         "RMS(N_t) = RMS(o_t) for D_t > 0",
         lambda: sp.simplify(rms_N - rms_o) == 0,
@@ -270,10 +285,20 @@ def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
     mu_o, var_o, mu_N, var_N = mom["mu_o"], mom["var_o"], mom["mu_N"], mom["var_N"]
     ln_N = (D * o[i] - mu_N) / sp.sqrt(var_N)
     ln_o = (o[i] - mu_o) / sp.sqrt(var_o)
-    rec.statement["LayerNorm"] = sp.Eq(sp.Symbol("LN(N_t)_i"), ln_o)
+    rec.statement["LayerNorm"] = tex(
+        r"\operatorname{LayerNorm}(N_t)_i = @o"
+        r" \qquad (N_t = D\, o_t,\ D > 0,\ n = d_v \ge 2,\ \operatorname{var}(o_t) > 0)",
+        claim="LN(N_t) = LN(o_t) for D_t > 0 (where var(o_t) > 0)",
+        o=ln_o,
+    )
     rec.step(
         "mean(N_t) = D mean(o_t) and var(N_t) = D^2 var(o_t) (linearity of the sum):",
-        sp.Tuple(mu_N, var_N),
+        tex(
+            r"\operatorname{mean}(N_t) = @m, \qquad \operatorname{var}(N_t) = @v",
+            claim="mean(D o) = D mean(o), var(D o) = D^2 var(o)",
+            m=mu_N,
+            v=var_N,
+        ),
     )
     rec.prove(
         "mean(D o) = D mean(o), var(D o) = D^2 var(o)",
@@ -321,7 +346,13 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
     }
     for name, (lhs, num, stat) in cases.items():
         rhs = num / sp.sqrt(stat + eps / D**2)
-        rec.statement[f"{name}_eps"] = sp.Eq(sp.Symbol(f"{name}_eps(N_t)_i"), rhs)
+        rec.statement[f"{name}_eps"] = tex(
+            rf"\operatorname{{{name}}}_{{\varepsilon}}(N_t)_i = @n = @o"
+            r" \qquad (N_t = D\, o_t,\ D > 0,\ \varepsilon > 0,\ n = d_v)",
+            claim=f"{name}_eps(N_t) = {name}-numerator(o_t) / sqrt(stat(o_t) + eps/D_t^2)",
+            n=lhs,
+            o=rhs,
+        )
         rec.prove(
             f"{name}_eps(N_t) = {name}-numerator(o_t) / sqrt(stat(o_t) + eps/D_t^2)",
             lambda lhs=lhs, rhs=rhs: sp.simplify(lhs - rhs) == 0,
@@ -337,8 +368,14 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
     rec.step(
         "So Norm_eps(N_t) is Norm(o_t) shrunk by 1/sqrt(1+t): the gap is parallel to Norm(o_t) "
         "and ||Norm_eps(N_t) - Norm(o_t)|| = ||Norm(o_t)|| (1 - 1/sqrt(1+t)), with "
-        "||Norm(o_t)|| = 1 (L2), sqrt(d_v) (RMS, LayerNorm).",
-        1 - 1 / sp.sqrt(1 + t),
+        "||Norm(o_t)|| = 1 (L2), sqrt(d_v) (RMS, LayerNorm). The relative gap is",
+        tex(
+            r"\frac{\lVert \operatorname{Norm}_{\varepsilon}(N_t) - \operatorname{Norm}(o_t)"
+            r" \rVert}{\lVert \operatorname{Norm}(o_t) \rVert} = @g, \qquad"
+            r" t = \frac{\varepsilon}{D_t^2\, \operatorname{stat}(o_t)}",
+            claim="LayerNorm_eps(N_t) = LayerNorm(o_t) / sqrt(1 + t), t = eps/(D_t^2 stat(o_t))",
+            g=1 - 1 / sp.sqrt(1 + t),
+        ),
     )
     if claim_layernorm_eps_exact:
         lhs = cases["LayerNorm"][0]
@@ -357,8 +394,19 @@ def _claim_gap_bound(rec: Derivation, gap_bound: Callable[[Any], Any] | None) ->
     t = sp.Symbol("t", nonnegative=True)
     bound = gap_bound(t) if gap_bound is not None else t / 2
     h = bound - (1 - 1 / sp.sqrt(1 + t))
-    rec.statement["eps gap bound"] = sp.Le(1 - 1 / sp.sqrt(1 + t), bound)
-    rec.step("Bound: h(t) = bound - (1 - (1+t)^(-1/2)) has h(0) = 0 and h'(t) >= 0:", sp.diff(h, t))
+    rec.statement["eps gap bound"] = tex(
+        r"@b \qquad (t \ge 0)",
+        claim="1 - 1/sqrt(1+t) <= t/2 for all t >= 0",
+        b=sp.Le(1 - 1 / sp.sqrt(1 + t), bound),
+    )
+    rec.step(
+        "Bound: h(t) = bound - (1 - (1+t)^(-1/2)) has h(0) = 0 and h'(t) >= 0:",
+        tex(
+            r"h'(t) = @d \ge 0 \qquad (t \ge 0)",
+            claim="1 - 1/sqrt(1+t) <= t/2 for all t >= 0",
+            d=sp.diff(h, t),
+        ),
+    )
 
     def bound_holds() -> bool:
         # h(0) = 0 and h' >= 0 on t >= 0: h' = 1/2 - (1+t)^(-3/2)/2 for the correct bound
@@ -446,7 +494,15 @@ def _claim_count_none(rec: Derivation) -> None:
     i, D, o = pick(_syms(), "i", "D", "o")
     tt = sp.Symbol("t", positive=True, integer=True)
     count = D * o[i] / tt
-    rec.step("count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.", count)
+    rec.step(
+        "count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.",
+        tex(
+            r"\operatorname{count}(N_t)_i = \frac{N_{t,i}}{t} = @c",
+            claim="count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of "
+            "values in [e^-r, e^r], lies in that interval)",
+            c=count,
+        ),
+    )
     rec.prove(
         "count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of values in "
         "[e^-r, e^r], lies in that interval)",

@@ -14,6 +14,7 @@ import random
 from fractions import Fraction
 
 from derivations import precision_models as pm
+from derivations._latex import tex
 from derivations.rounding import (
     gamma,
     kernel_attention_output_bound,
@@ -133,6 +134,14 @@ def _instances(model: str, twin: bool, spread: float, seed: int = 7, count: int 
     return worst
 
 
+def _model_claim(model: str) -> str:
+    """Name of the claim that checks ``model``'s forward bound on toy-format instances."""
+    return (
+        f"instances: the {model} model's forward bound holds (toy formats p_in = {P_IN}, "
+        f"p_acc = {P_ACC}, exact rational rounding) and is not vacuous"
+    )
+
+
 def claim_precision_models(rec) -> None:
     """Steps and checked claims of the fused, online, eager and input-type-accumulation models."""
     import sympy as sp
@@ -142,13 +151,21 @@ def claim_precision_models(rec) -> None:
         "Fused model (FlashAttention-2, Algorithm 1; PyTorch's CPU flash kernel): the weights "
         "P = exp(s - m) are stored in the input type before P.V, the row sum is accumulated from "
         "the fp32 weights. The numerator's weight error is therefore",
-        (1 + e) * (1 + ui) - 1,
+        tex(
+            r"e_{\mathrm{num}} = @e \qquad (e \ge \lvert \hat{P}_{\mathrm{fp32}} / P - 1 \rvert)",
+            claim=_model_claim("fused"),
+            e=(1 + e) * (1 + ui) - 1,
+        ),
     )
     rec.step(
         "Online softmax over key blocks: a key's term is rescaled by alpha_j = exp(m_{j-1} - m_j) "
         "once per later block; the running maximum is non-decreasing, so the subtractions' errors "
         "telescope to u R (R the row's score range) and the relative error is at most",
-        sp.exp(ua * R) * ((1 + 2 * sp.Symbol("ulps") * ua) * (1 + ua)) ** (nb - 1) - 1,
+        tex(
+            r"e_{\mathrm{rescale}} \le @e \qquad (R = \max_j x_j - \min_j x_j)",
+            claim=_model_claim("online"),
+            e=sp.exp(ua * R) * ((1 + 2 * sp.Symbol("ulps") * ua) * (1 + ua)) ** (nb - 1) - 1,
+        ),
     )
     rec.step(
         "Eager model: each score rounded to the input type r = 2 times (the matmul's output, "
@@ -170,8 +187,7 @@ def claim_precision_models(rec) -> None:
             return max(ratios.values()) <= 1.0 and max(ratios.values()) > 0.05
 
         rec.verify(
-            f"instances: the {model} model's forward bound holds (toy formats p_in = {P_IN}, "
-            f"p_acc = {P_ACC}, exact rational rounding) and is not vacuous",
+            _model_claim(model),
             holds,
             "120 random rows of 2-16 keys, scores in [-6, 6] and [-1, 1]"
             + (", key blocks of 4" if model == "online" else ""),
@@ -226,9 +242,17 @@ def claim_precision_models(rec) -> None:
     )
     n_, t_, a_, k_ = sp.symbols("n t alpha k", positive=True)
     width = sp.sqrt(2 * sp.log(2 * k_ / a_) / n_)
+    rec.cite(
+        "Hoeffding: the mean of n independent values in [a, b] deviates from its expectation "
+        "by >= t with probability <= 2 exp(-2 n t^2/(b - a)^2) (= 2 exp(-n t^2/2) on [-1, 1]); "
+        "Bonferroni over k checks multiplies it by k",
+        "W. Hoeffding, 'Probability inequalities for sums of bounded random variables', J. Amer. "
+        "Statist. Assoc. 58 (1963) 13-30, Theorem 2",
+        "independent values, range b - a = 2",
+    )
     rec.prove(
-        "bias statistic: Hoeffding's tail 2 k exp(-n t^2 / 2) for n independent values in "
-        "[-1, 1] equals alpha at t = sqrt(2 ln(2k/alpha)/n) (hoeffding_half_width)",
+        "bias statistic: the tail 2 k exp(-n t^2 / 2) equals alpha at t = sqrt(2 ln(2k/alpha)/n) "
+        "(hoeffding_half_width)",
         lambda: sp.simplify(2 * k_ * sp.exp(-n_ * width**2 / 2) - a_) == 0,
-        "W. Hoeffding 1963, Theorem 2, range b - a = 2, Bonferroni over k checks",
+        "symbolic n, k, alpha > 0 (the algebra; the tail bound itself is cited above)",
     )

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from derivations._latex import tex
 from derivations._record import Derivation, main_for
 from derivations._validate import check_exact, check_int, check_open_unit, check_real
 
@@ -429,9 +430,10 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
             "n = 4, d = 2",
         )
     rec.cite(
-        "softmax attention is injective in q iff rank [K, 1] = d + 1",
+        "softmax attention is injective in q, normalized linear attention is not",
         HAN_2024,
-        "re-derived above (both directions); Han et al. state the injectivity property",
+        "Han et al. state the injectivity property; the exact condition rank [K, 1] = d + 1 and "
+        "its necessity are this project's derivation (step above, instances verified)",
     )
 
 
@@ -458,7 +460,16 @@ def _claim_relu_homogeneous(rec: Derivation) -> None:
     w_one = sp.Sum(relu(q[i]) * phik[s_, i], (i, 1, d)) / sp.Sum(
         relu(q[i]) * phik[j, i], (j, 1, n), (i, 1, d)
     )
-    rec.statement["ReLU linear attention"] = sp.Eq(sp.Symbol("w_s(alpha q)"), sp.Symbol("w_s(q)"))
+    # w_s(q) and the scaling are hand-written around the sympy weight (derivations._latex)
+    rec.statement["ReLU linear attention"] = tex(
+        r"w_s(\alpha q) = w_s(q) = @w \qquad"
+        r" \bigl(\alpha > 0,\ \operatorname{relu}(x) = \tfrac{1}{2}(x + \lvert x \rvert),"
+        r"\ f_{s, i} = \phi(k_s)_i \ge 0\bigr)",
+        claim="relu(alpha x) = alpha relu(x) for alpha > 0, hence the normalized linear-attention "
+        "weights of alpha q and q coincide (not injective)",
+        w=sp.Sum(sp.Function("relu")(q[i]) * sp.IndexedBase("f")[s_, i], (i, 1, d))
+        / sp.Sum(sp.Function("relu")(q[i]) * sp.IndexedBase("f")[j, i], (j, 1, n), (i, 1, d)),
+    )
     rec.prove(
         "relu(alpha x) = alpha relu(x) for alpha > 0, hence the normalized linear-attention "
         "weights of alpha q and q coincide (not injective)",
@@ -498,16 +509,60 @@ def _claim_rank(rec: Derivation) -> None:
     )
 
 
-def _claim_total_positivity(rec: Derivation) -> None:
-    """exp(q_i k_j) is strictly totally positive (cited); a 4 x 4 instance certified."""
+#: d = 2 counterexample to "exp(q_i . k_j) is full rank": the first two queries have the same
+#: scores against every key (the keys span one direction), so exp(Q K^T) has two equal rows
+_TP_KEYS_D2 = ((1, 0), (2, 0), (-1, 0))
+_TP_QUERIES_D2 = ((1, 0), (1, 5), (0, 1))
+
+
+def exp_kernel_matrix_exact(queries, keys):
+    """exp(Q K^T) as a sympy Matrix with exact entries exp(q_i . k_j) (rational q, k; any d)."""
+    import sympy as sp
+
+    return sp.Matrix(
+        [
+            [sp.exp(sum(sp.Rational(a) * sp.Rational(b) for a, b in zip(q, k))) for k in keys]
+            for q in queries
+        ]
+    )
+
+
+def _claim_total_positivity(rec: Derivation, claim_full_rank_d2: bool = False) -> None:
+    """exp(q_i k_j) is strictly totally positive for sorted distinct scalars (cited; d = 1); a
+    4 x 4 instance certified; in d = 2 it can be singular (exact counterexample)."""
+    import sympy as sp
+
     q_tp = [Fraction(-1), Fraction(-1, 3), Fraction(1, 2), Fraction(1)]
     k_tp = [Fraction(-1, 2), Fraction(0), Fraction(1, 3), Fraction(1)]
     rec.cite(
-        "exp(q_i k_j) with q_1 < ... < q_n, k_1 < ... < k_n is strictly totally positive",
+        "d = 1: exp(q_i k_j) with scalars q_1 < ... < q_n, k_1 < ... < k_n is strictly totally "
+        "positive, hence non-singular; distinct scalars in any order give the same matrix up to "
+        "row and column permutations, so full rank needs only distinct scalars",
         KARLIN_1968,
         "the kernel e^{xy} is strictly totally positive (generalized Vandermonde); full rank "
         "even at d = 1, but ill-conditioned fast (keep rank checks <= 8 x 8)",
     )
+
+    def singular_d2() -> bool:
+        m = exp_kernel_matrix_exact(_TP_QUERIES_D2, _TP_KEYS_D2)
+        repeated = exp_kernel_matrix_exact(((1,), (1,)), ((-1,), (2,)))
+        return bool(
+            sp.simplify(m.det()) == 0 and m.rank() == 2 and sp.simplify(repeated.det()) == 0
+        )
+
+    rec.verify(
+        "the conditions are necessary: with d = 2, keys (1, 0), (2, 0), (-1, 0) and queries "
+        "(1, 0), (1, 5), (0, 1) give det exp(Q K^T) = 0 (rank 2); repeated scalars (d = 1, "
+        "q = (1, 1)) give equal rows",
+        singular_d2,
+        "exact: sympy determinant of the symbolic exponentials",
+    )
+    if claim_full_rank_d2:
+        rec.prove(
+            "(injected) exp(q_i . k_j) is full rank for distinct vectors in d = 2",
+            lambda: sp.simplify(exp_kernel_matrix_exact(_TP_QUERIES_D2, _TP_KEYS_D2).det()) != 0,
+            "the d = 2 instance above",
+        )
 
     tp_rows: list[list[Any]] = []
 
@@ -549,7 +604,12 @@ def _claim_favor_mgf(rec: Derivation) -> None:
     mgf = sp.integrate(sp.exp(t * w) * gauss1, (w, -sp.oo, sp.oo), conds="none")
     rec.step(
         "Per coordinate, w ~ N(0, 1): E[e^{t w}] = integral e^{t w} e^{-w^2/2}/sqrt(2 pi) =",
-        sp.simplify(mgf),
+        tex(
+            r"\mathbb{E}\bigl[e^{t w}\bigr] = @m"
+            r" \qquad (w \sim \mathcal{N}(0, 1),\ t \in \mathbb{R})",
+            claim="E[e^{t w}] = e^{t^2/2} for w ~ N(0, 1) and every real t",
+            m=sp.simplify(mgf),
+        ),
     )
     rec.prove(
         "E[e^{t w}] = e^{t^2/2} for w ~ N(0, 1) and every real t",
@@ -561,7 +621,11 @@ def _claim_favor_mgf(rec: Derivation) -> None:
     rec.step(
         "In R^d the coordinates of w are independent, so E[e^{w.a}] = prod_i E[e^{w_i a_i}] "
         "(Fubini) = prod_i e^{a_i^2/2} =",
-        prod.rewrite(sp.Sum),
+        tex(
+            r"\mathbb{E}\bigl[e^{w \cdot a}\bigr] = @m \qquad (w \sim \mathcal{N}(0, I_d))",
+            claim="E[e^{w.a}] = e^{|a|^2/2} for w ~ N(0, I_d), any d",
+            m=prod.rewrite(sp.Sum),
+        ),
     )
     rec.prove(
         "E[e^{w.a}] = e^{|a|^2/2} for w ~ N(0, I_d), any d",
@@ -594,17 +658,22 @@ def _claim_favor_moments(
     kk = sp.Symbol("k", integer=True, nonnegative=True)
     # Z^k = e^{k w.(x+y) - k(|x|^2+|y|^2)/2}; |x|^2+|y|^2 = s - 2p; E[e^{k w.(x+y)}] = e^{k^2 s/2}
     raw_k = sp.exp(-kk * (s - 2 * p) / 2) * sp.exp(kk**2 * s / 2)
-    rec.statement["FAVOR+ raw moments"] = sp.Eq(
-        sp.Symbol("E[Z^k]"), sp.exp(kk * p + kk * (kk - 1) * s / 2)
+    raw_claim = "E[Z^k] = exp(k x.y + k(k-1)|x+y|^2/2); k = 1: E[Z] = e^{x.y} (unbiased, Lemma 1)"
+    rec.statement["FAVOR+ raw moments"] = tex(
+        r"\mathbb{E}\bigl[Z^k\bigr] = @e \qquad \bigl(Z = e^{w \cdot x - \lVert x \rVert^2/2}"
+        r" e^{w \cdot y - \lVert y \rVert^2/2},\ w \sim \mathcal{N}(0, I_d),\ p = x \cdot y,"
+        r"\ s = \lVert x + y \rVert^2,\ k \ge 0\bigr)",
+        claim=raw_claim,
+        e=sp.exp(kk * p + kk * (kk - 1) * s / 2),
     )
     rec.step(
         "Z = e^{w.x - |x|^2/2} e^{w.y - |y|^2/2} = e^{w.(x+y)} e^{-(|x|^2+|y|^2)/2}; so "
         "E[Z^k] = e^{-k(s - 2p)/2} E[e^{w.(k(x+y))}] = e^{-k(s-2p)/2} e^{k^2 s/2}, "
         "p = x.y, s = |x+y|^2:",
-        sp.simplify(raw_k),
+        tex(r"\mathbb{E}\bigl[Z^k\bigr] = @e", claim=raw_claim, e=sp.simplify(raw_k)),
     )
     rec.prove(
-        "E[Z^k] = exp(k x.y + k(k-1)|x+y|^2/2); k = 1: E[Z] = e^{x.y} (unbiased, Lemma 1)",
+        raw_claim,
         lambda: (
             sp.simplify(raw_k - sp.exp(kk * p + kk * (kk - 1) * s / 2)) == 0
             and sp.simplify(raw_k.subs(kk, 1) - sp.exp(p)) == 0
@@ -617,14 +686,25 @@ def _claim_favor_moments(
     claimed = (favor_variance or (lambda pp, ss, mm: sp.exp(2 * pp) * (sp.exp(ss) - 1) / mm))(
         p, s, m
     )
-    rec.statement["FAVOR+ variance"] = sp.Eq(sp.Symbol("Var[phi(x).phi(y)]"), claimed)
+    var_claim = "Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid features"
+    rec.statement["FAVOR+ variance"] = tex(
+        r"\operatorname{Var}\bigl[\phi(x) \cdot \phi(y)\bigr] = @v \qquad"
+        r" \Bigl(\phi(x) \cdot \phi(y) = \frac{1}{m} \sum_{r=1}^{m} Z_r,"
+        r"\ Z_1, \dots, Z_m \overset{\mathrm{iid}}{\sim} Z\Bigr)",
+        claim=var_claim,
+        v=claimed,
+    )
     rec.step(
         "phi(x).phi(y) = (1/m) sum_{r<=m} Z_r, Z_r iid; Var = Var(Z)/m with Var(Z) = "
         "E[Z^2] - E[Z]^2 =",
-        var1,
+        tex(
+            r"\operatorname{Var}(Z) = \mathbb{E}\bigl[Z^2\bigr] - \mathbb{E}[Z]^2 = @v",
+            claim=var_claim,
+            v=var1,
+        ),
     )
     rec.prove(
-        "Var[phi(x).phi(y)] = e^{2 x.y}(e^{|x+y|^2} - 1)/m for m iid features",
+        var_claim,
         lambda: sp.simplify(var_m - claimed) == 0,
         "symbolic x.y, |x+y|^2, m",
     )
@@ -744,7 +824,9 @@ def _claim_confidence_and_citations(rec: Derivation) -> None:
         "the normalized output is a ratio of estimates and is biased in general: 1/x is "
         "strictly convex, so E[1/Dhat] > 1/E[Dhat] for a non-degenerate Dhat > 0 (Jensen)",
         lambda: sp.diff(1 / xx, xx, 2).is_positive is True,
-        "test unbiasedness on the kernel estimate, not on the attention output",
+        "symbolic x > 0: (1/x)'' = 2/x^3 > 0, and Jensen's inequality is strict for a strictly "
+        "convex function of a non-degenerate variable; so test unbiasedness on the kernel "
+        "estimate, not on the attention output",
     )
 
 
@@ -752,6 +834,7 @@ def derive(
     *,
     favor_variance: Callable[[Any, Any, Any], Any] | None = None,
     claim_injective_rank: int | None = None,
+    claim_exp_full_rank_d2: bool = False,
 ) -> Derivation:
     """Build the D9 record.
 
@@ -759,6 +842,7 @@ def derive(
         favor_variance: (x.y, |x+y|^2, m) -> claimed variance of the m-feature estimate
             (e.g. missing the -1 or the 1/m).
         claim_injective_rank: claim injectivity already when rank [K, 1] equals this (< d+1).
+        claim_exp_full_rank_d2: claim exp(q_i . k_j) full rank for distinct vectors in d = 2.
     """
     rec = Derivation("D9", "Related results: injectivity, rank, total positivity, FAVOR+")
     # injectivity
@@ -767,7 +851,7 @@ def derive(
     _claim_relu_homogeneous(rec)
     # rank and total positivity
     _claim_rank(rec)
-    _claim_total_positivity(rec)
+    _claim_total_positivity(rec, claim_exp_full_rank_d2)
     # FAVOR+
     _claim_favor_mgf(rec)
     _claim_favor_moments(rec, favor_variance)

@@ -10,15 +10,24 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from derivations._latex import tex
 from derivations.rounding import (
     FORMAT_SOURCES,
     FORMATS,
     HIGHAM,
     LIBRARY_DIV_ULPS,
     LIBRARY_EXP_ULPS,
+    ULP_CONVENTION,
+    largest_finite,
+    low_precision_output_bound,
     precision_bits,
+    product_always_exact,
     product_exact_in,
     round_to_bits,
+    smallest_subnormal,
+    ulps_from_exact,
+    underflow_abs_error,
+    unit_roundoff,
 )
 
 
@@ -82,7 +91,15 @@ def claim_unit_roundoff(rec, unit_roundoffs: Mapping[str, Any] | None) -> None:
         "all four formats, exact (Higham Thm 2.2, round to nearest)",
     )
     rec.tables["unit roundoff"] = (["dtype", "bits", "exponent bits", "p", "u"], rows)
-    rec.statement["u"] = sp.Tuple(*[claimed_u[k] for k in FORMATS])
+    # one column per format, named like the table; the claim that derives them is named
+    short = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+    names = ", ".join(rf"u_{{\mathrm{{{short.get(k, k)}}}}}" for k in FORMATS)
+    rec.statement["u"] = tex(
+        rf"({names}) = @u \qquad (u = \tfrac{{1}}{{2}}\, 2^{{1-p}} = 2^{{-p}})",
+        claim="u = 2^(1-p)/2 = 2^-p with p = total - exponent - sign + implicit bits: fp64 2^-53, "
+        "fp32 2^-24, fp16 2^-11, bf16 2^-8",
+        u=sp.Tuple(*[claimed_u[k] for k in FORMATS]),
+    )
 
 
 def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
@@ -92,7 +109,13 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
     n = sp.Symbol("n", positive=True)
     u = sp.Symbol("u", positive=True)
     g_n, g_n1 = gam(n, u), gam(n + 1, u)
-    rec.statement["gamma_n"] = sp.Eq(sp.Symbol("gamma_n"), g_n)
+    induction = (
+        "induction step: gamma_{n+1} >= gamma_n + u + gamma_n u and >= (gamma_n + u)/(1 - u) "
+        "for all n > 0, u > 0 with (n+1) u < 1"
+    )
+    rec.statement["gamma_n"] = tex(
+        r"@g \qquad (n u < 1)", claim=induction, g=sp.Eq(sp.Symbol("gamma_n"), g_n)
+    )
     rec.cite(
         "Lemma 3.1: |delta_i| <= u, rho_i = +-1, n u < 1 => prod (1 + delta_i)^rho_i = 1 + theta_n,"
         " |theta_n| <= gamma_n",
@@ -105,7 +128,7 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
     rec.step(
         "Base: (1 + delta)^{-1} - 1 = -delta/(1 + delta) has modulus <= u/(1 - u) = gamma_1; "
         "(1 + delta) - 1 has modulus <= u.",
-        gam(1, u),
+        tex(r"\gamma_1 = @g", claim="base case gamma_1 = u/(1 - u)", g=gam(1, u)),
     )
     rec.prove(
         "base case gamma_1 = u/(1 - u)",
@@ -116,12 +139,18 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
     div_gap = g_n1 - (g_n + u) / (1 - u)
     rec.step(
         "Induction: (1 + theta_n)(1 + delta) - 1 has modulus <= gamma_n + u + gamma_n u, and "
-        "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}:",
-        sp.Tuple(sp.simplify(mult_gap), sp.simplify(div_gap)),
+        "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}, "
+        "i.e. both differences are non-negative:",
+        tex(
+            r"\gamma_{n+1} - (\gamma_n + u + \gamma_n u) = @a \ge 0, \qquad"
+            r" \gamma_{n+1} - \frac{\gamma_n + u}{1 - u} = @b \ge 0 \qquad ((n+1) u < 1)",
+            claim=induction,
+            a=sp.simplify(mult_gap),
+            b=sp.simplify(div_gap),
+        ),
     )
     rec.prove(
-        "induction step: gamma_{n+1} >= gamma_n + u + gamma_n u and >= (gamma_n + u)/(1 - u) "
-        "for all n > 0, u > 0 with (n+1) u < 1",
+        induction,
         lambda: (
             _nonneg_rational(mult_gap.subs(sub), [n, r])
             and _nonneg_rational(div_gap.subs(sub), [n, r])
@@ -155,7 +184,13 @@ def claim_exp_bound(rec) -> None:
         "max(e^e - 1, 1 - e^-e) = e^e - 1 since (e^e - 1) - (1 - e^-e) = (e^(e/2) - "
         "e^(-e/2))^2 >= 0. With the library's relative error r = 2 ulps u: the worst case is "
         "e^e (1 + r) - 1 (the lower side 1 - e^-e (1 - r) is smaller):",
-        A * (1 + rr) - 1,
+        tex(
+            r"\frac{\lvert \widehat{\exp}(\hat{x}) - e^{x} \rvert}{e^{x}} \le @b \qquad"
+            r" (\lvert \hat{x} - x \rvert \le e,\ r = 2\, k_{\mathrm{ulp}}\, u)",
+            claim="exp bound: (e^e - 1) - (1 - e^-e) = (e^(e/2) - e^(-e/2))^2 and "
+            "[e^e(1+r) - 1] - [1 - e^-e(1-r)] = (e^(e/2) - e^(-e/2))^2 + r(e^e - e^-e) >= 0",
+            b=A * (1 + rr) - 1,
+        ),
     )
     rec.prove(
         "exp bound: (e^e - 1) - (1 - e^-e) = (e^(e/2) - e^(-e/2))^2 and "
@@ -197,19 +232,67 @@ def claim_library_ulps(rec) -> None:
         lambda: sp.simplify(2 ** (ee + 1 - pp) / 2**ee - 2 * 2 ** (-pp)) == 0,
         "symbolic exponent E and precision p (normal range)",
     )
-    rows_c = [[k, v.value, v.source] for k, v in LIBRARY_EXP_ULPS.items()]
-    rows_c += [[f"div:{k}", v.value, v.source] for k, v in LIBRARY_DIV_ULPS.items()]
-    rec.tables["cited library ulps (from the exact result)"] = (
-        ["constant", "ulps", "source"],
+    # one convention for every cited constant: ulps from the exact result
+    ulp_, k_ = sp.symbols("ulp k", positive=True)
+    bound = (k_ + sp.Rational(1, 2)) * ulp_
+    # y - x = (y - c) + (c - x), linear in the two parts: the largest |y - x| is at a corner
+    corners = [s1 * k_ * ulp_ + s2 * ulp_ / 2 for s1 in (-1, 1) for s2 in (-1, 1)]
+    rec.prove(
+        "a result within k ulps of the correctly rounded result c is within k + 1/2 ulps of the "
+        "exact x: y - x = (y - c) + (c - x) with |c - x| <= ulp/2 (ulps of x's binade)",
+        lambda: (
+            all(sp.expand(bound**2 - c**2).is_nonnegative is True for c in corners)
+            and any(sp.expand(bound - c) == 0 for c in corners)
+        ),
+        "symbolic k > 0, ulp > 0; the corners of the box |y - c| <= k ulp, |c - x| <= ulp/2 "
+        "(k = 0: correct rounding, 1/2 ulp)",
+    )
+    table = [("", k, v) for k, v in LIBRARY_EXP_ULPS.items()]
+    table += [("div:", k, v) for k, v in LIBRARY_DIV_ULPS.items()]
+    rows_c = [
+        [f"{pre}{k}", f"{v.stated:g}", v.measured_from, f"{v.value:g}", v.source]
+        for pre, k, v in table
+    ]
+    rec.tables["library ulps, converted to ulps from the exact result"] = (
+        [
+            "constant",
+            "as stated",
+            "the source measures from",
+            "ulps from the exact result",
+            "source",
+        ],
         rows_c,
     )
+    rec.verify(
+        "every cited exp/division constant is its source's figure in one convention, ulps from "
+        "the exact result: + 1/2 where the source measures from the correctly rounded result "
+        "(glibc, CUDA) or does not say (torch exp_u20)",
+        lambda: all(
+            v.stated is not None and v.value == ulps_from_exact(v.stated, v.measured_from)
+            for _, _, v in table
+        ),
+        ULP_CONVENTION,
+    )
+
+    def listing(consts: Mapping[str, Any]) -> str:
+        out = []
+        for k, v in consts.items():
+            how = (
+                "as stated"
+                if v.measured_from == "exact"
+                else f"stated {v.stated:g} from the correctly rounded result"
+                if v.measured_from == "correctly rounded"
+                else f"stated {v.stated:g}, reference not stated"
+            )
+            out.append(f"{k} {v.value:g} ({how})")
+        return "; ".join(out)
+
     rec.cite(
-        "library exp: 1 ulp (glibc, SLEEF u10 as used by torch.exp on CPU), 20 ulp "
-        "(torch Vectorized<float>::exp_u20), 2 ulp (CUDA expf; 2.5 from the exact result)",
+        "library exp, ulps from the exact result: " + listing(LIBRARY_EXP_ULPS),
         "; ".join(v.source for v in LIBRARY_EXP_ULPS.values()),
     )
     rec.cite(
-        "division: IEEE 754 correctly rounded (0.5 ulp); CUDA __fdividef 2 ulp",
+        "division, ulps from the exact result: " + listing(LIBRARY_DIV_ULPS),
         "; ".join(v.source for v in LIBRARY_DIV_ULPS.values()),
     )
 
@@ -222,11 +305,25 @@ def claim_ratio(rec) -> None:
     en, ed, dv = sp.symbols("e_N e_D e_div", nonnegative=True)
     f_max = (1 + en) * (1 + dv) / (1 - ed) - 1
     f_min = 1 - (1 - en) * (1 - dv) / (1 + ed)
-    rec.statement["ratio"] = sp.Le(sp.Symbol("|Nhat/Dhat (1+delta)/(N/D) - 1|"), f_max)
+    ratio_claim = "|ratio error| <= (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (attained at a corner)"
+    rec.statement["ratio"] = tex(
+        r"\left\lvert \frac{(\hat{N} / \hat{D})(1 + \delta)}{N / D} - 1 \right\rvert \le @f"
+        r" \qquad \bigl(\lvert \hat{N} - N \rvert \le e_N \lvert N \rvert,"
+        r"\ \lvert \hat{D} - D \rvert \le e_D \lvert D \rvert,"
+        r"\ \lvert \delta \rvert \le e_{\mathrm{div}},\ 0 \le e_D < 1\bigr)",
+        claim=ratio_claim,
+        f=f_max,
+    )
     rec.step(
         "Ratio: (1 + a)(1 + delta)/(1 + b) is increasing in a, delta and decreasing in b on the "
         "box, so its extremes are at the corners; the upper excess exceeds the lower one:",
-        sp.factor(sp.together(f_max - f_min)),
+        tex(
+            r"\Bigl(@fmax\Bigr) - \Bigl(@fmin\Bigr) = @d \ge 0",
+            claim=ratio_claim,
+            fmax=f_max,
+            fmin=f_min,
+            d=sp.factor(sp.together(f_max - f_min)),
+        ),
     )
     ed2 = sp.Symbol("s", positive=True)  # 1 - e_D = 1/(1 + s), e_D in [0, 1)
 
@@ -243,7 +340,7 @@ def claim_ratio(rec) -> None:
         return mono and _nonneg_rational(gap, [en, ed2, dv])
 
     rec.prove(
-        "|ratio error| <= (1 + e_N)(1 + e_div)/(1 - e_D) - 1 (attained at a corner)",
+        ratio_claim,
         ratio_ok,
         "symbolic e_N, e_div >= 0, 0 <= e_D < 1; certificate of f_max - f_min >= 0",
     )
@@ -287,7 +384,11 @@ def claim_weighted_sum(rec) -> None:
     rec.step(
         "Weighted sums: |fl(sum w_hat v) - sum w v| <= sum |w_hat - w||v| + gamma_S sum |w_hat||v|"
         " <= (e_w + gamma_S (1 + e_w)) sum W |v|, since |w_hat| <= |w| + e_w W <= (1 + e_w) W:",
-        sp.expand((1 + ew) * (1 + gs) - 1),
+        tex(
+            r"(1 + e_w)(1 + \gamma_S) - 1 = @c",
+            claim="weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",
+            c=sp.expand((1 + ew) * (1 + gs) - 1),
+        ),
     )
     rec.prove(
         "weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",
@@ -340,26 +441,147 @@ def claim_taylor_weights(rec) -> None:
     )
 
 
-def claim_two_level(rec) -> None:
-    """Two-level model: low-precision inputs, fp32 arithmetic, output rounded to the input dtype."""
+#: (input, accumulation) formats whose every product is exact (the D10 claim; bf16 into fp32 is
+#: not: bf16 has fp32's exponent range)
+ALWAYS_EXACT_PRODUCTS = (("float16", "float32"), ("float32", "float64"))
+
+
+def claim_two_level(rec, always_exact_products=ALWAYS_EXACT_PRODUCTS) -> None:
+    """Two-level model: low-precision inputs, fp32 arithmetic, output rounded to the input dtype.
+
+    ``always_exact_products`` injects a wrong claim (e.g. adding ``("bfloat16", "float32")``)."""
     import sympy as sp
 
-    o_, a_, ul = sp.symbols("o a u_low", nonnegative=True)
+    o_, a_, ul, eta = sp.symbols("o a u_low eta_low", nonnegative=True)
+    displayed = a_ * (1 + ul) + ul * o_ + eta
     rec.step(
-        "Two-level model: fl_low(o_hat) = o_hat (1 + delta), |delta| <= u_low, so "
-        "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| <= a (1 + u_low) + u_low |o|.",
-        a_ * (1 + ul) + ul * o_,
+        "Two-level model: fl_low(o_hat) = o_hat (1 + delta) + eta, |delta| <= u_low, |eta| <= "
+        "eta_low (half the subnormal spacing of the output type, underflow_abs_error), so "
+        "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| + eta_low <= a (1 + u_low) + u_low "
+        "|o| + eta_low (low_precision_output_bound).",
+        tex(
+            r"\lvert \mathrm{fl}_{\mathrm{low}}(\hat{o}) - o \rvert \le @b"
+            r" \qquad (\lvert \hat{o} - o \rvert \le a)",
+            claim="|fl_low(o_hat) - o| <= a (1 + u_low) + u_low |o| + eta_low for |o_hat - o| <= a "
+            "(attained at a corner)",
+            b=displayed.subs(o_, sp.Abs(sp.Symbol("o", real=True))),
+        ),
     )
+    # fl_low(o_hat) - o = e + (o + e) delta + eta, |e| <= a: multilinear in (e, delta, eta), so
+    # its largest modulus over the box is at a corner; each corner is within +-displayed
+    corners = [
+        s1 * a_ + (o_ + s1 * a_) * s2 * ul + s3 * eta
+        for s1 in (-1, 1)
+        for s2 in (-1, 1)
+        for s3 in (-1, 1)
+    ]
+    syms = [o_, a_, ul, eta]
     rec.prove(
-        "bf16 x bf16 and fp16 x fp16 products are exact in fp32 (2p <= 24); fp32 x fp32 exact "
-        "in fp64 (48 <= 53)",
+        "|fl_low(o_hat) - o| <= a (1 + u_low) + u_low |o| + eta_low for |o_hat - o| <= a "
+        "(attained at a corner)",
         lambda: (
-            product_exact_in("bfloat16", "float32")
+            all(
+                _nonneg_rational(displayed - c, syms) and _nonneg_rational(displayed + c, syms)
+                for c in corners
+            )
+            and any(sp.expand(displayed - c) == 0 for c in corners)
+        ),
+        "symbolic a, |o|, u_low, eta_low >= 0; corners of e = o_hat - o, delta, eta "
+        "(the error is multilinear in them)",
+    )
+
+    def code_matches() -> bool:
+        def exact_q(x: float) -> Any:
+            f = Fraction(x)
+            return sp.Rational(f.numerator, f.denominator)
+
+        ok = True
+        for dtype in ("float32", "float16", "bfloat16"):
+            for av, ov in ((0.0, 0.0), (1e-3, 0.5), (2.5, 7.0), (1e-30, 1e-35)):
+                code = Fraction(low_precision_output_bound(av, ov, dtype))
+                exact = displayed.subs(
+                    {
+                        a_: exact_q(av),
+                        o_: exact_q(ov),
+                        ul: exact_q(unit_roundoff(dtype)),
+                        eta: exact_q(underflow_abs_error(dtype)),
+                    }
+                )
+                exact = Fraction(int(sp.numer(exact)), int(sp.denom(exact)))
+                ok = ok and abs(code - exact) <= Fraction(1, 2**50) * exact
+        return ok
+
+    rec.verify(
+        "low_precision_output_bound computes the displayed a (1 + u_low) + u_low |o| + eta_low",
+        code_matches,
+        "output dtypes float32, float16, bfloat16 (the model's low-precision outputs; float64's "
+        "eta_low = 2^-1075 is below the smallest float), (a, |o|) in {(0, 0), (1e-3, 0.5), "
+        "(2.5, 7), (1e-30, 1e-35)}: float result within 2^-50 relative of the exact value",
+    )
+    pp = sp.Symbol("p", integer=True, positive=True)
+    rec.prove(
+        "significands: a product of two p_in-bit significands has at most 2 p_in bits "
+        "((2^p - 1)^2 < 2^(2p)), so it fits a format with p_acc >= 2 p_in -- bf16 (8) and fp16 "
+        "(11) into fp32 (24), fp32 (24) into fp64 (53), not fp64 into fp64 -- provided the "
+        "product lies in that format's normal range",
+        lambda: (
+            sp.simplify(2 ** (2 * pp) - (2**pp - 1) ** 2 - (2 ** (pp + 1) - 1)) == 0
+            and (2 ** (pp + 1) - 1).is_positive is True
+            and product_exact_in("bfloat16", "float32")
             and product_exact_in("float16", "float32")
             and product_exact_in("float32", "float64")
             and not product_exact_in("float64", "float64")
         ),
-        "precision bits 8, 11, 24, 53",
+        "symbolic p >= 1; precision bits 8, 11, 24, 53",
+    )
+
+    def in_range(pair) -> bool:
+        src, dst = pair
+        _, exp_bits = FORMATS[dst]
+        normal_min = Fraction(2) ** (2 - 2 ** (exp_bits - 1))
+        return (
+            2 * precision_bits(src) <= precision_bits(dst)
+            and smallest_subnormal(src) ** 2 >= normal_min
+            and Fraction(largest_finite(src)) ** 2 <= Fraction(largest_finite(dst))
+        )
+
+    names = ", ".join(f"{a} x {a} into {b}" for a, b in always_exact_products)
+    rec.prove(
+        f"every product is exact for {names}: the significand fits and every non-zero product "
+        "lies in the target's normal range (|a b| between smallest_subnormal^2 and "
+        "largest_finite^2: 2^-48 >= 2^-126 and 65504^2 < 2^128 for fp16 into fp32; 2^-298 >= "
+        "2^-1022 and (fp32 max)^2 < fp64 max)",
+        lambda: (
+            all(in_range(pr) for pr in always_exact_products)
+            and all(product_always_exact(*pr) for pr in always_exact_products)
+        ),
+        "exact rational comparison of the extremes of |a b| (all finite inputs)",
+    )
+
+    def bf16_counterexamples() -> bool:
+        p_bf, p32 = precision_bits("bfloat16"), precision_bits("float32")
+        emin32 = 2 - 2 ** (FORMATS["float32"][1] - 1)
+        tiny = (1 + Fraction(1, 2**7)) * Fraction(1, 2**70)
+        big = Fraction(2) ** 100
+        inputs_ok = all(round_to_bits(v, p_bf, emin32) == v for v in (tiny, big))
+        tiny_sq = tiny * tiny  # (1 + 2^-6 + 2^-14) 2^-140, below 2^-126
+        rounded = round_to_bits(tiny_sq, p32, emin32) != tiny_sq
+        overflow = big * big > Fraction(largest_finite("float32"))
+        return (
+            inputs_ok
+            and tiny_sq == (1 + Fraction(1, 2**6) + Fraction(1, 2**14)) * Fraction(1, 2**140)
+            and rounded
+            and overflow
+            and not in_range(("bfloat16", "float32"))
+            and not product_always_exact("bfloat16", "float32")
+        )
+
+    rec.verify(
+        "the range condition is necessary: bf16 x bf16 in fp32 (same exponent range) is not "
+        "always exact -- ((1 + 2^-7) 2^-70)^2 = (1 + 2^-6 + 2^-14) 2^-140 is rounded in fp32's "
+        "subnormal range, and 2^100 x 2^100 = 2^200 overflows fp32",
+        bf16_counterexamples,
+        "exact rational arithmetic; fp32 rounding emulated with gradual underflow below 2^-126",
     )
 
 

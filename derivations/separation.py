@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from derivations._latex import tex
 from derivations._record import Derivation, main_for
 from derivations._validate import check_int, check_open_unit, check_real
 
@@ -222,13 +223,22 @@ def _claim_bound_a(rec: Derivation, lower: Any) -> None:
     gap = sp.Symbol("Delta", real=True)
     zs = sp.Symbol("z_star", real=True)
     S = sp.Symbol("S", nonnegative=True)
-    rec.statement["A"] = sp.Implies(
-        sp.Symbol("z_{i*} >= z_j + Delta (j != i*)"), sp.Ge(sp.Symbol("softmax(z)_{i*}"), lower)
+    # Hypotheses and quantifiers are hand-written around the sympy bound (derivations._latex).
+    rec.statement["A"] = tex(
+        r"z_{i^*} \ge z_j + \Delta \ \ \forall j \ne i^* \ \Rightarrow"
+        r"\ \operatorname{softmax}(z)_{i^*} \ge @b \qquad (z \in \mathbb{R}^n)",
+        claim="A holds and is tight: at z_j = z_{i*} - Delta (all j != i*) the peak equals the "
+        "bound",
+        b=lower,
     )
     rec.step(
         "softmax(z)_{i*} = 1/(1 + S), S = sum_{j != i*} e^{z_j - z_{i*}}; each term is <= "
         "e^{-Delta} (exp increasing), so S <= (n-1) e^{-Delta}; 1/(1+S) is decreasing in S:",
-        sp.diff(1 / (1 + S), S),
+        tex(
+            r"@d < 0 \qquad (S \ge 0)",
+            claim="1/(1+S) is decreasing in S >= 0",
+            d=sp.Eq(sp.Derivative(1 / (1 + S), S), sp.diff(1 / (1 + S), S)),
+        ),
     )
     rec.prove(
         "1/(1+S) is decreasing in S >= 0",
@@ -245,7 +255,15 @@ def _claim_bound_a(rec: Derivation, lower: Any) -> None:
         "symbolic n, Delta, z_{i*}",
     )
     at_sep = sp.simplify(lower.subs(gap, sp.log(3 * (n - 1))))
-    rec.step("At Delta = log(3(n-1)) (n >= 2) the bound is", at_sep)
+    rec.step(
+        "At Delta = log(3(n-1)) (n >= 2) the bound is",
+        tex(
+            r"@b \Big|_{\Delta = \log(3(n-1))} = @v",
+            claim="Delta >= log(3(n-1)) gives softmax(z)_{i*} >= 3/4 (bound increasing in Delta)",
+            b=lower,
+            v=at_sep,
+        ),
+    )
     rec.prove(
         "Delta >= log(3(n-1)) gives softmax(z)_{i*} >= 3/4 (bound increasing in Delta)",
         lambda: (
@@ -266,13 +284,22 @@ def _claim_bound_b(rec: Derivation, upper: Any) -> None:
     j = sp.Symbol("j", integer=True, positive=True)
     a = sp.Symbol("a", nonnegative=True)
     x, c = sp.symbols("x c", positive=True)
-    rec.statement["B"] = sp.Implies(
-        sp.Symbol("z_j in [0, a] for all j"), sp.Le(sp.Symbol("max_i softmax(z)_i"), upper)
+    rec.statement["B"] = tex(
+        r"0 \le z_j \le a \ \ \forall j \ \Rightarrow"
+        r"\ \max_i \operatorname{softmax}(z)_i \le @b \qquad (z \in \mathbb{R}^n,\ a \ge 0)",
+        claim="B holds and is tight: x/(x+c) increasing; at z = (a, 0, ..., 0) the peak equals "
+        "the bound",
+        b=upper,
     )
     rec.step(
         "peak = e^{z_i}/(e^{z_i} + sum_{j != i} e^{z_j}) <= e^{z_i}/(e^{z_i} + n - 1) "
         "(each e^{z_j} >= 1) <= e^a/(e^a + n - 1) since x/(x + c) is increasing in x:",
-        sp.simplify(sp.diff(x / (x + c), x)),
+        tex(
+            r"@d > 0 \qquad (x, c > 0)",
+            claim="B holds and is tight: x/(x+c) increasing; at z = (a, 0, ..., 0) the peak "
+            "equals the bound",
+            d=sp.Eq(sp.Derivative(x / (x + c), x), sp.simplify(sp.diff(x / (x + c), x))),
+        ),
     )
     corner = sp.exp(a) / (sp.exp(a) + factor_sum(sp.Sum(sp.exp(0), (j, 1, n - 1)).doit()))
     rec.prove(
@@ -292,11 +319,30 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
     nn = sp.Symbol("n", positive=True)
     sup0 = sp.E / (sp.E + nn - 1)
     inf1 = 1 / (1 + (nn - 1) * sp.exp(-sp.log(3 * nn)))
-    rec.statement["separation"] = sp.Eq(sp.Symbol("smallest n (threshold 1/2)"), separating_n)
+    k = separating_n
+    sep_claim = (
+        f"threshold 1/2 separates every sample iff n >= {k}: e/(e+n-1) < 1/2 iff n > 1 + e, "
+        f"and the smallest such integer is {k}"
+    )
+    peak = r"\max_i \operatorname{softmax}(z)_i"
+    rec.statement["separation"] = tex(
+        r"\sup_{z \in D_0} "
+        + peak
+        + r" < \tfrac{1}{2} \le \inf_{z \in D_1} "
+        + peak
+        + r" \iff n \ge @k \qquad \bigl(D_0 = [0, 1]^n;\ D_1: z_{i^*} = 1 + \log(3n),"
+        r"\ z_j \in [0, 1]\ (j \ne i^*)\bigr)",
+        claim=sep_claim,
+        k=sp.Integer(k),
+    )
     rec.step(
         "D_0 = U[0,1]^n: sup peak = e/(e+n-1) (B with a = 1, attained at (1,0,...,0)); D_1: "
         "one entry 1 + log(3n), the rest in [0,1]: gap >= log(3n), inf peak (rest all 1) =",
-        sp.simplify(inf1),
+        tex(
+            r"\inf_{z \in D_1} " + peak + " = @v",
+            claim="inf peak(D_1) = 3n/(4n-1) > 3/4 > 1/2 for every n >= 1",
+            v=sp.simplify(inf1),
+        ),
     )
     rec.prove(
         "inf peak(D_1) = 3n/(4n-1) > 3/4 > 1/2 for every n >= 1",
@@ -309,11 +355,17 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
     sol = sp.solve_univariate_inequality(sup0 < sp.Rational(1, 2), nn, relational=False).intersect(
         sp.Interval.open(0, sp.oo)
     )
-    rec.step("sup peak(D_0) = e/(e+n-1) < 1/2 solved for n > 0:", sol)
-    k = separating_n
+    rec.step(
+        "sup peak(D_0) = e/(e+n-1) < 1/2 solved for n > 0:",
+        tex(
+            r"\Bigl\lbrace n > 0 : @p < \tfrac{1}{2} \Bigr\rbrace = @sol",
+            claim=sep_claim,
+            p=sup0,
+            sol=sol,
+        ),
+    )
     rec.prove(
-        f"threshold 1/2 separates every sample iff n >= {k}: e/(e+n-1) < 1/2 iff n > 1 + e, "
-        f"and the smallest such integer is {k}",
+        sep_claim,
         lambda: (
             sol == sp.Interval.open(1 + sp.E, sp.oo)
             and bool(sup0.subs(nn, k) < sp.Rational(1, 2))
@@ -349,8 +401,18 @@ def _claim_linear_attention(rec: Derivation) -> None:
     S = sp.Symbol("S", nonnegative=True)
     m, M, D = sp.symbols("m M Delta_lin", positive=True)
     lin_up = (M + D) / ((n - 1) * m + M + D)
-    rec.statement["C"] = sp.Le(sp.Symbol("lin peak"), lin_up)
-    rec.step("lin peak = (M+Delta)/(sum_{j != i*} z_j + M + Delta) with sum >= (n-1) m:", lin_up)
+    c_claim = "C: the bound is attained at z_j = m and tends to 0 as n -> oo"
+    lin = r"\operatorname{lin}(z)_{i^*} = \frac{z_{i^*}}{\sum_{j=1}^{n} z_j} \le @b"
+    rec.statement["C"] = tex(
+        lin + r" \qquad \bigl(z_{i^*} = M + \Delta_{\mathrm{lin}},\ m \le z_j \le M"
+        r"\ (j \ne i^*),\ 0 < m \le M\bigr)",
+        claim=c_claim,
+        b=lin_up,
+    )
+    rec.step(
+        "lin peak = (M+Delta)/(sum_{j != i*} z_j + M + Delta) with sum >= (n-1) m:",
+        tex(lin, claim=c_claim, b=lin_up),
+    )
     rec.prove(
         "C: the bound is attained at z_j = m and tends to 0 as n -> oo",
         lambda: (
@@ -376,7 +438,14 @@ def _claim_linear_attention(rec: Derivation) -> None:
     rec.step(
         "n-scaled threshold: all entries in [m, M] give peak <= M/(M+(n-1)m); one entry M+Delta "
         "gives peak >= (M+Delta)/((n-1)M + M + Delta); their difference is",
-        diff_,
+        tex(
+            r"@lo - @hi = @d",
+            claim="C': an n-scaled threshold separates the linear construction for every n >= 2 "
+            "iff Delta > M(M-m)/m (the sign of the difference is that of (M+Delta) m - M^2)",
+            lo=inf_lin1,
+            hi=sup_lin0,
+            d=diff_,
+        ),
     )
     target = (n - 1) * ((M + D) * m - M**2) / ((M + (n - 1) * m) * ((n - 1) * M + M + D))
     rec.prove(
@@ -412,7 +481,7 @@ def _claim_scale(rec: Derivation) -> None:
         "Softmax peak p(c) = e^{c z_max}/sum_j e^{c z_j}; dp/dc = p (z_max - zbar_c), zbar_c = "
         "sum_j w_j z_j; z_max - zbar_c = sum_j w_j (z_max - z_j) > 0 for non-constant z (all "
         "w_j > 0, every term >= 0, one > 0):",
-        sp.diff(peak, cz),
+        sp.Eq(sp.Derivative(peak, cz), sp.diff(peak, cz)),
     )
     w_j = sp.exp(cz * zr[j]) / Sc
     rec.prove(
@@ -429,14 +498,32 @@ def _claim_scale(rec: Derivation) -> None:
     )
     r_, b_, z0 = sp.symbols("r beta z_0", positive=True)
     pw = (r_ * z0) ** b_ / ((r_ * z0) ** b_ + (n - 1) * z0**b_)
-    rec.statement["power attention"] = sp.Eq(sp.Symbol("power peak"), r_**b_ / (r_**b_ + n - 1))
     rec.prove(
-        "power attention peak = r^beta/(r^beta + n - 1) exactly (-> 1 as beta -> oo, r > 1)",
+        "power attention z_i^beta/sum_j z_j^beta on z = (r z_0, z_0, ..., z_0), z_0 > 0 (one "
+        "entry r times each of the n - 1 equal others): peak = r^beta/(r^beta + n - 1) exactly",
+        lambda: sp.simplify(sp.expand_power_base(pw) - r_**b_ / (r_**b_ + n - 1)) == 0,
+        "symbolic r, beta, z_0 > 0, n >= 1",
+    )
+    # the configuration is hand-written; it names the claim just proved
+    rec.statement["power attention"] = tex(
+        r"\frac{z_1^{\beta}}{\sum_{j=1}^{n} z_j^{\beta}} = @p \qquad"
+        r" \bigl(z = (r z_0, z_0, \dots, z_0) \in \mathbb{R}^n,\ r, z_0, \beta > 0\bigr)",
+        claim=rec.claims[-1].name,
+        p=r_**b_ / (r_**b_ + n - 1),
+    )
+    h_ = sp.Symbol("h", positive=True)
+    m_ = sp.Symbol("m", integer=True, nonnegative=True)
+    peak = r_**b_ / (r_**b_ + n - 1)
+    rec.prove(
+        "in that configuration the power peak -> 1 as beta -> oo for every r > 1 and every n; "
+        "it is 1/n for r = 1 and -> 0 for r < 1 (n >= 2)",
         lambda: (
-            sp.simplify(sp.expand_power_base(pw) - r_**b_ / (r_**b_ + n - 1)) == 0
-            and sp.limit((sp.Integer(2)) ** b_ / (2**b_ + n - 1), b_, sp.oo) == 1
+            sp.limit(peak.subs(r_, 1 + h_), b_, sp.oo) == 1
+            and sp.simplify(peak.subs(r_, 1) - 1 / n) == 0
+            and sp.limit(peak.subs({r_: 1 / (1 + h_), n: m_ + 2}), b_, sp.oo) == 0
         ),
-        "symbolic r, beta, z_0 > 0, n; limit at r = 2",
+        "symbolic r = 1 + h resp. 1/(1 + h) with h > 0, symbolic beta, n (n = m + 2, m >= 0, "
+        "for r < 1; n = 1 gives peak 1); sympy limit",
     )
 
 

@@ -352,7 +352,7 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
     leak = sp.exp(-M) / (sp.exp(-M) + S)
     leak_claim = "exp: the masked key's weight is > 0 for every finite sentinel -M and every S > 0"
     rec.statement["exp sentinel leak"] = tex(
-        r"@w > 0 \qquad \Bigl(S = \sum_{s \text{ visible}} e^{x_s} > 0,\ M > 0\Bigr)",
+        r"@w > 0 \qquad \Bigl(x_{s_0} = -M,\ S = \sum_{s \ne s_0} e^{x_s} > 0,\ M > 0\Bigr)",
         claim=leak_claim,
         w=sp.Eq(sp.Symbol("w_masked"), leak),
     )

@@ -313,6 +313,63 @@ def claim_remainder(rec) -> None:
     )
 
 
+def claim_delta_limit(rec) -> None:
+    """delta_N(r) -> 0 as N -> oo for every r (proved); it is not monotone in N (instances)."""
+    import sympy
+
+    r = sympy.Symbol("r", positive=True)
+    big_n = _syms()["N"]
+    rec.step(
+        "Convergence in N: for |x| <= r, |g_N(x)| = |e^x - kappa_N(x)| e^{-x} <= "
+        "e^{max(x,0) - x} |x|^(N+1)/(N+1)! <= e^r r^(N+1)/(N+1)! (the remainder bound; "
+        "max(x,0) - x = max(0,-x) <= r), which tends to 0: delta_N(r) -> 0 for every r. It is "
+        "not monotone in N: delta_N(r) rises with N up to N = r - 1 (r >= 2 an integer) and "
+        "only then falls, so the output bound B(delta), which needs delta < 1, applies only "
+        "from the first N with delta_N(r) < 1 on."
+    )
+
+    def limit_zero():
+        xp, xn = sympy.Symbol("xp", positive=True), sympy.Symbol("xn", negative=True)
+        shift_ok = all(
+            sympy.simplify(sympy.Max(z, 0) - z - sympy.Max(0, -z)) == 0 for z in (xp, xn)
+        )
+        bound = sympy.exp(r) * r ** (big_n + 1) / sympy.factorial(big_n + 1)
+        return bool(shift_ok and sympy.limit(bound, big_n, sympy.oo) == 0)
+
+    rec.prove(
+        "delta_N(r) <= e^r r^(N+1)/(N+1)! -> 0 as N -> oo, for every score radius r >= 0",
+        limit_zero,
+        "symbolic r > 0, N (sympy limit); uses the remainder bound (proved above) and "
+        "max(x,0) - x = max(0,-x) in the cases x > 0, x < 0 (r = 0: delta_N(0) = 0)",
+    )
+
+    radii = (2, 3, 4, 5)
+    vals = {
+        rv: [
+            max(abs(g_num(k, -sympy.Integer(rv))), abs(g_num(k, sympy.Integer(rv))))
+            for k in range(4 * rv + 8)
+        ]
+        for rv in radii
+    }
+
+    def rises_then_falls():
+        for rv in radii:
+            v, peak = vals[rv], rv - 1
+            up = all(v[k] < v[k + 1] for k in range(peak))
+            down = all(v[k] > v[k + 1] for k in range(peak, len(v) - 1))
+            if not (up and down and v[peak] > 1):
+                return False
+        return True
+
+    shown = ", ".join(f"{float(v):.3g}" for v in vals[4][:4])
+    rec.verify(
+        "delta_N(r) is not monotone in N: it rises for N = 0..r-1 and falls after, e.g. "
+        f"delta_0..delta_3 at r = 4: {shown}",
+        rises_then_falls,
+        "r in {" + ", ".join(map(str, radii)) + "}, N = 0..4r+7, sympy reference g_N at 150 digits",
+    )
+
+
 def claim_dominant_term(rec) -> None:
     """The largest term of the exp series sits at n = floor(|x|)."""
     import sympy
