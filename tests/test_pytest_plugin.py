@@ -65,8 +65,12 @@ engine.check = fake_check
 IDS = [p.id for p in catalogue()]
 
 
-def _pytest(root: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _pytest(
+    root: Path, *args: str, timeout: int = 300, path: Path | None = None
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, ATTN_THEORY_PROFILE="ci", ATTN_CALLS=str(root / "calls.jsonl"))
+    if path:  # importable as well
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
          "--rootdir", str(root), *args],
@@ -177,3 +181,31 @@ def test_real_engine_k_causality(root):
     )  # fmt: skip
     assert good.returncode == 0, good.stdout[-3000:]
     assert "1 passed" in good.stdout
+
+
+def test_variants_in_a_test_file_and_outside_the_rootdir(tmp_path):
+    """A test file holding a variant keeps its tests beside the variant's items; a module
+    outside the rootdir gets a rootdir-relative node id that selects again."""
+    proj, lib = tmp_path / "proj", tmp_path / "lib"
+    proj.mkdir()
+    lib.mkdir()
+    (lib / "fake_engine.py").write_text(FAKE_ENGINE)  # a plugin: no conftest is above ../lib
+    (proj / "test_mine.py").write_text(VARIANTS + "\n\ndef test_plain():\n    assert True\n")
+    (lib / "extattn.py").write_text(VARIANTS)
+    both = ("-p", "fake_engine", "--attn-variant", "test_mine:attention", "--attn-variant",
+            "extattn:attention")  # fmt: skip
+    listed = _pytest(proj, "--collect-only", "-q", "--attn-select", "masks", *both, path=lib)
+    nodeid = "../lib/extattn.py::attention::masks"
+    again = _pytest(
+        proj, "-q", "-p", "fake_engine", "--attn-variant", "extattn:attention", nodeid, path=lib
+    )
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert ids == [
+        "test_mine.py::attention::masks",
+        "test_mine.py::test_plain",
+        "../lib/extattn.py::attention::masks",
+    ]
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "1 skipped" in again.stdout
+    assert _calls(proj) == [["extattn:attention", ["masks"]]]

@@ -15,6 +15,7 @@ each item reports its own rows. Under pytest-xdist a worker checks the item it i
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib.util
 import os
 import sys
@@ -121,9 +122,13 @@ def _check_select(config) -> None:
 
 
 def _is_test_file(path: Path, config) -> bool:
-    from _pytest.python import path_matches_patterns
-
-    return path.suffix == ".py" and path_matches_patterns(path, config.getini("python_files"))
+    """Whether ``path`` matches the ``python_files`` globs (as pytest matches them: the file
+    name, or the whole path for a glob with a folder in it)."""
+    return path.suffix == ".py" and any(
+        fnmatch.fnmatch(str(path) if "/" in pat or os.sep in pat else path.name, pat)
+        or ("/" in pat and fnmatch.fnmatch(str(path), "*/" + pat.lstrip("/")))
+        for pat in config.getini("python_files")
+    )
 
 
 def _replaces_module(path: Path, config) -> bool:
@@ -134,8 +139,8 @@ def _replaces_module(path: Path, config) -> bool:
 
 def pytest_collect_file(file_path: Path, parent):
     """A variant's module file, where the python plugin does not build it instead."""
-    path = file_path.resolve()
-    if path not in _variant_files(parent.config):
+    files = _variant_files(parent.config)
+    if not files or (path := file_path.resolve()) not in files:
         return None
     python_builds = file_path.suffix == ".py" and (
         parent.session.isinitpath(file_path) or _is_test_file(path, parent.config)
@@ -149,8 +154,8 @@ def pytest_collect_file(file_path: Path, parent):
 def pytest_pycollect_makemodule(module_path: Path, parent):
     """A variant's module file is not a test module: its node is the variant file (a test file
     holding a variant, collected by the user's arguments, keeps its Module beside it)."""
-    path = module_path.resolve()
-    if path in _variant_files(parent.config) and _replaces_module(path, parent.config):
+    files = _variant_files(parent.config)
+    if files and (path := module_path.resolve()) in files and _replaces_module(path, parent.config):
         return VariantFile.build(parent, module_path)
     return None
 
