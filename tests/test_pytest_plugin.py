@@ -115,12 +115,18 @@ def test_k_runs_only_the_matching_items_in_one_engine_call(fake):
     assert _calls(fake) == [["myattn:attention", ["causality", "determinism"]]]
 
 
-def test_node_ids_are_accepted_and_select_one_item(fake):
+def test_node_ids_select_one_item_and_skips_name_the_property(fake):
     nodeid = "myattn.py::attention::masks"
     proc = _pytest(fake, "--attn-variant", "myattn:attention", nodeid, "-rs")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "collected 1 item" in proc.stdout and "1 skipped" in proc.stdout
     assert _calls(fake) == [["myattn:attention", ["masks"]]]
+    # reported at the variant's definition line (def attention: line 4), not in the plugin
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED"))
+    assert line == (
+        "SKIPPED [1] myattn.py:4: masks: needs a claimed attention mask (float64, float32)"
+    )
+    assert "pytest_plugin" not in proc.stdout
 
 
 def test_deselect_and_attn_select(fake):
@@ -134,17 +140,6 @@ def test_deselect_and_attn_select(fake):
     assert _calls(fake) == [["myattn:attention", ["causality"]]]
     bad = _pytest(fake, "--attn-variant", "myattn:attention", "--attn-select", "causalty")
     assert bad.returncode == 4 and "unknown property causalty" in bad.stderr
-
-
-def test_skip_reason_names_the_property_at_the_variant(fake):
-    proc = _pytest(fake, "--attn-variant", "myattn:attention", "-k", "masks", "-rs")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    # reported at the variant's definition line (def attention: line 4), not in the plugin
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED"))
-    assert line == (
-        "SKIPPED [1] myattn.py:4: masks: needs a claimed attention mask (float64, float32)"
-    )
-    assert "pytest_plugin" not in proc.stdout
 
 
 def test_two_variants_of_one_file_and_x(fake):
