@@ -1,9 +1,9 @@
 """The LaTeX of ``reports/derivations.md``: it renders, it says what the code proves.
 
-1. Every math span (``$...$`` and ``$$...$$``) renders with KaTeX (``throwOnError``, strict),
-   in one node process for all spans. KaTeX is installed from ``tests/katex/package-lock.json``
-   into ``tests/katex/node_modules`` (git-ignored) on first use; the test skips only when node
-   or npm is missing.
+1. Every math span (GitHub's forms: a ```` ```math ```` fence, ``$$...$$``, inline ``$...$``)
+   renders with KaTeX (``throwOnError``, strict), in one node process for all spans. KaTeX is
+   installed from ``tests/katex/package-lock.json`` into ``tests/katex/node_modules``
+   (git-ignored) on first use; the test skips only when node or npm is missing.
 2. Fragments a lossy sympy -> LaTeX conversion produced (a ``Symbol`` named after a formula,
    prose set as math) are absent, and generic smells of the same kind are found nowhere.
 3. Every hand-written template (``derivations._latex.Tex``) is tied to its record: its slots are
@@ -32,16 +32,24 @@ KATEX_DIR = Path(__file__).resolve().parent / "katex"
 
 # -- the math spans of a GitHub Markdown file ----------------------------------------------------
 def math_spans(text: str) -> list[tuple[str, bool, int]]:
-    """``(tex, display, line)`` for every ``$$...$$`` block and every inline ``$...$``.
+    """``(tex, display, line)`` for every math block and every inline ``$...$``.
 
-    Code spans and fenced code are skipped (GitHub does not typeset math there).
+    Math blocks are GitHub's two forms: a ```` ```math ```` fence and ``$$`` on lines of their
+    own. Code spans and other fenced code are skipped (GitHub does not typeset math there).
     """
     spans: list[tuple[str, bool, int]] = []
     lines = text.split("\n")
     i, fenced = 0, False
     while i < len(lines):
         line = lines[i]
-        if line.startswith("```"):
+        if not fenced and line.strip() == "```math":
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "```":
+                j += 1
+            assert j < len(lines), f"unclosed math fence at line {i + 1}"
+            spans.append(("\n".join(lines[i + 1 : j]), True, i + 1))
+            i = j
+        elif line.startswith("```"):
             fenced = not fenced
         elif not fenced and line.strip() == "$$":
             j = i + 1
@@ -59,17 +67,27 @@ def math_spans(text: str) -> list[tuple[str, bool, int]]:
 
 
 def _katex_ready() -> Path:
-    """``tests/katex/render.js`` with KaTeX installed (``npm ci`` on first use)."""
+    """``tests/katex/render.js`` with KaTeX installed (``npm ci`` on first use).
+
+    The install holds a lock file: under ``pytest -n auto`` two workers may get here at once.
+    """
+    import fcntl
+
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are needed to render the math with KaTeX (not found on PATH)")
-    if not (KATEX_DIR / "node_modules" / "katex" / "package.json").exists():
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=KATEX_DIR,
-            check=True,
-            timeout=300,
-        )
+    with open(KATEX_DIR / "package-lock.json") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (KATEX_DIR / "node_modules" / "katex" / "package.json").exists():
+                subprocess.run(
+                    [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                    cwd=KATEX_DIR,
+                    check=True,
+                    timeout=300,
+                )
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return KATEX_DIR / "render.js"
 
 
@@ -117,7 +135,19 @@ def test_katex_check_can_fail():
 
 def test_math_spans_reader():
     text = "a $x_1$ and `$not math$` b\n\n$$\n\\frac{1}{2}\n$$\n\n```\n$$\n```\n"
-    assert math_spans(text) == [("x_1", False, 1), ("\\frac{1}{2}", True, 3)]
+    text += "\n```math\n\\lbrace x \\rbrace\n```\n"
+    assert math_spans(text) == [
+        ("x_1", False, 1),
+        ("\\frac{1}{2}", True, 3),
+        ("\\lbrace x \\rbrace", True, 11),
+    ]
+
+
+def test_display_math_is_fenced(report_text, spans):
+    """Display math is a ```` ```math ```` fence: GitHub runs Markdown over ``$$`` blocks first
+    (``\\{`` loses its backslash, ``\\,`` becomes a comma, ``*...*`` emphasis)."""
+    assert "\n$$\n" not in report_text
+    assert sum(display for _, display, _ in spans) == report_text.count("```math\n")
 
 
 # -- 2. fragments of the lossy conversion ---------------------------------------------------------
@@ -155,7 +185,7 @@ def test_fragment_absent(spans, rid, fragment):
 
 
 def test_fragment_check_can_fail():
-    old = "$$\no_{t} = \\phi(q^{T S T z}_{t) t / \\phi(q t) t}\n$$\n"
+    old = "```math\no_{t} = \\phi(q^{T S T z}_{t) t / \\phi(q t) t}\n```\n"
     assert any(f in t for t, _, _ in math_spans(old) for _, f in FRAGMENTS)
 
 
@@ -245,11 +275,11 @@ def test_no_smells_in_math(spans):
 
 def test_d4_output_bound_states_its_condition(report_text):
     """D4's bound on sum |w^ - w| needs delta < 1 (the proof divides by 1 - delta + 2 a delta)."""
-    block = report_text.split("**`output_bound`**", 1)[1].split("$$", 2)[1]
+    block = report_text.split("**`output_bound`**", 1)[1].split("```", 2)[1]
     assert r"\delta < 1" in block and r"\lvert \hat{w}_s - w_s \rvert" in block
 
 
-STEP_DISPLAY = re.compile(r"^(\d+)\. ([^\n]*)\n\n\$\$\n(.*?)\n\$\$", re.M | re.S)
+STEP_DISPLAY = re.compile(r"^(\d+)\. ([^\n]*)\n\n```math\n(.*?)\n```", re.M | re.S)
 RELATION = re.compile(
     r"=|<|>|\\(?:le|ge|leq|geq|ne|neq|in|to|iff|approx|Rightarrow|implies|sim)(?![A-Za-z])"
 )

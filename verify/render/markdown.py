@@ -27,8 +27,13 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def display_math(latex: str) -> str:
-    """A display-math block that GitHub renders: ``$$`` on lines of their own."""
-    return "$$\n" + latex.strip() + "\n$$"
+    """A display-math block that GitHub renders as written: a ```` ```math ```` fence.
+
+    GitHub also renders ``$$ ... $$``, but runs Markdown over it first: ``\\{``, ``\\,``,
+    ``\\;``, ``\\\\`` lose their backslash and ``*...*`` becomes emphasis. A ``math`` fence
+    reaches the renderer verbatim.
+    """
+    return "```math\n" + latex.strip() + "\n```"
 
 
 def inline_math(latex: str) -> str:
