@@ -1,0 +1,67 @@
+"""D15 (derivations.structure): windows and GQA. The record holds; a window one key too wide, a
+tiled kv-head map and a leaving token subtracted one step early each make a claim fail; the
+exports follow FlashAttention's and Hugging Face's conventions."""
+
+from __future__ import annotations
+
+import pytest
+
+from derivations import structure as st
+from derivations._record import Status
+
+
+def _failed(rec):
+    return [c.name for c in rec.claims if c.status is Status.FAILED]
+
+
+def test_record_holds():
+    rec = st.derive()
+    assert rec.id == "D15" and rec.status is Status.VERIFIED and not _failed(rec)
+    for name in rec.exports:
+        assert hasattr(st, name), name
+
+
+def test_window_one_key_too_wide_fails():
+    def too_wide(t, queries, keys, left, right):
+        return st.visible_count(t, queries, keys, left + 1 if left >= 0 else left, right)
+
+    assert "visible_count = number of visible keys (closed form)" in _failed(
+        st.derive(visible_count=too_wide)
+    )
+
+
+def test_tiled_kv_heads_fail():
+    def tiled(h, heads, kv_heads):
+        return h % kv_heads
+
+    assert any(
+        n.startswith("kv_head = the repeat_interleave map")
+        for n in _failed(st.derive(kv_head=tiled))
+    )
+
+
+def test_leaving_token_early_fails():
+    failed = _failed(st.derive(leaving_lag=0))
+    assert "W_t - W_{t-1} = f(t) - f(t - L - 1) (all t, L >= 0)" in failed
+    assert any(n.startswith("windowed Taylor-N") for n in failed)
+
+
+def test_conventions():
+    # FlashAttention: causal with T = 2 queries, S = 5 keys (bottom-right): query 0 sees keys 0..3
+    assert [st.window_visible(0, s, 2, 5, -1, 0) for s in range(5)] == [True] * 4 + [False]
+    # Hugging Face sliding_window = 3 is (2, 0): query 4 of 6 sees keys 2, 3, 4
+    left, right = st.hf_sliding_window(3)
+    assert [s for s in range(6) if st.window_visible(4, s, 6, 6, left, right)] == [2, 3, 4]
+    assert st.visible_count(0, 6, 2, 0, 0) == 0  # T > S: an early query sees no key
+    assert [st.kv_head(h, 8, 2) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="kv_heads"):
+        st.kv_head(0, 8, 3)
+    with pytest.raises(ValueError, match="left"):
+        st.visible_count(0, 2, 2, -2, 0)
+    with pytest.raises(ValueError, match="t"):
+        st.visible_count(2, 2, 2, 0, 0)
+    with pytest.raises(TypeError, match="width"):
+        st.hf_sliding_window(2.0)
