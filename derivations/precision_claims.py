@@ -149,8 +149,9 @@ def claim_precision_models(rec) -> None:
     e, ui, ua, R, nb = sp.symbols("e u_in u_acc R n_b", nonnegative=True)
     rec.step(
         "Fused model (FlashAttention-2, Algorithm 1; PyTorch's CPU flash kernel): the weights "
-        "P = exp(s - m) are stored in the input type before P.V, the row sum is accumulated from "
-        "the fp32 weights. The numerator's weight error is therefore",
+        r"$P = \exp(s - m)$ are stored in the input type before $P V$, the row sum is "
+        r"accumulated from the fp32 weights. With $e$ the fp32 weight error, the numerator's "
+        "weight error is therefore",
         tex(
             r"e_{\mathrm{num}} = @e \qquad (e \ge \lvert \hat{P}_{\mathrm{fp32}} / P - 1 \rvert)",
             claim=_model_claim("fused"),
@@ -158,9 +159,10 @@ def claim_precision_models(rec) -> None:
         ),
     )
     rec.step(
-        "Online softmax over key blocks: a key's term is rescaled by alpha_j = exp(m_{j-1} - m_j) "
-        "once per later block; the running maximum is non-decreasing, so the subtractions' errors "
-        "telescope to u R (R the row's score range) and the relative error is at most",
+        r"Online softmax over $n_b$ key blocks: a key's term is rescaled by "
+        r"$\alpha_j = \exp(m_{j-1} - m_j)$ once per later block; the running maximum is "
+        r"non-decreasing, so the subtractions' errors telescope to $u_{\mathrm{acc}} R$ ($R$ the "
+        "row's score range) and the relative error of the rescaling is at most",
         tex(
             r"e_{\mathrm{rescale}} \le @e \qquad (R = \max_j x_j - \min_j x_j)",
             claim=_model_claim("online"),
@@ -168,15 +170,17 @@ def claim_precision_models(rec) -> None:
         ),
     )
     rec.step(
-        "Eager model: each score rounded to the input type r = 2 times (the matmul's output, "
-        "the scale), the normalized weight rounded once more; the weight error is "
-        "(1 + e_w)(1 + e_div)/(1 - e_D)(1 + u_in) - 1 with e_w from the score error "
-        "[(1 + gamma_{d+5}(u_acc))(1 + u_in)^2 - 1] c sum |q_i k_i|.",
+        "Eager model: each score rounded to the input type twice (the matmul's output, the "
+        "scale), the normalized weight rounded once more; the weight error is "
+        r"$\frac{(1 + e_w)(1 + e_{\mathrm{div}})}{1 - e_D} (1 + u_{\mathrm{in}}) - 1$ with "
+        r"$e_w$ from the score error $[(1 + \gamma_{d+5}(u_{\mathrm{acc}}))(1 + "
+        r"u_{\mathrm{in}})^2 - 1]\, c \sum_i \lvert q_i k_i \rvert$.",
     )
     rec.step(
-        "Input-type accumulation: recursive gamma_{n-1} (Higham eq. 4.4) exists only while "
-        "(n - 1) u < 1 (bf16: n <= 256); pairwise gamma_{ceil(log2 n)} (Higham eq. 4.6); blocked "
-        "gamma_{b-1+ceil(n/b)-1} (Blanchard, Higham, Mary 2020).",
+        r"Input-type accumulation: recursive $\gamma_{n-1}$ (Higham eq. 4.4) exists only while "
+        r"$(n - 1) u < 1$ (bf16: $n \le 256$); pairwise $\gamma_{\lceil \log_2 n \rceil}$ "
+        r"(Higham eq. 4.6); blocked with block size $b$: "
+        r"$\gamma_{b - 1 + \lceil n / b \rceil - 1}$ (Blanchard, Higham, Mary 2020).",
     )
     for model in ("fused", "online", "eager"):
         ratios: dict[str, float] = {}

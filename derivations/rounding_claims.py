@@ -126,8 +126,9 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
     r = sp.Symbol("r", positive=True)
     sub = {u: 1 / ((n + 1) * (1 + r))}
     rec.step(
-        "Base: (1 + delta)^{-1} - 1 = -delta/(1 + delta) has modulus <= u/(1 - u) = gamma_1; "
-        "(1 + delta) - 1 has modulus <= u.",
+        r"Base: $(1 + \delta)^{-1} - 1 = -\delta / (1 + \delta)$ has modulus at most "
+        r"$u / (1 - u) = \gamma_1$ for $\lvert \delta \rvert \le u$; $(1 + \delta) - 1$ has "
+        r"modulus at most $u$.",
         tex(r"\gamma_1 = @g", claim="base case gamma_1 = u/(1 - u)", g=gam(1, u)),
     )
     rec.prove(
@@ -138,9 +139,10 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
     mult_gap = g_n1 - (g_n + u + g_n * u)
     div_gap = g_n1 - (g_n + u) / (1 - u)
     rec.step(
-        "Induction: (1 + theta_n)(1 + delta) - 1 has modulus <= gamma_n + u + gamma_n u, and "
-        "(1 + theta_n)/(1 + delta) - 1 <= (gamma_n + u)/(1 - u); both must be <= gamma_{n+1}, "
-        "i.e. both differences are non-negative:",
+        r"Induction: $(1 + \theta_n)(1 + \delta) - 1$ has modulus at most "
+        r"$\gamma_n + u + \gamma_n u$, and $(1 + \theta_n) / (1 + \delta) - 1$ at most "
+        r"$(\gamma_n + u) / (1 - u)$; both must be at most $\gamma_{n+1}$, i.e. both differences "
+        "are non-negative:",
         tex(
             r"\gamma_{n+1} - (\gamma_n + u + \gamma_n u) = @a \ge 0, \qquad"
             r" \gamma_{n+1} - \frac{\gamma_n + u}{1 - u} = @b \ge 0 \qquad ((n+1) u < 1)",
@@ -180,10 +182,11 @@ def claim_exp_bound(rec) -> None:
     t_ = _ray()
     A = sp.exp(e_)
     rec.step(
-        "exp of a rounded score: exp(x + t) = exp(x) e^t with |t| <= e; |e^t - 1| <= "
-        "max(e^e - 1, 1 - e^-e) = e^e - 1 since (e^e - 1) - (1 - e^-e) = (e^(e/2) - "
-        "e^(-e/2))^2 >= 0. With the library's relative error r = 2 ulps u: the worst case is "
-        "e^e (1 + r) - 1 (the lower side 1 - e^-e (1 - r) is smaller):",
+        r"$\exp$ of a rounded score: $e^{x + t} = e^x e^t$ with $\lvert t \rvert \le e$; "
+        r"$\lvert e^t - 1 \rvert \le \max(e^e - 1, 1 - e^{-e}) = e^e - 1$ since "
+        r"$(e^e - 1) - (1 - e^{-e}) = (e^{e/2} - e^{-e/2})^2 \ge 0$. With the library's relative "
+        r"error $r = 2\, k_{\mathrm{ulp}}\, u$ the worst case is $e^e (1 + r) - 1$ (the lower "
+        r"side $1 - e^{-e} (1 - r)$ is smaller):",
         tex(
             r"\frac{\lvert \widehat{\exp}(\hat{x}) - e^{x} \rvert}{e^{x}} \le @b \qquad"
             r" (\lvert \hat{x} - x \rvert \le e,\ r = 2\, k_{\mathrm{ulp}}\, u)",
@@ -315,8 +318,10 @@ def claim_ratio(rec) -> None:
         f=f_max,
     )
     rec.step(
-        "Ratio: (1 + a)(1 + delta)/(1 + b) is increasing in a, delta and decreasing in b on the "
-        "box, so its extremes are at the corners; the upper excess exceeds the lower one:",
+        r"Ratio: $(1 + a)(1 + \delta) / (1 + b)$ is increasing in $a$, $\delta$ and decreasing "
+        r"in $b$ on the box $\lvert a \rvert \le e_N$, $\lvert \delta \rvert \le "
+        r"e_{\mathrm{div}}$, $\lvert b \rvert \le e_D$, so its extremes are at the corners; the "
+        "upper excess exceeds the lower one:",
         tex(
             r"\Bigl(@fmax\Bigr) - \Bigl(@fmin\Bigr) = @d \ge 0",
             claim=ratio_claim,
@@ -364,10 +369,20 @@ def claim_output_identity(rec) -> None:
 
     Nh, Nn, Dh, Dd = sp.symbols("Nhat N Dhat D", real=True, nonzero=True)
     rec.step(
-        "Output: Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat; with |Nhat - N| <= "
-        "num_rel A, |Dhat - D| <= den_rel B and |Dhat| >= |D| - den_rel B: "
-        "|Nhat/Dhat - o| <= (num_rel A + |o| den_rel B)/(|D| - den_rel B); the division adds "
-        "div_rel |Nhat/Dhat| <= div_rel(|o| + that).",
+        r"Output, $o = N / D$: the exact identity below; with "
+        r"$\lvert \hat{N} - N \rvert \le e_{\mathrm{num}} A$, "
+        r"$\lvert \hat{D} - D \rvert \le e_{\mathrm{den}} B$ and "
+        r"$\lvert \hat{D} \rvert \ge \lvert D \rvert - e_{\mathrm{den}} B > 0$ it gives "
+        r"$\lvert \hat{N} / \hat{D} - o \rvert \le (e_{\mathrm{num}} A + \lvert o \rvert"
+        r" e_{\mathrm{den}} B) / (\lvert D \rvert - e_{\mathrm{den}} B) =: \beta$, and the "
+        r"division adds $e_{\mathrm{div}} \lvert \hat{N} / \hat{D} \rvert \le e_{\mathrm{div}}"
+        r" (\lvert o \rvert + \beta)$ (num_rel, den_rel, div_rel in the code):",
+        tex(
+            r"\frac{\hat{N}}{\hat{D}} - \frac{N}{D}"
+            r" = \frac{(\hat{N} - N) - \frac{N}{D} (\hat{D} - D)}{\hat{D}}"
+            r" \qquad (D, \hat{D} \ne 0)",
+            claim="identity Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat",
+        ),
     )
     rec.prove(
         "identity Nhat/Dhat - N/D = [(Nhat - N) - (N/D)(Dhat - D)]/Dhat",
@@ -382,8 +397,11 @@ def claim_weighted_sum(rec) -> None:
 
     ew, gs = sp.symbols("e_w gamma_S", real=True)
     rec.step(
-        "Weighted sums: |fl(sum w_hat v) - sum w v| <= sum |w_hat - w||v| + gamma_S sum |w_hat||v|"
-        " <= (e_w + gamma_S (1 + e_w)) sum W |v|, since |w_hat| <= |w| + e_w W <= (1 + e_w) W:",
+        r"Weighted sums: $\lvert \mathrm{fl}(\sum_s \hat{w}_s v_s) - \sum_s w_s v_s \rvert \le "
+        r"\sum_s \lvert \hat{w}_s - w_s \rvert \lvert v_s \rvert + \gamma_S \sum_s \lvert"
+        r" \hat{w}_s \rvert \lvert v_s \rvert \le (e_w + \gamma_S (1 + e_w)) \sum_s W_s"
+        r" \lvert v_s \rvert$, since $\lvert \hat{w}_s \rvert \le \lvert w_s \rvert + e_w W_s"
+        r" \le (1 + e_w) W_s$; the coefficient is",
         tex(
             r"(1 + e_w)(1 + \gamma_S) - 1 = @c",
             claim="weighted-sum coefficient e_w + gamma_S(1 + e_w) = (1 + e_w)(1 + gamma_S) - 1",

@@ -184,11 +184,11 @@ def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
     rec.statement["softmax shift invariance"] = sp.Eq(w_shift, w)
     shift_claim = "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a"
     rec.step(
-        "Softmax weight of key i in a row of n scores, shifted by a:",
+        "Softmax weight of key $i$ in a row of $n$ scores, shifted by $a$:",
         tex(r"\operatorname{softmax}(x + a \mathbf{1})_i = @w", claim=shift_claim, w=w_shift),
     )
     rec.step(
-        "e^{x_j + a} = e^a e^{x_j}; the finite sum is linear, so e^a factors out of the "
+        r"$e^{x_j + a} = e^a e^{x_j}$; the finite sum is linear, so $e^a$ factors out of the "
         "denominator and cancels with the numerator:",
         tex(
             r"\operatorname{softmax}(x + a \mathbf{1})_i = @w",
@@ -202,8 +202,8 @@ def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
         "symbolic n (sympy Sum), symbolic a",
     )
     rec.step(
-        "Hence subtracting m = max_s x_s (any common constant) before exp is exact in real "
-        "arithmetic; in floating point it only changes rounding (D10)."
+        r"Hence subtracting $m = \max_s x_s$ (any common constant) before $\exp$ is exact in "
+        "real arithmetic; in floating point it only changes rounding (D10)."
     )
 
 
@@ -229,8 +229,9 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         c=anz / sp.factorial(N - 1),
     )
     rec.step(
-        "If kappa_N(x + a) = c kappa_N(x) for all x, the x^N coefficients give c = 1: only "
-        "(x+a)^N/N! contributes to x^N in kappa_N(x+a), with coefficient",
+        r"If $\kappa_N(x + a) = c\, \kappa_N(x)$ for all $x$, the $x^N$ coefficients give "
+        r"$c = 1$: only $(x + a)^N / N!$ contributes to $x^N$ in $\kappa_N(x + a)$, with "
+        "coefficient",
         tex(
             r"[x^{N}]\, \kappa_N(x + a) = @c",
             claim="x^N coefficient of kappa_N(x+a) is 1/N! (forces c = 1)",
@@ -243,8 +244,9 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         "symbolic N >= 1",
     )
     rec.step(
-        "The x^(N-1) coefficient of kappa_N(x+a) - kappa_N(x) gets C(N-1,N-1)/(N-1)! from "
-        "(x+a)^(N-1)/(N-1)!, C(N,N-1) a/N! from (x+a)^N/N!, minus 1/(N-1)! from kappa_N(x):",
+        r"The $x^{N-1}$ coefficient of $\kappa_N(x + a) - \kappa_N(x)$ gets "
+        r"$\binom{N-1}{N-1} / (N-1)!$ from $(x + a)^{N-1} / (N-1)!$, $\binom{N}{N-1}\, a / N!$ "
+        r"from $(x + a)^N / N!$, minus $1 / (N-1)!$ from $\kappa_N(x)$:",
         tex(gap, claim=gap_claim, c=sp.combsimp(sub)),
     )
     rec.prove(
@@ -260,9 +262,10 @@ def _claim_kappa_not_shift_invariant(rec: Derivation) -> None:
         1 / sp.factorial(N)
     ) * (1 / sp.factorial(N - 1))
     rec.step(
-        "Two keys with scores x1, x2: the shifted and unshifted weights agree iff "
-        "P = kappa(x1+a) kappa(x2) - kappa(x2+a) kappa(x1) = 0. The coefficient of "
-        "x1^(N-1) x2^N in P is [(1 + a)/(N-1)!]/N! - (1/N!)(1/(N-1)!):",
+        r"Two keys with scores $x_1, x_2$: the shifted and unshifted weights agree iff "
+        r"$P = \kappa_N(x_1 + a)\, \kappa_N(x_2) - \kappa_N(x_2 + a)\, \kappa_N(x_1) = 0$. The "
+        r"coefficient of $x_1^{N-1} x_2^N$ in $P$ is "
+        r"$\frac{1 + a}{(N-1)!\, N!} - \frac{1}{N!\, (N-1)!}$:",
         tex(
             r"[x_1^{N-1} x_2^{N}]\, P = @c",
             claim="P is a non-zero polynomial (coefficient a/((N-1)! N!)), so kappa_N weights "
@@ -357,8 +360,8 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
         w=sp.Eq(sp.Symbol("w_masked"), leak),
     )
     rec.step(
-        "Masking by an additive sentinel -M gives the masked key the softmax weight "
-        "e^{-M}/(e^{-M} + S), S = sum of the visible keys' e^{x_s} > 0:",
+        r"Masking by an additive sentinel $-M$ gives the masked key the softmax weight below, "
+        r"with $S > 0$ the sum of the visible keys' $e^{x_s}$:",
         sp.Eq(sp.Symbol("w_masked"), leak),
     )
     rec.prove(
@@ -368,8 +371,8 @@ def _claim_exp_sentinel(rec: Derivation, claim_sentinel_masks: bool) -> None:
     )
     leak_low = sp.exp(-M) / (sp.exp(-M) + nv * sp.exp(-M - b))
     rec.step(
-        "'Whatever the other scores': if the n_v visible scores all equal -M - b, the masked "
-        "weight is",
+        r"'Whatever the other scores': if the $n_v$ visible scores all equal $-M - b$, the "
+        "masked weight is",
         sp.Eq(sp.Symbol("w_masked"), sp.simplify(leak_low)),
     )
     rec.prove(
@@ -396,8 +399,9 @@ def _claim_kappa_sentinel(rec: Derivation) -> None:
     M = sp.Symbol("M", positive=True)
     lower = M ** (N - 1) * (M / sp.factorial(N) - sp.E)
     rec.step(
-        "kappa_N at a sentinel -M, N >= 1, M >= 1: |kappa_N(-M)| >= M^N/N! - sum_{n<N} M^n/n! "
-        ">= M^N/N! - M^(N-1) sum_{n<N} 1/n! >= M^(N-1) (M/N! - e), since sum_n 1/n! = e:",
+        r"$\kappa_N$ at a sentinel $-M$ ($N \ge 1$, $M \ge 1$): "
+        r"$\lvert \kappa_N(-M) \rvert \ge M^N / N! - \sum_{n<N} M^n / n!"
+        r" \ge M^N / N! - M^{N-1} \sum_{n<N} 1 / n!$, and $\sum_{n \ge 0} 1 / n! = e$:",
         sp.Ge(sp.Abs(sp.Function("kappa_N")(-M)), lower),
     )
     nn = sp.Symbol("n", integer=True, nonnegative=True)
@@ -413,8 +417,8 @@ def _claim_kappa_sentinel(rec: Derivation) -> None:
     Sr = sp.Symbol("S", real=True)  # sum of visible kappa_N values (any sign for odd N)
     wk = Kv / (Kv + Sr)
     rec.step(
-        "The masked key's kappa_N weight is K/(K + S) with K = kappa_N(-M); as |K| -> oo "
-        "(either sign) for fixed visible scores:",
+        r"The masked key's $\kappa_N$ weight is $K / (K + S)$ with $K = \kappa_N(-M)$; as "
+        r"$\lvert K \rvert \to \infty$ (either sign) for fixed visible scores:",
         sp.Eq(sp.Limit(wk, Kv, sp.oo), sp.limit(wk, Kv, sp.oo)),
     )
     rec.prove(
@@ -470,8 +474,9 @@ def _claim_sentinel_instances(rec: Derivation) -> None:
         leak_rows,
     )
     rec.step(
-        "In float32 the lowest finite value -3.4e38 is itself a sentinel: kappa_2(-3.4e38) "
-        "~ 5.8e76 overflows to inf and the weights become inf/inf = NaN."
+        r"In float32 the lowest finite value $-3.4 \cdot 10^{38}$ is itself a sentinel: "
+        r"$\kappa_2(-3.4 \cdot 10^{38}) \approx 5.8 \cdot 10^{76}$ overflows to inf and the "
+        "weights become inf/inf = NaN."
     )
 
 
@@ -514,8 +519,9 @@ def _claim_select_mask(rec: Derivation) -> None:
         return ok
 
     rec.step(
-        "A correct mask selects: w_s = m_s kappa(x_s) / sum_j m_j kappa(x_j) with m in {0,1} "
-        "(where(mask, kappa, 0), never a multiplication of a possibly infinite value by 0)."
+        r"A correct mask selects: $w_s = m_s\, \kappa(x_s) / \sum_j m_j\, \kappa(x_j)$ with "
+        r"$m_j \in \lbrace 0, 1 \rbrace$ (`where(mask, kappa, 0)`, never a multiplication of a "
+        "possibly infinite value by 0)."
     )
     rec.verify(
         "selection mask: the masked weight is exactly 0 and no weight depends on the masked score",

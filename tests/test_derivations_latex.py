@@ -59,7 +59,9 @@ def math_spans(text: str) -> list[tuple[str, bool, int]]:
             spans.append(("\n".join(lines[i + 1 : j]), True, i + 1))
             i = j
         elif not fenced:
-            prose = re.sub(r"`[^`]*`", "", line)
+            for m in re.finditer(r"\$`([^`]+)`\$", line):  # GitHub's verbatim inline math
+                spans.append((m.group(1), False, i + 1))
+            prose = re.sub(r"`[^`]*`", "", re.sub(r"\$`[^`]+`\$", "", line))
             for m in re.finditer(r"(?<![\\$])\$(?!\$)([^$]+?)(?<![\\$])\$(?!\$)", prose):
                 spans.append((m.group(1), False, i + 1))
         i += 1
@@ -135,11 +137,12 @@ def test_katex_check_can_fail():
 
 def test_math_spans_reader():
     text = "a $x_1$ and `$not math$` b\n\n$$\n\\frac{1}{2}\n$$\n\n```\n$$\n```\n"
-    text += "\n```math\n\\lbrace x \\rbrace\n```\n"
+    text += "\n```math\n\\lbrace x \\rbrace\n```\nso $`a_1 * b`$ and `code`\n"
     assert math_spans(text) == [
         ("x_1", False, 1),
         ("\\frac{1}{2}", True, 3),
         ("\\lbrace x \\rbrace", True, 11),
+        ("a_1 * b", False, 14),
     ]
 
 

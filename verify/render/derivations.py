@@ -71,7 +71,7 @@ def _record_md(r) -> list[str]:
     if r.steps:
         out += ["### Steps", ""]
         for i, s in enumerate(r.steps, 1):
-            out += [f"{i}. {s.text}"]
+            out += [f"{i}. {_prose(s.text)}"]
             lx = s.latex()
             if lx:
                 out += ["", md.display_math(lx)]
@@ -89,6 +89,17 @@ def _record_md(r) -> list[str]:
     for name, (header, rows) in r.tables.items():
         out += [f"#### {name}", "", md.table(header, rows), ""]
     return out
+
+
+def _prose(text: str) -> str:
+    """A step's prose with its ``$...$`` math as GitHub's verbatim inline form ``$`...`$``.
+
+    GitHub runs Markdown over plain ``$...$`` first (``*`` and ``_`` pairs become emphasis,
+    ``\\{`` loses its backslash); ``$`...`$`` reaches the math renderer as written.
+    """
+    import re
+
+    return re.sub(r"\$([^$`]+)\$", lambda m: "$`" + m.group(1).strip() + "`$", text)
 
 
 def _latex(expr) -> str:
