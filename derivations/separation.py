@@ -232,8 +232,9 @@ def _claim_bound_a(rec: Derivation, lower: Any) -> None:
         b=lower,
     )
     rec.step(
-        "softmax(z)_{i*} = 1/(1 + S), S = sum_{j != i*} e^{z_j - z_{i*}}; each term is <= "
-        "e^{-Delta} (exp increasing), so S <= (n-1) e^{-Delta}; 1/(1+S) is decreasing in S:",
+        r"$\operatorname{softmax}(z)_{i^*} = 1 / (1 + S)$ with "
+        r"$S = \sum_{j \ne i^*} e^{z_j - z_{i^*}}$; each term is at most $e^{-\Delta}$ ($\exp$ "
+        r"increasing), so $S \le (n - 1) e^{-\Delta}$, and $1 / (1 + S)$ is decreasing in $S$:",
         tex(
             r"@d < 0 \qquad (S \ge 0)",
             claim="1/(1+S) is decreasing in S >= 0",
@@ -256,7 +257,7 @@ def _claim_bound_a(rec: Derivation, lower: Any) -> None:
     )
     at_sep = sp.simplify(lower.subs(gap, sp.log(3 * (n - 1))))
     rec.step(
-        "At Delta = log(3(n-1)) (n >= 2) the bound is",
+        r"At $\Delta = \log(3(n - 1))$ ($n \ge 2$) the bound is",
         tex(
             r"@b \Big|_{\Delta = \log(3(n-1))} = @v",
             claim="Delta >= log(3(n-1)) gives softmax(z)_{i*} >= 3/4 (bound increasing in Delta)",
@@ -292,8 +293,9 @@ def _claim_bound_b(rec: Derivation, upper: Any) -> None:
         b=upper,
     )
     rec.step(
-        "peak = e^{z_i}/(e^{z_i} + sum_{j != i} e^{z_j}) <= e^{z_i}/(e^{z_i} + n - 1) "
-        "(each e^{z_j} >= 1) <= e^a/(e^a + n - 1) since x/(x + c) is increasing in x:",
+        r"The peak $e^{z_i} / (e^{z_i} + \sum_{j \ne i} e^{z_j})$ is at most "
+        r"$e^{z_i} / (e^{z_i} + n - 1)$ (each $e^{z_j} \ge 1$), which is at most "
+        r"$e^a / (e^a + n - 1)$ since $x / (x + c)$ is increasing in $x$:",
         tex(
             r"@d > 0 \qquad (x, c > 0)",
             claim="B holds and is tight: x/(x+c) increasing; at z = (a, 0, ..., 0) the peak "
@@ -336,8 +338,9 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
         k=sp.Integer(k),
     )
     rec.step(
-        "D_0 = U[0,1]^n: sup peak = e/(e+n-1) (B with a = 1, attained at (1,0,...,0)); D_1: "
-        "one entry 1 + log(3n), the rest in [0,1]: gap >= log(3n), inf peak (rest all 1) =",
+        r"$D_0 = U[0, 1]^n$: the largest peak is $e / (e + n - 1)$ (B with $a = 1$, attained at "
+        r"$(1, 0, \dots, 0)$); $D_1$: one entry $1 + \log(3n)$, the rest in $[0, 1]$, so the gap "
+        r"is at least $\log(3n)$ and the smallest peak (the rest all 1) is",
         tex(
             r"\inf_{z \in D_1} " + peak + " = @v",
             claim="inf peak(D_1) = 3n/(4n-1) > 3/4 > 1/2 for every n >= 1",
@@ -356,7 +359,8 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
         sp.Interval.open(0, sp.oo)
     )
     rec.step(
-        "sup peak(D_0) = e/(e+n-1) < 1/2 solved for n > 0:",
+        r"$\sup_{D_0} \max_i \operatorname{softmax}(z)_i = e / (e + n - 1) < 1/2$ solved for "
+        r"$n > 0$:",
         tex(
             r"\Bigl\lbrace n > 0 : @p < \tfrac{1}{2} \Bigr\rbrace = @sol",
             claim=sep_claim,
@@ -374,9 +378,9 @@ def _claim_separation(rec: Derivation, separating_n: int) -> None:
         "exact comparison with e (sympy)",
     )
     rec.step(
-        "For n <= 3 the D_0 peak at (1, 0, ..., 0) is e/(e+n-1) > 1/2 and the peak is "
-        "continuous, so a neighbourhood of that corner (positive probability under U[0,1]^n) "
-        "is misclassified: threshold 1/2 does not separate."
+        r"For $n \le 3$ the $D_0$ peak at $(1, 0, \dots, 0)$ is $e / (e + n - 1) > 1/2$ and the "
+        r"peak is continuous, so a neighbourhood of that corner (positive probability under "
+        r"$U[0, 1]^n$) is misclassified: threshold $1/2$ does not separate."
     )
     rows = []
     for m_ in range(2, 9):
@@ -410,7 +414,8 @@ def _claim_linear_attention(rec: Derivation) -> None:
         b=lin_up,
     )
     rec.step(
-        "lin peak = (M+Delta)/(sum_{j != i*} z_j + M + Delta) with sum >= (n-1) m:",
+        r"The linear peak is $(M + \Delta_{\mathrm{lin}}) / (\sum_{j \ne i^*} z_j + M + "
+        r"\Delta_{\mathrm{lin}})$ with $\sum_{j \ne i^*} z_j \ge (n - 1) m$:",
         tex(lin, claim=c_claim, b=lin_up),
     )
     rec.prove(
@@ -436,8 +441,10 @@ def _claim_linear_attention(rec: Derivation) -> None:
     inf_lin1 = (M + D) / ((n - 1) * M + M + D)
     diff_ = sp.factor(sp.together(inf_lin1 - sup_lin0))
     rec.step(
-        "n-scaled threshold: all entries in [m, M] give peak <= M/(M+(n-1)m); one entry M+Delta "
-        "gives peak >= (M+Delta)/((n-1)M + M + Delta); their difference is",
+        r"$n$-scaled threshold: all entries in $[m, M]$ give a peak at most "
+        r"$M / (M + (n - 1) m)$; one entry $M + \Delta_{\mathrm{lin}}$ gives a peak at least "
+        r"$(M + \Delta_{\mathrm{lin}}) / ((n - 1) M + M + \Delta_{\mathrm{lin}})$; their "
+        "difference is",
         tex(
             r"@lo - @hi = @d",
             claim="C': an n-scaled threshold separates the linear construction for every n >= 2 "
@@ -478,9 +485,10 @@ def _claim_scale(rec: Derivation) -> None:
     peak = sp.exp(cz * zm) / Sc
     mean_w = sp.Sum(zr[j] * sp.exp(cz * zr[j]), (j, 1, n)) / Sc
     rec.step(
-        "Softmax peak p(c) = e^{c z_max}/sum_j e^{c z_j}; dp/dc = p (z_max - zbar_c), zbar_c = "
-        "sum_j w_j z_j; z_max - zbar_c = sum_j w_j (z_max - z_j) > 0 for non-constant z (all "
-        "w_j > 0, every term >= 0, one > 0):",
+        r"Softmax peak $p(c) = e^{c z_{\max}} / \sum_j e^{c z_j}$: "
+        r"$p'(c) = p(c)\, (z_{\max} - \bar{z}_c)$ with $\bar{z}_c = \sum_j w_j z_j$, and "
+        r"$z_{\max} - \bar{z}_c = \sum_j w_j (z_{\max} - z_j) > 0$ for non-constant $z$ (all "
+        r"$w_j > 0$, every term $\ge 0$, one $> 0$):",
         sp.Eq(sp.Derivative(peak, cz), sp.diff(peak, cz)),
     )
     w_j = sp.exp(cz * zr[j]) / Sc

@@ -145,8 +145,8 @@ def claim_kappa_series(rec, f) -> None:
 
     x = _syms()["x"]
     rec.step(
-        "kappa_N(x) = sum_{n<=N} x^n/n!, the degree-N Taylor polynomial of exp. The "
-        "polynomial built from the exported taylor_coefficient must equal sympy's series.",
+        r"$\kappa_N(x) = \sum_{n=0}^{N} x^n / n!$, the degree-$N$ Taylor polynomial of $\exp$. "
+        "The polynomial built from the exported taylor_coefficient must equal sympy's series.",
         rec.statement["kappa_N"],
     )
     rec.verify(
@@ -167,8 +167,9 @@ def claim_derivative(rec) -> None:
     x, n, npos, npos_n = pick(_syms(), "x", "n", "Np", "n_pos")
     d_k = sympy.diff(_ksum(npos), x)
     rec.step(
-        "Termwise derivative: d/dx kappa_N = sum_{n=0}^N n x^(n-1)/n!; the n = 0 term is 0 and "
-        "n x^(n-1)/n! = x^(n-1)/(n-1)! for n >= 1; shifting n -> n+1 gives kappa_{N-1}.",
+        r"Termwise derivative: $\kappa_N'(x) = \sum_{n=0}^{N} n x^{n-1} / n!$; the $n = 0$ "
+        r"term is 0 and $n x^{n-1} / n! = x^{n-1} / (n-1)!$ for $n \ge 1$; shifting "
+        r"$n \to n + 1$ gives $\kappa_{N-1}$.",
         sympy.Eq(sympy.Derivative(sympy.Function("kappa_N")(x), x), _ksum(npos - 1)),
     )
 
@@ -197,7 +198,8 @@ def claim_last_term(rec) -> None:
 
     x, npos = pick(_syms(), "x", "Np")
     rec.step(
-        "Last term: kappa_N - kappa_{N-1} = x^N/N! (forward difference of the partial sums).",
+        r"Last term: $\kappa_N - \kappa_{N-1} = x^N / N!$ (forward difference of the partial "
+        "sums).",
         sympy.Eq(
             sympy.Function("kappa_N")(x) - sympy.Function("kappa_{N-1}")(x),
             x**npos / sympy.factorial(npos),
@@ -218,9 +220,9 @@ def claim_relative_error_derivative(rec, f) -> None:
     x, big_n, npos = pick(_syms(), "x", "N", "Np")
     k_n, k_n1 = sympy.Function("kappa_N"), sympy.Function("kappa_{N-1}")
     rec.step(
-        "Relative error g_N = 1 - kappa_N e^{-x}: g_N' = e^{-x}(kappa_N - kappa_N') "
-        "= e^{-x}(kappa_N - kappa_{N-1}) = x^N e^{-x}/N! (N = 0: g_0 = 1 - e^{-x}, "
-        "g_0' = e^{-x}). Cross-check through sympy's closed form of the partial sum.",
+        r"Relative error $g_N = 1 - \kappa_N e^{-x}$: $g_N' = e^{-x} (\kappa_N - \kappa_N') = "
+        r"e^{-x} (\kappa_N - \kappa_{N-1}) = x^N e^{-x} / N!$ ($N = 0$: $g_0 = 1 - e^{-x}$, "
+        r"$g_0' = e^{-x}$). Cross-check through sympy's closed form of the partial sum.",
         rec.statement["relative_error_derivative"],
     )
 
@@ -266,10 +268,12 @@ def claim_monotone(rec) -> None:
     t, y, big_n = pick(_syms(), "t", "y", "N")
     gp_neg = -((-y) ** big_n) * sympy.exp(y) / sympy.factorial(big_n)  # d/dy g(-y)
     rec.step(
-        "Each side of 0: g_N(y) = int_0^y t^N e^{-t}/N! dt with a positive integrand, so g_N > 0 "
-        "and increasing on y > 0; h(y) = g_N(-y) has h' = -g_N'(-y) = -(-y)^N e^y/N!, whose sign "
-        "(-1)^(N+1) is constant, so |g_N(-y)| = int_0^y u^N e^u/N! du increases too. Hence "
-        "sup_{|x|<=r} |g_N| = max(|g_N(-r)|, |g_N(r)|) = delta_N(r), increasing in r.",
+        r"Each side of 0: $g_N(y) = \int_0^y t^N e^{-t} / N!\, dt$ with a positive integrand, "
+        r"so $g_N > 0$ and increasing on $y > 0$; $h(y) = g_N(-y)$ has "
+        r"$h'(y) = -g_N'(-y) = -(-y)^N e^y / N!$, whose sign $(-1)^{N+1}$ is constant, so "
+        r"$\lvert g_N(-y) \rvert = \int_0^y u^N e^u / N!\, du$ increases too. Hence "
+        r"$\sup_{\lvert x \rvert \le r} \lvert g_N(x) \rvert = \max(\lvert g_N(-r) \rvert, "
+        r"\lvert g_N(r) \rvert) = \delta_N(r)$, increasing in $r$.",
         rec.statement["delta_closed_form"],
     )
 
@@ -292,9 +296,10 @@ def claim_remainder(rec) -> None:
 
     t, y, big_n = pick(_syms(), "t", "y", "N")
     rec.step(
-        "Remainder: e^x - kappa_N(x) = e^x g_N(x) = e^x int_0^x t^N e^{-t}/N! dt. Bounding "
-        "e^{-t} by its maximum e^{max(0,-x)} between 0 and x and int_0^|x| t^N/N! dt = "
-        "|x|^(N+1)/(N+1)!, with x + max(0,-x) = max(x,0): the Lagrange bound.",
+        r"Remainder: $e^x - \kappa_N(x) = e^x g_N(x) = e^x \int_0^x t^N e^{-t} / N!\, dt$. "
+        r"Bounding $e^{-t}$ by its maximum $e^{\max(0, -x)}$ between 0 and $x$, with "
+        r"$\int_0^{\lvert x \rvert} t^N / N!\, dt = \lvert x \rvert^{N+1} / (N+1)!$ and "
+        r"$x + \max(0, -x) = \max(x, 0)$, gives the Lagrange bound:",
         rec.statement["remainder_bound"],
     )
 
@@ -320,12 +325,13 @@ def claim_delta_limit(rec) -> None:
     r = sympy.Symbol("r", positive=True)
     big_n = _syms()["N"]
     rec.step(
-        "Convergence in N: for |x| <= r, |g_N(x)| = |e^x - kappa_N(x)| e^{-x} <= "
-        "e^{max(x,0) - x} |x|^(N+1)/(N+1)! <= e^r r^(N+1)/(N+1)! (the remainder bound; "
-        "max(x,0) - x = max(0,-x) <= r), which tends to 0: delta_N(r) -> 0 for every r. It is "
-        "not monotone in N: delta_N(r) rises with N up to N = r - 1 (r >= 2 an integer) and "
-        "only then falls, so the output bound B(delta), which needs delta < 1, applies only "
-        "from the first N with delta_N(r) < 1 on."
+        r"Convergence in $N$: for $\lvert x \rvert \le r$, $\lvert g_N(x) \rvert = "
+        r"\lvert e^x - \kappa_N(x) \rvert e^{-x} \le e^{\max(x, 0) - x} \lvert x \rvert^{N+1} / "
+        r"(N+1)! \le e^r r^{N+1} / (N+1)!$ (the remainder bound; $\max(x, 0) - x = "
+        r"\max(0, -x) \le r$), which tends to 0: $\delta_N(r) \to 0$ for every $r$. It is not "
+        r"monotone in $N$: $\delta_N(r)$ rises with $N$ up to $N = r - 1$ ($r \ge 2$ an "
+        r"integer) and only then falls, so the output bound $B(\delta)$, which needs "
+        r"$\delta < 1$, applies only from the first $N$ with $\delta_N(r) < 1$ on."
     )
 
     def limit_zero():
@@ -380,9 +386,10 @@ def claim_dominant_term(rec) -> None:
         xa ** (npos_n - 1) / sympy.factorial(npos_n - 1)
     )
     rec.step(
-        "Dominant term: |x|^n/n! divided by |x|^(n-1)/(n-1)! is |x|/n, so the terms grow while "
-        "n < |x| and shrink after: the largest is n = floor(|x|), tied with floor(|x|) - 1 "
-        "exactly when |x| >= 1 is an integer.",
+        r"Dominant term: with $X = \lvert x \rvert$, $X^n / n!$ divided by $X^{n-1} / (n-1)!$ "
+        r"is $X / n$, so the terms grow while $n < X$ and shrink after: the largest is "
+        r"$n = \lfloor X \rfloor$, tied with $\lfloor X \rfloor - 1$ exactly when $X \ge 1$ is "
+        "an integer. The ratio is",
         sympy.Eq(ratio, xa / npos_n),
     )
     rec.prove(
@@ -398,9 +405,10 @@ def claim_stated_deltas(rec) -> None:
     import sympy
 
     rec.step(
-        "Numbers (sympy, exact kappa_N and evalf at 60 digits): delta_2(1), delta_4(2), "
-        "delta_6(2), delta_6(3); the first N with |g_N(x)| < 1 at x = -4, -8, -16; g_20(-8). "
-        "Convergence is slow for negative scores: N grows like 3-3.6 |x|."
+        r"Numbers (sympy, exact $\kappa_N$ and evalf at 60 digits): $\delta_2(1)$, "
+        r"$\delta_4(2)$, $\delta_6(2)$, $\delta_6(3)$; the first $N$ with "
+        r"$\lvert g_N(x) \rvert < 1$ at $x = -4, -8, -16$; $g_{20}(-8)$. Convergence is slow "
+        r"for negative scores: $N$ grows like $3 \lvert x \rvert$ to $3.6 \lvert x \rvert$."
     )
 
     def deltas():
@@ -482,18 +490,20 @@ def claim_split_bound(rec) -> None:
     a, dl, f_a = _split_weight()
     m = sympy.Symbol("m", positive=True)
     rec.step(
-        "Weights w_s = a_s/A, perturbed a^_s = a_s(1 + e_s), |e_s| <= delta < 1; m = "
-        "sum_s w_s(1 + e_s) in [1-delta, 1+delta], w^_s - w_s = w_s(1 + e_s - m)/m sums to 0. "
-        "With P = {s: 1 + e_s > m} of weight a: sum|w^ - w| = (2/m) sum_P w_s(1+e_s-m) "
-        "<= 2a(1+delta-m)/m =: 2U(m), and = (2/m) sum_{not P} w_s(m-1-e_s) "
-        "<= 2(1-a)(m-1+delta)/m =: 2L(m).",
+        r"Weights $w_s = a_s / A$, perturbed $\hat{a}_s = a_s (1 + e_s)$, "
+        r"$\lvert e_s \rvert \le \delta < 1$; $m = \sum_s w_s (1 + e_s) \in [1 - \delta, "
+        r"1 + \delta]$, and $\hat{w}_s - w_s = w_s (1 + e_s - m) / m$ sums to 0. With "
+        r"$P = \lbrace s : 1 + e_s > m \rbrace$ of weight $a$: $\sum_s \lvert \hat{w}_s - w_s "
+        r"\rvert = (2/m) \sum_{s \in P} w_s (1 + e_s - m) \le 2a (1 + \delta - m) / m =: 2U(m)$, "
+        r"and it also equals $(2/m) \sum_{s \notin P} w_s (m - 1 - e_s) \le 2(1 - a)(m - 1 + "
+        r"\delta) / m =: 2L(m)$."
     )
     upper = a * (1 + dl - m) / m
     lower = (1 - a) * (m - 1 + dl) / m
     crossing = sympy.solve(sympy.Eq(upper, lower), m)
     rec.step(
-        "U decreases and L increases in m, so min(U, L) is largest where they cross: "
-        "m* = 1 - delta + 2 a delta, giving F(a) = 4a(1-a) delta/(1 - delta + 2 a delta).",
+        r"$U$ decreases and $L$ increases in $m$, so $\min(U, L)$ is largest where they cross, "
+        r"at $m^* = 1 - \delta + 2 a \delta$, giving",
         sympy.Eq(sympy.Function("F")(a), f_a),
     )
 
@@ -522,10 +532,11 @@ def claim_supremum(rec) -> None:
     tt = sympy.Symbol("t", positive=True)
     _, b_star = b_star_expr()
     rec.step(
-        "Maximize over a: with delta = 2t/(1+t^2), t in [0, 1), F* - F(a) = "
-        "2t(1 - t - 2a)^2/((1-t)^2 + 4at) >= 0, so sup_a F = F* = 2t = 2 delta/(1 + sqrt(1 - "
-        "delta^2)), attained at a = (1-t)/2 by e = +delta on P and -delta elsewhere. It is "
-        "below the looser bound 2 delta/(1-delta) = 4t/(1-t)^2.",
+        r"Maximize over $a$: with $\delta = 2t / (1 + t^2)$, $t \in [0, 1)$, "
+        r"$F^* - F(a) = 2t (1 - t - 2a)^2 / ((1 - t)^2 + 4 a t) \ge 0$, so "
+        r"$\sup_a F = F^* = 2t$, attained at $a = (1 - t)/2$ by $e_s = +\delta$ on $P$ and "
+        r"$-\delta$ elsewhere; it is below the looser bound $2\delta / (1 - \delta) = "
+        r"4t / (1 - t)^2$. In $\delta$:",
         sympy.Eq(sympy.Function("B")(b_star.free_symbols.pop()), b_star),
     )
 
@@ -596,10 +607,12 @@ def claim_thresholds(rec) -> None:
 
     dl, b_star = b_star_expr()
     rec.step(
-        "Output: o^_t - o_t = sum_s (w^_s - w_s) v_s, so ||o^_t - o_t||_inf <= B(delta) "
-        "max_s ||v_s||_inf (equality for v_s = +-V on P / not P). B < 2 (the trivial bound) "
-        "for all delta < 1; B <= 1 iff delta <= 4/5; B <= 1/2 iff delta <= 8/17. The looser "
-        "2 delta/(1-delta) beats 2 only for delta < 1/2 and reaches 1/2 at delta = 1/5.",
+        r"Output: $\hat{o}_t - o_t = \sum_s (\hat{w}_s - w_s) v_s$, so "
+        r"$\lVert \hat{o}_t - o_t \rVert_\infty \le B(\delta) \max_s \lVert v_s \rVert_\infty$ "
+        r"(equality for $v_s = \pm V$ on $P$ and off it). $B < 2$ (the trivial bound) for all "
+        r"$\delta < 1$; $B \le 1$ iff $\delta \le 4/5$; $B \le 1/2$ iff $\delta \le 8/17$. The "
+        r"looser $2\delta / (1 - \delta)$ beats 2 only for $\delta < 1/2$ and reaches $1/2$ at "
+        r"$\delta = 1/5$."
     )
 
     def thresholds():
@@ -634,12 +647,14 @@ def claim_positivity(rec) -> None:
     x0 = sympy.Symbol("x0", real=True, nonzero=True)
     mm = sympy.Symbol("m", integer=True, positive=True)
     rec.step(
-        "Even order 2m: kappa_2m -> +inf as |x| -> inf, so it has a global minimum at a "
-        "critical point x0, where kappa_2m'(x0) = kappa_{2m-1}(x0) = 0; there kappa_2m(x0) = "
-        "kappa_{2m-1}(x0) + x0^(2m)/(2m)! = x0^(2m)/(2m)! > 0 (x0 != 0 since "
-        "kappa_{2m-1}(0) = 1). Odd order 2m+1: kappa_{2m+1}' = kappa_2m > 0, so kappa_{2m+1} "
-        "is strictly increasing from -inf to +inf: exactly one real root, and kappa_{2m+1} >= 1 "
-        "on x >= 0 puts it at x < 0. Example: min kappa_2 = kappa_2(-1) = 1/2.",
+        r"Even order $2m$: $\kappa_{2m} \to +\infty$ as $\lvert x \rvert \to \infty$, so it has "
+        r"a global minimum at a critical point $x_0$, where $\kappa_{2m}'(x_0) = "
+        r"\kappa_{2m-1}(x_0) = 0$; there $\kappa_{2m}(x_0) = \kappa_{2m-1}(x_0) + "
+        r"x_0^{2m} / (2m)! = x_0^{2m} / (2m)! > 0$ ($x_0 \ne 0$ since $\kappa_{2m-1}(0) = 1$). "
+        r"Odd order $2m + 1$: $\kappa_{2m+1}' = \kappa_{2m} > 0$, so $\kappa_{2m+1}$ is "
+        r"strictly increasing from $-\infty$ to $+\infty$: exactly one real root, and "
+        r"$\kappa_{2m+1} \ge 1$ on $x \ge 0$ puts it at $x < 0$. Example: "
+        r"$\min \kappa_2 = \kappa_2(-1) = 1/2$.",
         rec.statement["positivity"],
     )
 
@@ -702,8 +717,8 @@ def claim_signed_weights(rec, f) -> None:
         return normalized == [sympy.Rational(-4, 3), sympy.Integer(1), sympy.Rational(4, 3)]
 
     rec.step(
-        "Odd orders give signed weights: N = 1, scores (-3, 1/2, 1) -> kappa_1 = (-2, 3/2, 2), "
-        "sum 3/2, normalized weights (-4/3, 1, 4/3).",
+        r"Odd orders give signed weights: $N = 1$, scores $(-3, 1/2, 1)$ give "
+        r"$\kappa_1 = (-2, 3/2, 2)$, sum $3/2$, normalized weights $(-4/3, 1, 4/3)$.",
     )
     rec.verify(
         "N = 1, scores (-3, 0.5, 1): normalized weights (-4/3, 1, 4/3)",
