@@ -8,6 +8,9 @@ Layout (B, H, T, d) for queries, (B, H, S, d) keys, (B, H, S, d_v) values; SDPA-
   basis (D1, D2, D4).
 - ``linear_attention``: kernel linear attention with identity, elu1, relu, taylor:N, favor or a
   callable feature map (D3, D9).
+- ``sigmoid_attention``: unnormalized sigmoid attention (D14).
+- ``verify.attention.structure``: windows, grouped kv heads (``enable_gqa``), softcapping and
+  ALiBi slopes, keywords of ``softmax_attention`` and ``sigmoid_attention`` (D12, D13, D15).
 - ``verify.attention.state``: streaming ``init_state``, ``step``, ``prefill``.
 - ``verify.attention.feature_maps``: the public feature maps; ``verify.attention.norms``: the
   denominator modes of D7.
@@ -36,6 +39,7 @@ from verify.attention.norms import (
     layer_normalize,
     rms_normalize,
 )
+from verify.attention.sigmoid import sigmoid_attention
 from verify.attention.softmax import softmax_attention
 from verify.attention.state import AttentionState, init_state, prefill, step
 from verify.attention.taylor import taylor_attention
@@ -56,6 +60,7 @@ __all__ = [
     "prefill",
     "relu_features",
     "rms_normalize",
+    "sigmoid_attention",
     "softmax_attention",
     "step",
     "symmetric_monomial_features",

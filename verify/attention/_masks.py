@@ -15,12 +15,25 @@ from verify.spec.visibility import visible
 
 
 def visible_mask(
-    attn_mask: torch.Tensor | None, causal: bool, dims: Shape, device: torch.device
+    attn_mask: torch.Tensor | None,
+    causal: bool,
+    dims: Shape,
+    device: torch.device,
+    *,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor | None:
-    """Bool (B|1, H|1, T, S) of visible (query, key) pairs, or None when all are visible."""
-    if attn_mask is None and not causal:
+    """Bool (B|1, H|1, T, S) of visible (query, key) pairs, or None when all are visible.
+
+    ``window`` (D15, already combined with ``causal``) is and-ed in.
+    """
+    if attn_mask is None and not causal and window is None:
         return None
-    return visible(dims.T, dims.S, causal=causal, attn_mask=attn_mask, device=device)
+    vis = visible(dims.T, dims.S, causal=causal, attn_mask=attn_mask, device=device)
+    if window is not None:
+        from verify.attention.structure import window_mask
+
+        vis = vis & window_mask(dims.T, dims.S, window, device=device)
+    return vis
 
 
 def sanitize(qa, ka, va, vis):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from verify.attention import _masks
+from verify.attention import _masks, structure
 from verify.attention._validate import (
     accumulation_dtype,
+    check_bool,
     check_causal,
     check_mask,
     check_qkv,
@@ -25,6 +26,10 @@ def softmax_attention(
     attn_mask: torch.Tensor | None = None,
     denominator: str = "sum",
     eps: float = 0.0,
+    window: tuple[int, int] | None = None,
+    softcap: float | None = None,
+    alibi_slopes=None,
+    enable_gqa: bool = False,
 ) -> torch.Tensor:
     """Softmax attention o_t = sum_s exp(x_ts) v_s / sum_s exp(x_ts), x_ts = c q_t.k_s.
 
@@ -41,6 +46,13 @@ def softmax_attention(
         attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
         denominator: one of ``verify.spec.vocabulary.DENOMINATORS`` (D7); ``sum`` is softmax.
         eps: >= 0, only used by the denominator modes (see ``norms``); 0 = IEEE result.
+        window: ``(left, right)`` in FlashAttention's convention (D15; bottom-right aligned,
+            -1 unbounded); with ``causal=True`` right is 0 and T != S is allowed.
+        softcap: C > 0: scores become C tanh(x / C) before the bias and the mask (D13).
+        alibi_slopes: H slopes m_h >= 0 (sequence or 1-D tensor): the bias -m_h |t' - s|
+            (D12; ``derivations.decay.alibi_slopes`` gives the reference slopes).
+        enable_gqa: k and v may have G heads, G dividing H; query head h uses kv head
+            h // (H / G) (D15, SDPA's ``enable_gqa``).
 
     Returns:
         (B, H, T, d_v) in the dtype of q. float64/float32 compute in their own dtype; bf16/fp16
@@ -49,17 +61,25 @@ def softmax_attention(
     Raises:
         TypeError, ValueError: any invalid argument (named in the message).
     """
+    heads = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
+    k, v = structure.expand_kv(k, v, heads, enable_gqa)
     dims = check_qkv(q, k, v)
-    causal = check_causal(causal, dims)
+    win = structure.check_window(window)
+    causal = check_causal(causal, dims) if win is None else check_bool("causal", causal)
+    win = structure.effective_window(win, causal)
+    cap = structure.check_softcap(softcap)
+    slopes = structure.check_alibi_slopes(alibi_slopes, dims.H, q.device)
     c = resolve_scale(scale, dims.d, exp_type=True)
     mask = check_mask(attn_mask, dims, q.device)
     mode = check_denominator(denominator, dims.d_v)
     eps = check_eps(eps)
 
     acc = accumulation_dtype(q.dtype)
-    vis = _masks.visible_mask(mask, causal, dims, q.device)
+    vis = _masks.visible_mask(mask, causal and win is None, dims, q.device, window=win)
     qa, ka, va = _masks.sanitize(q.to(acc), k.to(acc), v.to(acc), vis)
-    x = c * (qa @ ka.transpose(-1, -2))
+    x = structure.transform_scores(
+        c * (qa @ ka.transpose(-1, -2)), softcap=cap, alibi_slopes=slopes
+    )
     if vis is None:
         m = x.amax(-1, keepdim=True).detach()
         w = torch.exp(x - m)
