@@ -84,9 +84,10 @@ def _two_evaluations(rec: Derivation) -> None:
     # |e_i| <= g A: e_1 - e_2 is linear in (e_1, e_2), so its extremes are at the box corners
     worst = sp.Max(*[sp.Abs(s1 * g * A - s2 * g * A) for s1 in (-1, 1) for s2 in (-1, 1)])
     rec.step(
-        "Two evaluations of the same sum: each error e_i = fl_i - s has |e_i| <= gamma A "
-        "(A = sum |a_i|); the difference fl_1 - fl_2 = e_1 - e_2 is linear in (e_1, e_2), so "
-        "its largest magnitude over the box is at a corner:",
+        r"Two evaluations of the same sum $s$: each error $e_i = \mathrm{fl}_i - s$ has "
+        r"$\lvert e_i \rvert \le \gamma A$ ($A = \sum_i \lvert a_i \rvert$); the difference "
+        r"$\mathrm{fl}_1 - \mathrm{fl}_2 = e_1 - e_2$ is linear in $(e_1, e_2)$, so its largest "
+        "magnitude over the box is at a corner:",
         tex(
             r"\max_{\lvert e_1 \rvert, \lvert e_2 \rvert \le \gamma A}"
             r" \lvert e_1 - e_2 \rvert = @w",
@@ -114,8 +115,8 @@ def _ratio(rec: Derivation) -> None:
     first = sp.simplify(sp.diff(o1 - o2, eps).subs(eps, 0))
     expected = (dN1 - dN2) / D - o * (dD1 - dD2) / D + o * (d1 - d2)
     rec.step(
-        "A ratio o = N/D with N and D each evaluated twice (errors dN_i, dD_i) and one division "
-        "each (relative d_i): to first order o_1 - o_2 is",
+        r"A ratio $o = N / D$ with $N$ and $D$ each evaluated twice (errors $\delta N_i$, "
+        r"$\delta D_i$) and one division each (relative error $\delta_i$): to first order",
         tex(
             r"o_1 - o_2 = @e + O(\varepsilon^2) \qquad"
             r" (\delta N_i, \delta D_i, \delta_i = O(\varepsilon))",
@@ -129,8 +130,11 @@ def _ratio(rec: Derivation) -> None:
         "derivative in the perturbation size at 0",
     )
     rec.step(
-        "With |dN_1 - dN_2| <= tau sum|w_s v_s|, |dD_1 - dD_2| <= tau sum|w_s| and |d_i| <= u: "
-        "|o_1 - o_2| <= tau (A + |o| B) + 2u|o|, A = sum|W_s v_s|, B = sum|W_s|, W_s = w_s/D."
+        r"With $\lvert \delta N_1 - \delta N_2 \rvert \le \tau \sum_s \lvert w_s v_s \rvert$, "
+        r"$\lvert \delta D_1 - \delta D_2 \rvert \le \tau \sum_s \lvert w_s \rvert$ and "
+        r"$\lvert \delta_i \rvert \le u$: $\lvert o_1 - o_2 \rvert \le \tau (A + \lvert o "
+        r"\rvert B) + 2 u \lvert o \rvert$ with $A = \sum_s \lvert W_s v_s \rvert$, "
+        r"$B = \sum_s \lvert W_s \rvert$, $W_s = w_s / D$."
     )
 
 
@@ -140,8 +144,8 @@ def _decision(rec: Derivation, detection_factor) -> None:
     T, l, m = sp.symbols("T l m", nonnegative=True)
     r = sp.Symbol("r", real=True)  # the rounding part of the measured difference, |r| <= T
     rec.step(
-        "Decision rule: the measured difference is m = |l + r| with l the true (exact) change "
-        "and |r| <= T; flag a leak when m > T.",
+        r"Decision rule: the measured difference is $m = \lvert l + r \rvert$ with $l$ the true "
+        r"(exact) change and $\lvert r \rvert \le T$; flag a leak when $m > T$.",
         sp.Eq(m, sp.Abs(l + r)),
     )
     no_false_alarm = sp.Max(*[sp.Abs(0 + s * T) for s in (-1, 1)])
@@ -275,9 +279,9 @@ def derive(*, reorder_factor=2, detection_factor=2) -> Derivation:
         [[dt, unit_roundoff(dt)] + [_tau_cell(n, dt) for n in TABLE_TERMS] for dt in TABLE_DTYPES],
     )
     rec.step(
-        "The thresholds per dtype (table): an output's leak threshold is tau (A + |o| B) + 2u|o| "
-        "in units of its own weights and values, so a leak is stated relative to what the row "
-        "computes, never to the kernel."
+        r"The thresholds per dtype (table): an output's leak threshold is "
+        r"$\tau (A + \lvert o \rvert B) + 2 u \lvert o \rvert$ in units of its own weights and "
+        "values, so a leak is stated relative to what the row computes, never to the kernel."
     )
     rec.exports = ["reorder_threshold", "ratio_difference_bound", "detectable_leak"]
     return rec

@@ -226,9 +226,10 @@ def _claim_scalar_gate(rec: Derivation) -> None:
     import sympy as sp
 
     rec.step(
-        "Kernel attention: o_t = G_t N_t with G_t = 1/D_t, a per-query scalar (it multiplies "
-        "every component of N_t); G_t > 0 iff D_t > 0 (exp, even kappa_N; odd kappa_N can give "
-        "D_t <= 0, e.g. N = 1, scores (-2, 0): D_t = -1 + 1 = 0)."
+        r"Kernel attention: $o_t = G_t N_t$ with $G_t = 1 / D_t$, a per-query scalar (it "
+        r"multiplies every component of $N_t$); $G_t > 0$ iff $D_t > 0$ ($\exp$, even "
+        r"$\kappa_N$; odd $\kappa_N$ can give $D_t \le 0$, e.g. $N = 1$, scores $(-2, 0)$: "
+        r"$D_t = -1 + 1 = 0$)."
     )
     rec.verify(
         "odd kappa_N can vanish: kappa_1(-2) + kappa_1(0) = 0 (G_t undefined)",
@@ -252,7 +253,7 @@ def _claim_l2_rms(rec: Derivation) -> None:
         r"\operatorname{L2}(N_t)_i = @o" + cond, claim="L2(N_t) = L2(o_t) for D_t > 0", o=l2_o
     )
     rec.step(
-        "L2(N_t)_i = D o_i / sqrt(sum_j (D o_j)^2); D^2 factors out and sqrt(D^2) = D:",
+        r"With $N_t = D\, o_t$, $D^2$ factors out of the root and $\sqrt{D^2} = D$:",
         tex(
             r"\operatorname{L2}(N_t)_i = \frac{D\, o_i}{\sqrt{\sum_{j=1}^{n} (D\, o_j)^2}} = @o",
             claim="L2(N_t) = L2(o_t) for D_t > 0",
@@ -292,7 +293,8 @@ def _claim_layernorm(rec: Derivation, layernorm_min_dim: int) -> None:
         o=ln_o,
     )
     rec.step(
-        "mean(N_t) = D mean(o_t) and var(N_t) = D^2 var(o_t) (linearity of the sum):",
+        r"$\operatorname{mean}(N_t) = D \operatorname{mean}(o_t)$ and "
+        r"$\operatorname{var}(N_t) = D^2 \operatorname{var}(o_t)$ (linearity of the sum):",
         tex(
             r"\operatorname{mean}(N_t) = @m, \qquad \operatorname{var}(N_t) = @v",
             claim="mean(D o) = D mean(o), var(D o) = D^2 var(o)",
@@ -366,9 +368,10 @@ def _claim_eps_forms(rec: Derivation, claim_layernorm_eps_exact: bool) -> None:
             "symbolic d_v = n, D > 0, eps > 0",
         )
     rec.step(
-        "So Norm_eps(N_t) is Norm(o_t) shrunk by 1/sqrt(1+t): the gap is parallel to Norm(o_t) "
-        "and ||Norm_eps(N_t) - Norm(o_t)|| = ||Norm(o_t)|| (1 - 1/sqrt(1+t)), with "
-        "||Norm(o_t)|| = 1 (L2), sqrt(d_v) (RMS, LayerNorm). The relative gap is",
+        r"So $\operatorname{Norm}_\varepsilon(N_t)$ is $\operatorname{Norm}(o_t)$ shrunk by "
+        r"$1 / \sqrt{1 + t}$: the gap is parallel to $\operatorname{Norm}(o_t)$, and "
+        r"$\lVert \operatorname{Norm}(o_t) \rVert = 1$ (L2), $\sqrt{d_v}$ (RMS, LayerNorm). "
+        "The relative gap is",
         tex(
             r"\frac{\lVert \operatorname{Norm}_{\varepsilon}(N_t) - \operatorname{Norm}(o_t)"
             r" \rVert}{\lVert \operatorname{Norm}(o_t) \rVert} = @g, \qquad"
@@ -400,7 +403,7 @@ def _claim_gap_bound(rec: Derivation, gap_bound: Callable[[Any], Any] | None) ->
         b=sp.Le(1 - 1 / sp.sqrt(1 + t), bound),
     )
     rec.step(
-        "Bound: h(t) = bound - (1 - (1+t)^(-1/2)) has h(0) = 0 and h'(t) >= 0:",
+        r"Bound: $h(t) = t/2 - (1 - (1 + t)^{-1/2})$ has $h(0) = 0$ and $h'(t) \ge 0$:",
         tex(
             r"h'(t) = @d \ge 0 \qquad (t \ge 0)",
             claim="1 - 1/sqrt(1+t) <= t/2 for all t >= 0",
@@ -446,9 +449,11 @@ def _claim_clamp(rec: Derivation) -> None:
     D = _syms()["D"]
     on = sp.Symbol("r", positive=True)  # ||o||
     rec.step(
-        "Clamp convention x/max(||x||, eps): at x = N_t = D o_t, max(D||o||, eps); when "
-        "D||o|| >= eps the result is D o/(D ||o||) = o/||o|| exactly; otherwise it is D o/eps, "
-        "of norm D||o||/eps, so the gap has norm 1 - D||o||/eps.",
+        r"Clamp convention $x / \max(\lVert x \rVert, \varepsilon)$: at $x = N_t = D\, o_t$ the "
+        r"divisor is $\max(D \lVert o \rVert, \varepsilon)$; when $D \lVert o \rVert \ge "
+        r"\varepsilon$ the result is $D o / (D \lVert o \rVert) = o / \lVert o \rVert$ exactly; "
+        r"otherwise it is $D o / \varepsilon$, of norm $D \lVert o \rVert / \varepsilon$, so "
+        r"the gap has norm $1 - D \lVert o \rVert / \varepsilon$.",
     )
     lam = sp.Symbol("mu", positive=True)  # D||o||/eps = 1/(1 + mu) < 1
     rec.prove(
@@ -468,10 +473,13 @@ def _claim_sensitivity(rec: Derivation) -> None:
 
     a_n, b_n, e_ = sp.symbols("A B e", positive=True)
     rec.step(
-        "Sensitivity: for g(y) = y/r(y), r(y) = sqrt(||y||^2 + e): g(b) - g(a) = (b - a)/r(a) + "
-        "g(b)(r(a) - r(b))/r(a); ||g(b)|| <= 1 and |r(a) - r(b)| <= | ||a|| - ||b|| | <= "
-        "||a - b||, so ||g(b) - g(a)|| <= 2||b - a||/r(a). RMS_eps = sqrt(d_v) g with e = d_v "
-        "eps; LN_eps(y) = sqrt(d_v) g(P y), P the centering projection (||P|| <= 1)."
+        r"Sensitivity: for $g(y) = y / r(y)$, $r(y) = \sqrt{\lVert y \rVert^2 + e}$: "
+        r"$g(b) - g(a) = (b - a) / r(a) + g(b) (r(a) - r(b)) / r(a)$; $\lVert g(b) \rVert "
+        r"\le 1$ and $\lvert r(a) - r(b) \rvert \le \lvert \lVert a \rVert - \lVert b \rVert "
+        r"\rvert \le \lVert a - b \rVert$, so $\lVert g(b) - g(a) \rVert \le 2 \lVert b - a "
+        r"\rVert / r(a)$. $\operatorname{RMS}_\varepsilon = \sqrt{d_v}\, g$ with "
+        r"$e = d_v \varepsilon$; $\operatorname{LayerNorm}_\varepsilon(y) = \sqrt{d_v}\, "
+        r"g(P y)$, $P$ the centering projection ($\lVert P \rVert \le 1$)."
     )
     ra, rb = sp.symbols("r_a r_b", positive=True)
     rec.prove(
@@ -495,7 +503,7 @@ def _claim_count_none(rec: Derivation) -> None:
     tt = sp.Symbol("t", positive=True, integer=True)
     count = D * o[i] / tt
     rec.step(
-        "count: N_t / t = (D_t/t) o_t (t visible keys); none: N_t = D_t o_t.",
+        r"count: $N_t / t = (D_t / t)\, o_t$ ($t$ visible keys); none: $N_t = D_t\, o_t$.",
         tex(
             r"\operatorname{count}(N_t)_i = \frac{N_{t,i}}{t} = @c",
             claim="count(N_t) = o_t iff D_t = t (for exp with |scores| <= r, D_t/t, a mean of "

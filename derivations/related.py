@@ -343,9 +343,10 @@ def _claim_softmax_collisions(rec: Derivation) -> None:
     xi, yi = sp.symbols("x_i y_i", real=True)
     Sx, Sy = sp.symbols("S_x S_y", positive=True)
     rec.step(
-        "softmax(x) = softmax(y) means e^{x_i}/S_x = e^{y_i}/S_y for every i; taking logs, "
-        "x_i - y_i = log S_x - log S_y, the same for every i: x - y is a multiple of 1. The "
-        "converse is shift invariance (D6)."
+        r"$\operatorname{softmax}(x) = \operatorname{softmax}(y)$ means $e^{x_i} / S_x = "
+        r"e^{y_i} / S_y$ for every $i$; taking logs, $x_i - y_i = \log S_x - \log S_y$, the same "
+        r"for every $i$: $x - y$ is a multiple of $\mathbf{1}$. The converse is shift invariance "
+        "(D6)."
     )
     rec.prove(
         "softmax(x) = softmax(y) => x_i - y_i = log(S_x/S_y) (independent of i)",
@@ -371,9 +372,11 @@ def _claim_rank_condition(rec: Derivation, claim_injective_rank: int | None) -> 
     cc = sp.Symbol("c", real=True)
     ones = sp.ones(n_, 1)
     rec.step(
-        "K(q - q') = c 1 iff [K, 1] (q - q', -c) = 0. If rank [K, 1] = d + 1 the only solution "
-        "is q = q' (injective). If rank [K, 1] < d + 1 a non-zero (u, -c) solves it, u != 0 "
-        "(u = 0 forces c 1 = 0, c = 0), and q' = q + u gives softmax(K q') = softmax(K q)."
+        r"$K (q - q') = c \mathbf{1}$ iff $[K, \mathbf{1}] (q - q', -c) = 0$. If "
+        r"$\operatorname{rank} [K, \mathbf{1}] = d + 1$ the only solution is $q = q'$ "
+        r"(injective). If $\operatorname{rank} [K, \mathbf{1}] < d + 1$ a non-zero $(u, -c)$ "
+        r"solves it, $u \ne 0$ ($u = 0$ forces $c \mathbf{1} = 0$, $c = 0$), and $q' = q + u$ "
+        r"gives $\operatorname{softmax}(K q') = \operatorname{softmax}(K q)$."
     )
     rec.verify(
         "[K, 1] (u, -c) = K u - c 1 (block product)",
@@ -603,7 +606,8 @@ def _claim_favor_mgf(rec: Derivation) -> None:
     w, gauss1 = _gauss1()
     mgf = sp.integrate(sp.exp(t * w) * gauss1, (w, -sp.oo, sp.oo), conds="none")
     rec.step(
-        "Per coordinate, w ~ N(0, 1): E[e^{t w}] = integral e^{t w} e^{-w^2/2}/sqrt(2 pi) =",
+        r"Per coordinate, $w \sim \mathcal{N}(0, 1)$: $\mathbb{E}[e^{t w}] = "
+        r"\int_{-\infty}^{\infty} e^{t w} e^{-w^2/2} / \sqrt{2 \pi}\, dw$:",
         tex(
             r"\mathbb{E}\bigl[e^{t w}\bigr] = @m"
             r" \qquad (w \sim \mathcal{N}(0, 1),\ t \in \mathbb{R})",
@@ -619,8 +623,9 @@ def _claim_favor_mgf(rec: Derivation) -> None:
     a = sp.IndexedBase("a", real=True)
     prod = sp.Product(sp.exp(a[i] ** 2 / 2), (i, 1, d))
     rec.step(
-        "In R^d the coordinates of w are independent, so E[e^{w.a}] = prod_i E[e^{w_i a_i}] "
-        "(Fubini) = prod_i e^{a_i^2/2} =",
+        r"In $\mathbb{R}^d$ the coordinates of $w$ are independent, so "
+        r"$\mathbb{E}[e^{w \cdot a}] = \prod_i \mathbb{E}[e^{w_i a_i}] = \prod_i e^{a_i^2/2}$ "
+        "(Fubini):",
         tex(
             r"\mathbb{E}\bigl[e^{w \cdot a}\bigr] = @m \qquad (w \sim \mathcal{N}(0, I_d))",
             claim="E[e^{w.a}] = e^{|a|^2/2} for w ~ N(0, I_d), any d",
@@ -667,9 +672,10 @@ def _claim_favor_moments(
         e=sp.exp(kk * p + kk * (kk - 1) * s / 2),
     )
     rec.step(
-        "Z = e^{w.x - |x|^2/2} e^{w.y - |y|^2/2} = e^{w.(x+y)} e^{-(|x|^2+|y|^2)/2}; so "
-        "E[Z^k] = e^{-k(s - 2p)/2} E[e^{w.(k(x+y))}] = e^{-k(s-2p)/2} e^{k^2 s/2}, "
-        "p = x.y, s = |x+y|^2:",
+        r"$Z = e^{w \cdot x - \lVert x \rVert^2/2} e^{w \cdot y - \lVert y \rVert^2/2} = "
+        r"e^{w \cdot (x + y)} e^{-(\lVert x \rVert^2 + \lVert y \rVert^2)/2}$; so "
+        r"$\mathbb{E}[Z^k] = e^{-k (s - 2p)/2}\, \mathbb{E}[e^{w \cdot k (x + y)}] = "
+        r"e^{-k (s - 2p)/2} e^{k^2 s/2}$ with $p = x \cdot y$, $s = \lVert x + y \rVert^2$:",
         tex(r"\mathbb{E}\bigl[Z^k\bigr] = @e", claim=raw_claim, e=sp.simplify(raw_k)),
     )
     rec.prove(
@@ -695,8 +701,8 @@ def _claim_favor_moments(
         v=claimed,
     )
     rec.step(
-        "phi(x).phi(y) = (1/m) sum_{r<=m} Z_r, Z_r iid; Var = Var(Z)/m with Var(Z) = "
-        "E[Z^2] - E[Z]^2 =",
+        r"$\phi(x) \cdot \phi(y) = \frac{1}{m} \sum_{r=1}^{m} Z_r$ with iid $Z_r$, so its "
+        r"variance is $\operatorname{Var}(Z) / m$, where",
         tex(
             r"\operatorname{Var}(Z) = \mathbb{E}\bigl[Z^2\bigr] - \mathbb{E}[Z]^2 = @v",
             claim=var_claim,
@@ -758,9 +764,10 @@ def _claim_fourth_moment(rec: Derivation) -> None:
     m = sp.Symbol("m", integer=True, positive=True)
     mu4, sig2 = sp.symbols("mu_4 sigma^2", positive=True)
     rec.step(
-        "Fourth central moment of the mean of m iid centred X_r: E[(sum X_r)^4] = m mu_4 + "
-        "6 C(m, 2) sigma^4 (terms with a lone X_r vanish), so E[(Xbar)^4] = (mu_4 + "
-        "3(m-1) sigma^4)/m^3; mu_4 = E[(Z - e^p)^4] = e^{4p}(e^{6s} - 4e^{3s} + 6e^s - 3)."
+        r"Fourth central moment of the mean of $m$ iid centred $X_r$: "
+        r"$\mathbb{E}[(\sum_r X_r)^4] = m \mu_4 + 6 \binom{m}{2} \sigma^4$ (terms with a lone "
+        r"$X_r$ vanish), so $\mathbb{E}[\bar{X}^4] = (\mu_4 + 3 (m - 1) \sigma^4) / m^3$; "
+        r"$\mu_4 = \mathbb{E}[(Z - e^p)^4] = e^{4p} (e^{6s} - 4 e^{3s} + 6 e^s - 3)$."
     )
 
     def fourth_moment() -> bool:
