@@ -288,8 +288,8 @@ def _statement(rec) -> None:
 def _claim_taylor_coefficients(rec, f) -> None:
     """1. The exported Taylor coefficients are sympy's Maclaurin coefficients of exp."""
     rec.step(
-        "exp is entire; its Maclaurin coefficients are 1/n!. The export taylor_coefficient(n) "
-        "must equal sympy's series coefficient.",
+        r"$\exp$ is entire; its Maclaurin coefficients are $1 / n!$. The export "
+        "taylor_coefficient(n) must equal sympy's series coefficient.",
         rec.statement["exp_series"],
     )
     series = _exp_series_coefficients(20)  # sympy.series(exp(s), s, 0, 21), n = 0..20
@@ -309,9 +309,11 @@ def _claim_tensor_power(rec) -> None:
     big_i = sympy.Symbol("I", integer=True)
     m_sym = sympy.Symbol("M", integer=True, positive=True)
     rec.step(
-        "Tensor power, by induction on n: index [d]^(n+1) as [d]^n x [d]. With "
-        "a(I) = q^(tensor n)_I k^(tensor n)_I and b(i) = q_i k_i the double sum factors, so "
-        "<q^(n+1), k^(n+1)> = <q^n, k^n> (q.k); with <q^0, k^0> = 1 this gives (q.k)^n.",
+        r"Tensor power, by induction on $n$: index $[d]^{n+1}$ as $[d]^n \times [d]$. With "
+        r"$a(I) = (q^{\otimes n})_I (k^{\otimes n})_I$ and $b(i) = q_i k_i$ the double sum "
+        r"factors, so $\langle q^{\otimes (n+1)}, k^{\otimes (n+1)} \rangle = \langle "
+        r"q^{\otimes n}, k^{\otimes n} \rangle\, (q \cdot k)$; with $\langle q^{\otimes 0}, "
+        r"k^{\otimes 0} \rangle = 1$ this gives $(q \cdot k)^n$:",
         sympy.Eq(
             sympy.Sum(a_fn(big_i) * b_fn(i), (i, 1, d), (big_i, 1, m_sym)),
             sympy.Sum(a_fn(big_i), (big_i, 1, m_sym)) * sympy.Sum(b_fn(i), (i, 1, d)),
@@ -340,9 +342,9 @@ def _claim_tensor_power(rec) -> None:
 def _claim_multinomial(rec, f) -> None:
     """3. The multinomial theorem (cited) and the exported monomial weights (enumeration)."""
     rec.step(
-        "Grouping the d^n index tuples I by their count vector alpha (|alpha| = n): the "
-        "number of tuples with counts alpha is the multinomial coefficient n!/alpha!, so "
-        "(q.k)^n = sum_{|alpha|=n} (n!/alpha!) q^alpha k^alpha.",
+        r"Grouping the $d^n$ index tuples $I$ by their count vector $\alpha$ "
+        r"($\lvert \alpha \rvert = n$): the number of tuples with counts $\alpha$ is the "
+        r"multinomial coefficient $n! / \alpha!$, so",
         rec.statement["multinomial"],
     )
     rec.cite(
@@ -377,10 +379,11 @@ def _claim_block_sizes(rec, f) -> None:
 
     n = _syms()["n"]
     rec.step(
-        "Block sizes. Multi-indices of length d and size n: fixing alpha_d = j leaves one of "
-        "length d-1 and size n-j, so M(n, d) = sum_{m<=n} M(m, d-1), M(n, 1) = 1; "
-        "C(n+d-1, n) obeys the same recursion (hockey-stick identity, proved by induction "
-        "with Pascal's rule), hence M(n, d) = C(n+d-1, n). Tensor tuples: |[d]^n| = d^n.",
+        r"Block sizes. Multi-indices of length $d$ and size $n$: fixing $\alpha_d = j$ leaves "
+        r"one of length $d - 1$ and size $n - j$, so $M(n, d) = \sum_{m \le n} M(m, d - 1)$, "
+        r"$M(n, 1) = 1$; $\binom{n + d - 1}{n}$ obeys the same recursion (hockey-stick "
+        r"identity, proved by induction with Pascal's rule), hence $M(n, d) = "
+        r"\binom{n + d - 1}{n}$. Tensor tuples: $\lvert [d]^n \rvert = d^n$.",
         rec.statement["block_sizes"],
     )
 
@@ -438,10 +441,11 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
 
     c = _syms()["c"]
     rec.step(
-        "Feature maps from the exports: symmetric Phi(x)_alpha = c^(|alpha|/2) "
-        "sqrt(monomial_weight(alpha)) x^alpha, tensor Phi_n(x) = "
-        "sqrt(c^n taylor_coefficient(n)) x^(tensor n). Summing the multinomial identity "
-        "with weights c^n/n! over n <= N gives the truncated exponential kernel:",
+        r"Feature maps from the exports: symmetric $\Phi(x)_\alpha = c^{\lvert \alpha \rvert "
+        r"/ 2} \sqrt{w(\alpha)}\, x^\alpha$ with $w$ = monomial_weight, tensor "
+        r"$\Phi_n(x) = \sqrt{c^n\, t_n}\, x^{\otimes n}$ with $t_n$ = taylor_coefficient(n). "
+        r"Summing the multinomial identity with weights $c^n / n!$ over $n \le N$ gives the "
+        "truncated exponential kernel:",
         tex(
             r"\langle \Phi(q), \Phi(k) \rangle = @kappa",
             claim="symmetric map: <Phi(q), Phi(k)> = kappa_N(c q.k)",
@@ -449,9 +453,9 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
         ),
     )
     rec.step(
-        "Order 2: the symmetric map has weight 1/sqrt(2) on x_i^2 and 1 on x_i x_j (i < j); "
-        "an element-wise square x_i^2 alone misses the cross terms for d > 1. The order-2 "
-        "coordinates (c = 1) are",
+        r"Order 2: the symmetric map has weight $1 / \sqrt{2}$ on $x_i^2$ and 1 on "
+        r"$x_i x_j$ ($i < j$); an element-wise square $x_i^2$ alone misses the cross terms for "
+        r"$d > 1$. The order-2 coordinates ($c = 1$) are",
         tex(
             r"\Phi(x)_{2 e_i} = @w\, x_i^2, \qquad \Phi(x)_{e_i + e_j} = x_i x_j \quad (i < j)",
             claim="order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",

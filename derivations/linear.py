@@ -199,9 +199,9 @@ def _claim_first_order_term(rec, f) -> None:
 
     d, d_v, q, ks, vs = pick(_syms(), "d", "d_v", "q", "ks", "vs")
     rec.step(
-        "The n = 1 term of the Taylor numerator has weight taylor_coefficient(1) = 1/1! = 1; "
-        "by associativity and distributivity q~^T (sum_s k~_s v_s^T) = sum_s (q~^T k~_s) v_s^T: "
-        "unnormalized linear attention with the identity feature map on q~, k~.",
+        r"The $n = 1$ term of the Taylor numerator has weight taylor_coefficient(1) "
+        r"$= 1 / 1! = 1$; by associativity and distributivity it is unnormalized linear "
+        r"attention with the identity feature map on $\tilde{q}$, $\tilde{k}$:",
         rec.statement["first_order_term"],
     )
     rec.verify(
@@ -259,9 +259,9 @@ def _claim_kappa_1(rec, f) -> None:
 
     c, xs, q, ks = pick(_syms(), "c", "x", "q", "ks")
     rec.step(
-        "Orders {0, 1}: kappa_1(x) = 1 + x, the first-order Taylor polynomial of exp. The map "
-        "phi(x) = [1, sqrt(c) x] has phi(q).phi(k) = 1 + c q.k = kappa_1(c q.k) (block "
-        "product, symbolic d).",
+        r"Orders 0 and 1: $\kappa_1$ is the first-order Taylor polynomial of $\exp$. The map "
+        r"$\phi(x) = (1, \sqrt{c}\, x)$ has $\phi(q) \cdot \phi(k) = 1 + c\, q \cdot k = "
+        r"\kappa_1(c\, q \cdot k)$ (block product, symbolic $d$).",
         rec.statement["kappa_1"],
     )
     rec.verify(
@@ -332,10 +332,10 @@ def _claim_normalized_first_order(rec, f) -> None:
     from sympy import QQ
 
     rec.step(
-        "Normalized first-order Taylor attention o_t = sum_s kappa_1(x_ts) v_s / "
-        "sum_s kappa_1(x_ts) against kernel linear attention with phi = [1, x~] in recurrent "
-        "form (S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t)): numerator and "
-        "denominator compared as exact polynomials in QQ[r, q, k, v], r = sqrt(c).",
+        r"Normalized first-order Taylor attention $o_t = \sum_s \kappa_1(x_{t,s}) v_s / "
+        r"\sum_s \kappa_1(x_{t,s})$ against kernel linear attention with "
+        r"$\phi(x) = (1, \tilde{x})$ in recurrent form: numerator and denominator compared as "
+        r"exact polynomials in $\mathbb{Q}[r, q, k, v]$, $r = \sqrt{c}$. The recurrent form is",
         rec.statement["kernel_linear_attention"],
     )
     tt = sympy.Dummy("t")
@@ -365,9 +365,10 @@ def _claim_normalized_first_order(rec, f) -> None:
 def _claim_any_feature_map(rec) -> None:
     """4. Kernel linear attention: state form == parallel form for symbolic feature values."""
     rec.step(
-        "Any feature map: with symbolic feature values phi(q_t)_i, phi(k_s)_i (identity, "
-        "elu+1, relu, Taylor-N and FAVOR+ enter only through these values), the recurrent "
-        "state form equals the parallel form with kernel phi(q_t).phi(k_s).",
+        r"Any feature map: with symbolic feature values $\phi(q_t)_i$, $\phi(k_s)_i$ "
+        "(identity, elu+1, relu, Taylor-N and FAVOR+ enter only through these values), the "
+        r"recurrent state form equals the parallel form with kernel $\phi(q_t) \cdot "
+        r"\phi(k_s)$.",
     )
 
     def generic_map(m):

@@ -224,10 +224,10 @@ def _claim_prefix_sum(rec) -> None:
 
     t, s_, g = pick(_syms(), "t", "s", "f")
     rec.step(
-        "Unrolling: S_t = sum_{s<=t} f(s) with f(s) = k~_s^(tensor n) v_s^T satisfies "
-        "S_t - S_{t-1} = f(t) and S_0 = 0 (empty sum); the recursion has one solution, so "
-        "the recurrent state is the causal prefix sum. The mask is implicit: only s <= t "
-        "has entered the state.",
+        r"Unrolling: $S_t = \sum_{s \le t} f(s)$ with $f(s) = \tilde{k}_s^{\otimes n} v_s^T$ "
+        r"satisfies $S_t - S_{t-1} = f(t)$ and $S_0 = 0$ (empty sum); the recursion has one "
+        r"solution, so the recurrent state is the causal prefix sum. The mask is implicit: only "
+        r"$s \le t$ has entered the state.",
         sympy.Eq(
             sympy.Sum(g(s_), (s_, 1, t + 1)) - sympy.Sum(g(s_), (s_, 1, t)),
             g(t + 1),
@@ -252,10 +252,13 @@ def _claim_readout(rec) -> None:
     t, s_, big_i, m_sym = pick(_syms(), "t", "s", "I", "M")
     qf, kf, vf = sympy.Function("Q"), sympy.Function("K"), sympy.Function("V")
     rec.step(
-        "Readout: <q~^(tensor n), sum_s k~_s^(tensor n) v_s> = sum_s <q~^n, k~_s^n> v_s "
-        "(exchange of two finite sums over the M = d^n tensor coordinates I and the tokens s); "
-        "with <q~^n, k~^n> = (c q.k)^n (D1, proved) and the weights 1/n! the readout is "
-        "sum_s kappa_N(x_ts) v_s, the parallel form. Order 0: z_t^(0) = sum_{s<=t} 1 = t.",
+        r"Readout: $\langle \tilde{q}^{\otimes n}, \sum_s \tilde{k}_s^{\otimes n} v_s \rangle "
+        r"= \sum_s \langle \tilde{q}^{\otimes n}, \tilde{k}_s^{\otimes n} \rangle v_s$ "
+        r"(exchange of two finite sums over the $M = d^n$ tensor coordinates $I$ and the tokens "
+        r"$s$); with $\langle \tilde{q}^{\otimes n}, \tilde{k}^{\otimes n} \rangle = "
+        r"(c\, q \cdot k)^n$ (D1, proved) and the weights $1 / n!$ the readout is "
+        r"$\sum_s \kappa_N(x_{t,s}) v_s$, the parallel form. Order 0: $z_t^{(0)} = "
+        r"\sum_{s \le t} 1 = t$.",
         sympy.Eq(
             sympy.Sum(qf(big_i) * sympy.Sum(kf(big_i, s_) * vf(s_), (s_, 1, t)), (big_i, 1, m_sym)),
             sympy.Sum(vf(s_) * sympy.Sum(qf(big_i) * kf(big_i, s_), (big_i, 1, m_sym)), (s_, 1, t)),
@@ -287,10 +290,11 @@ def _claim_chunk_split(rec) -> None:
 
     t, s_, a_, g = pick(_syms(), "t", "s", "a", "f")
     rec.step(
-        "Chunked: for a chunk [a, b) and a <= t < b, the state before the chunk holds "
-        "s <= a-1 and the intra-chunk parallel part s = a..t; the two ranges are adjacent, so "
-        "their sum is the causal prefix sum for every chunk size, including a last chunk "
-        "shorter than the others. Reading the state after the chunk counts s = a..b-1 twice.",
+        r"Chunked: for a chunk $[a, b)$ and $a \le t < b$, the state before the chunk holds "
+        r"$s \le a - 1$ and the intra-chunk parallel part $s = a, \dots, t$; the two ranges are "
+        "adjacent, so their sum is the causal prefix sum for every chunk size, including a last "
+        r"chunk shorter than the others. Reading the state after the chunk counts "
+        r"$s = a, \dots, b - 1$ twice.",
         sympy.Eq(
             sympy.Sum(g(s_), (s_, 1, a_ - 1)) + sympy.Sum(g(s_), (s_, a_, t)),
             sympy.Sum(g(s_), (s_, 1, t)),
@@ -338,12 +342,13 @@ def _claim_forms_agree(rec, f) -> None:
     import sympy
 
     rec.step(
-        "Instances: symbolic q_t, k_t (d entries), v_t (d_v = 2 entries) and r = sqrt(c) "
-        "(scale c = r^2 > 0), in the polynomial ring QQ[r, q, k, v]. The numerator rows N_t "
-        "and the denominator rows D_t (v = 1) of each form are compared as polynomials "
-        "(form - parallel == 0). The parallel kappa_N comes from sympy's series of exp; the "
-        "recurrent and chunked forms use the exported coefficients (tensor basis) or "
-        "monomial weights (symmetric basis).",
+        r"Instances: symbolic $q_t$, $k_t$ ($d$ entries), $v_t$ ($d_v = 2$ entries) and "
+        r"$r = \sqrt{c}$ (scale $c = r^2 > 0$), in the polynomial ring "
+        r"$\mathbb{Q}[r, q, k, v]$. The numerator rows $N_t$ and the denominator rows $D_t$ "
+        r"($v = 1$) of each form are compared as polynomials (form minus parallel is 0). The "
+        r"parallel $\kappa_N$ comes from sympy's series of $\exp$; the recurrent and chunked "
+        "forms use the exported coefficients (tensor basis) or monomial weights (symmetric "
+        "basis).",
     )
     tt = sympy.Dummy("t")
     exp_series = sympy.series(sympy.exp(tt), tt, 0, max(ORDERS) + 1).removeO()

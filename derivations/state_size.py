@@ -142,9 +142,10 @@ def _statement(rec) -> None:
 def _claim_composition(rec, f) -> None:
     """The state of every order is a numerator and a denominator block (enumerated)."""
     rec.step(
-        "The state of order n holds S^(n) (features x d_v) and z^(n) (features): "
-        "size(n) (d_v + 1) numbers, size(n) = C(n+d-1, n) (symmetric) or d^n (tensor), D1. "
-        "Order 0: S^(0) is the running value sum (d_v numbers), z^(0) the token count."
+        r"The state of order $n$ holds $S^{(n)}$ (features $\times\, d_v$) and $z^{(n)}$ "
+        r"(features): $m_n (d_v + 1)$ numbers, $m_n = \binom{n + d - 1}{n}$ (symmetric) or "
+        r"$d^n$ (tensor), D1. Order 0: $S^{(0)}$ is the running value sum ($d_v$ numbers), "
+        r"$z^{(0)}$ the token count."
     )
 
     def composition():
@@ -183,8 +184,9 @@ def _claim_hockey_stick(rec, f) -> None:
 
     n, big_n, d = pick(_syms(), "n", "N", "d")
     rec.step(
-        "Hockey stick: sum_{n<=N} C(n+d-1, n) = C(N+d, N), by induction on N: true at N = 0, "
-        "and C(N+d, N) + C(N+d, N+1) = C(N+d+1, N+1) (Pascal's rule).",
+        r"Hockey stick: $\sum_{n \le N} \binom{n + d - 1}{n} = \binom{N + d}{N}$, by induction "
+        r"on $N$: true at $N = 0$, and $\binom{N + d}{N} + \binom{N + d}{N + 1} = "
+        r"\binom{N + d + 1}{N + 1}$ (Pascal's rule).",
         rec.statement["symmetric_state"],
     )
     rec.prove(
@@ -213,8 +215,8 @@ def _claim_geometric(rec) -> None:
 
     n, big_n, d = pick(_syms(), "n", "N", "d")
     rec.step(
-        "Tensor power: the geometric sum sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) for d >= 2 "
-        "and N + 1 for d = 1.",
+        r"Tensor power: the geometric sum $\sum_{n \le N} d^n = (d^{N+1} - 1) / (d - 1)$ for "
+        r"$d \ge 2$ and $N + 1$ for $d = 1$.",
         rec.statement["tensor_state"],
     )
 
@@ -234,9 +236,9 @@ def _claim_geometric(rec) -> None:
 def _claim_crossover(rec, f) -> None:
     """KV cache size and the crossover length, against brute-force search."""
     rec.step(
-        "Softmax caches keys (T x d) and values (T x d_v): T (d + d_v) numbers. The state is "
-        "no larger than the cache from T* = state/(d + d_v) on; as a length, ceil(T*) is the "
-        "first T with T (d + d_v) >= state.",
+        r"Softmax caches keys ($T \times d$) and values ($T \times d_v$): $T (d + d_v)$ "
+        r"numbers. The state is no larger than the cache from $T^* = \text{state} / (d + d_v)$ "
+        r"on; as a length, $\lceil T^* \rceil$ is the first $T$ with $T (d + d_v) \ge$ state.",
         rec.statement["crossover"],
     )
 
@@ -268,7 +270,7 @@ def _claim_crossover(rec, f) -> None:
 def _claim_stated_table(rec, f) -> None:
     """The stated table at d = d_v = 64 (block sizes; T* to the nearest integer)."""
     rec.step(
-        "The stated table at d = d_v = 64. T* is not an integer (1089.26, 24326.76, "
+        r"The stated table at $d = d_v = 64$. $T^*$ is not an integer (1089.26, 24326.76, "
         "413554.88): the table quotes it rounded to the nearest integer; crossover_length "
         "rounds up, the first length where the state is not larger (1,090 at N = 2)."
     )
