@@ -473,10 +473,12 @@ def claim_two_level(rec, always_exact_products=ALWAYS_EXACT_PRODUCTS) -> None:
     o_, a_, ul, eta = sp.symbols("o a u_low eta_low", nonnegative=True)
     displayed = a_ * (1 + ul) + ul * o_ + eta
     rec.step(
-        "Two-level model: fl_low(o_hat) = o_hat (1 + delta) + eta, |delta| <= u_low, |eta| <= "
-        "eta_low (half the subnormal spacing of the output type, underflow_abs_error), so "
-        "|fl_low(o_hat) - o| <= |o_hat - o| + u_low |o_hat| + eta_low <= a (1 + u_low) + u_low "
-        "|o| + eta_low (low_precision_output_bound).",
+        r"Two-level model: $\mathrm{fl}_{\mathrm{low}}(\hat{o}) = \hat{o} (1 + \delta) + \eta$ "
+        r"with $\lvert \delta \rvert \le u_{\mathrm{low}}$, $\lvert \eta \rvert \le "
+        r"\eta_{\mathrm{low}}$ (half the subnormal spacing of the output type, "
+        r"underflow_abs_error), so $\lvert \mathrm{fl}_{\mathrm{low}}(\hat{o}) - o \rvert \le "
+        r"\lvert \hat{o} - o \rvert + u_{\mathrm{low}} \lvert \hat{o} \rvert + "
+        r"\eta_{\mathrm{low}}$, which gives (low_precision_output_bound)",
         tex(
             r"\lvert \mathrm{fl}_{\mathrm{low}}(\hat{o}) - o \rvert \le @b"
             r" \qquad (\lvert \hat{o} - o \rvert \le a)",
