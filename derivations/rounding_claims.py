@@ -475,8 +475,8 @@ def claim_two_level(rec, always_exact_products=ALWAYS_EXACT_PRODUCTS) -> None:
     rec.step(
         r"Two-level model: $\mathrm{fl}_{\mathrm{low}}(\hat{o}) = \hat{o} (1 + \delta) + \eta$ "
         r"with $\lvert \delta \rvert \le u_{\mathrm{low}}$, $\lvert \eta \rvert \le "
-        r"\eta_{\mathrm{low}}$ (half the subnormal spacing of the output type, "
-        r"underflow_abs_error), so $\lvert \mathrm{fl}_{\mathrm{low}}(\hat{o}) - o \rvert \le "
+        r"\eta_{\mathrm{low}}$ (eta_low = underflow_abs_error, half the subnormal spacing of "
+        r"the output type), so $\lvert \mathrm{fl}_{\mathrm{low}}(\hat{o}) - o \rvert \le "
         r"\lvert \hat{o} - o \rvert + u_{\mathrm{low}} \lvert \hat{o} \rvert + "
         r"\eta_{\mathrm{low}}$, which gives (low_precision_output_bound)",
         tex(
