@@ -42,14 +42,15 @@ from verify.spec.visibility import visible
 from verify.spec.vocabulary import FORMS
 
 
-def _recurrent(fq, fk, va, Sa, causal):
+def _recurrent(fq, fk, va, Sa, causal, decay=None):
+    g = None if decay is None else decay[None, :, None, None]
     if not causal:
         for s in range(fk.shape[2]):
             Sa = Sa + fk[:, :, s, :, None] * va[:, :, s, None, :]
         return fq @ Sa, Sa
     outs = []
     for t in range(fk.shape[2]):
-        Sa = Sa + fk[:, :, t, :, None] * va[:, :, t, None, :]
+        Sa = (Sa if g is None else g * Sa) + fk[:, :, t, :, None] * va[:, :, t, None, :]
         outs.append((fq[:, :, t, None, :] @ Sa)[:, :, 0])
     return torch.stack(outs, 2), Sa
 
@@ -100,12 +101,17 @@ def _read(block, state, out=None):
     return torch.baddbmm(_flat3(out), _flat3(Ft), _flat3(state)).reshape(out.shape)
 
 
-def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
+def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C, decay=None):
     """Causal pass over n*C tokens in chunks of C; returns (out, state after the last chunk).
 
     Masked keys need no feature masking here: their values (and the ones column) are zero, so
-    they add exactly nothing to ``kv``, and the within-chunk weights are masked below.
+    they add exactly nothing to ``kv``, and the within-chunk weights are masked below. With a
+    ``decay`` (D12): within-chunk weights times gamma^(t-s), each chunk's keys decayed to its
+    last position, states carried as gamma^C prev + kv, and the state read at position j of a
+    chunk times gamma^(j+1).
     """
+    if decay is not None:
+        return _decayed_chunks(kernel, c, qa, ka, va, Sa, km, C, decay)
     qc, kc, vc = _split(qa, C), _split(ka, C), _split(va, C)
     Bq = _blocks(kernel, qc, c, True)  # features (B, H, n, m, C)
     Bk = _blocks(kernel, kc, c, False)
@@ -127,6 +133,39 @@ def _causal_chunks(kernel, c, qa, ka, va, Sa, km, C):
     prev = torch.cumsum(torch.cat([Sa[:, :, None], kv[:, :, :-1]], 2), 2)
     out = _read(Bq, prev, A @ vc)
     return out.flatten(2, 3), prev[:, :, -1] + kv[:, :, -1]
+
+
+def _decayed_chunks(kernel, c, qa, ka, va, Sa, km, C, decay):
+    """:func:`_causal_chunks` with a per-head decay (D12: the chunked form of the record)."""
+    from verify.attention.structure import decay_powers
+
+    qc, kc, vc = _split(qa, C), _split(ka, C), _split(va, C)
+    Bq = _blocks(kernel, qc, c, True)
+    Bk = _blocks(kernel, kc, c, False)
+    m = Bq[0].shape[-2]
+    _check_sizes(m, Bk[0].shape[-2])
+    if kernel.order is not None:
+        A = taylor_kernel((c * qc) @ kc.transpose(-1, -2), kernel.order)
+    else:
+        A = Bq[0].transpose(-1, -2) @ Bk[0]
+    j = torch.arange(C, device=qa.device)
+    lag = decay_powers(decay, j[:, None] - j[None, :], qa.dtype)  # (H, C, C), 0 above diagonal
+    keep = visible(C, C, causal=True, device=qa.device)
+    if km is not None:
+        keep = keep & _split(km, C)[..., None, :]
+    A = torch.where(keep, A * lag[None, :, None], 0.0)
+    to_end = decay_powers(decay, C - 1 - j, qa.dtype)[None, :, None, :, None]  # (1,H,1,C,1)
+    kv = _state_of(Bk, vc * to_end)  # each chunk's keys decayed to its last position
+    Sa = _zero_state(Sa, m, va).expand(qa.shape[0], qa.shape[1], -1, -1)
+    g_c = decay_powers(decay, torch.tensor(C, device=qa.device), qa.dtype)[None, :, None, None]
+    prevs = []
+    for i in range(kv.shape[2]):  # the state before chunk i, at its position -1
+        prevs.append(Sa)
+        Sa = g_c * Sa + kv[:, :, i]
+    prev = torch.stack(prevs, 2)
+    read_decay = decay_powers(decay, j + 1, qa.dtype)[None, :, None, :, None]
+    out = A @ vc + _read(Bq, prev) * read_decay
+    return out.flatten(2, 3), Sa
 
 
 #: feature elements per group of chunks processed in one batched pass (cache-sized, ~2 MB fp32)
@@ -156,12 +195,14 @@ def scan(
     form: str,
     chunk_size: int,
     key_mask: torch.Tensor | None = None,
+    decay: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Feature-form kernel attention; returns (out (B,H,T,d_v+1), final state (B,H,m,d_v+1)).
 
     ``qa`` (B,H,T,d), ``ka`` (B,H,S,d) accumulation dtype, masked keys already zeroed; ``va``
     (B,H,S,d_v+1) augmented values; ``Sa`` the state to resume from (None: zeros); ``key_mask``
-    (B|1,H|1,S). ``out[..., :d_v]`` is the numerator and ``out[..., d_v]`` the denominator.
+    (B|1,H|1,S); ``decay`` (H,) in the accumulation dtype: S_t = gamma S_{t-1} + phi(k_t) va_t^T
+    (D12, causal only). ``out[..., :d_v]`` is the numerator and ``out[..., d_v]`` the denominator.
     """
     B, H = qa.shape[:2]
     S = ka.shape[2]
@@ -175,7 +216,7 @@ def scan(
         if km is not None:
             fk = torch.where(km[..., None], fk, 0.0)
         Sa = _zero_state(Sa, fq.shape[-1], va).expand(B, H, -1, -1)
-        return _recurrent(fq, fk, va, Sa, causal)
+        return _recurrent(fq, fk, va, Sa, causal, decay)
     if not causal:
         for lo, hi, size in _segments(S, chunk_size):
             Bk = _blocks(kernel, _split(ka[:, :, lo:hi], size), c, False)  # (B, H, n, m_n, C)
@@ -193,7 +234,7 @@ def scan(
     for lo, hi, size in _segments(S, chunk_size, group):
         sub_km = None if km is None else km[..., lo:hi]
         out, Sa = _causal_chunks(
-            kernel, c, qa[:, :, lo:hi], ka[:, :, lo:hi], va[:, :, lo:hi], Sa, sub_km, size
+            kernel, c, qa[:, :, lo:hi], ka[:, :, lo:hi], va[:, :, lo:hi], Sa, sub_km, size, decay
         )
         outs.append(out)
     return torch.cat(outs, 2) if len(outs) > 1 else outs[0], Sa
@@ -252,11 +293,13 @@ def feature_attention(
     Sa0: torch.Tensor | None = None,
     n0: torch.Tensor | None = None,
     rebalance: bool = False,
+    decay: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recurrent/chunked kernel attention from accumulation-dtype q, k, v and a ``Kernel``.
 
     ``Sa0`` (B, H, m, d_v + 1) and ``n0`` (B, H) are the state to resume from (zeros if None).
-    ``rebalance`` (Taylor kernels, no state kept): see ``_balance``.
+    ``rebalance`` (Taylor kernels, no state kept): see ``_balance``. ``decay`` (H,) float64:
+    the decayed RNN of D12 (causal).
     Returns (output (B, H, T, d_v), final augmented state, final visible-key count).
     """
     from verify.attention.norms import apply_denominator
@@ -284,6 +327,7 @@ def feature_attention(
         form=form,
         chunk_size=chunk_size,
         key_mask=key_mask,
+        decay=None if decay is None else decay.to(qa.dtype),
     )
     o = apply_denominator(out[..., :d_v], out[..., d_v], counts, mode=mode, eps=eps)
     return o, Sa, n_final
@@ -300,10 +344,11 @@ class FormCall:
     form: str
     chunk_size: int
     eps: float
+    decay: torch.Tensor | None = None
 
 
 def check_form_call(
-    q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
+    q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay=None
 ) -> FormCall:
     """Validate the arguments ``taylor_attention`` and ``linear_attention`` share.
 
@@ -321,6 +366,13 @@ def check_form_call(
         eps=check_eps(eps),
     )
     check_int("feature_budget", feature_budget, 1)
+    if decay is not None:
+        from dataclasses import replace
+
+        from verify.attention.structure import check_decay
+
+        gam = check_decay(decay, dims.H, causal=call.causal, mode=call.mode, device=q.device)
+        call = replace(call, decay=gam)
     if call.form != "parallel":
         key_padding_mask(call.mask, dims, call.form)
     return call
@@ -338,6 +390,13 @@ def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float) -> torch.Tens
         vis = _masks.visible_mask(mask, causal, dims, q.device)
         qa, ka, va = _masks.sanitize(qa, ka, va, vis)
         w = kernel.parallel_weights(qa, ka, c, vis)
+        if call.decay is not None:  # gamma^(t-s) on s <= t (D12; causal, T == S)
+            from verify.attention.structure import decay_powers
+
+            lags = torch.arange(dims.T, device=q.device)[:, None] - torch.arange(
+                dims.S, device=q.device
+            )
+            w = w * decay_powers(call.decay, lags, acc)
         if vis is not None:
             w = torch.where(vis, w, 0.0)
         count = _masks.visible_count(vis, dims, acc, q.device)
@@ -357,5 +416,6 @@ def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float) -> torch.Tens
             mode=mode,
             eps=eps,
             rebalance=kernel.order is not None,
+            decay=call.decay,
         )
     return o.to(q.dtype)

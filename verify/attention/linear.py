@@ -38,6 +38,7 @@ def linear_attention(
     orthogonal: bool = True,
     generator: torch.Generator | None = None,
     feature_budget: int = FEATURE_BUDGET,
+    decay=None,
 ) -> torch.Tensor:
     """Kernel linear attention with a named or callable feature map (D3).
 
@@ -58,6 +59,7 @@ def linear_attention(
         num_features, orthogonal, generator: draw a projection when none is given (FAVOR+
             only); ``generator`` (torch.Generator) is required then; num_features defaults to d.
         feature_budget: Taylor feature budget for the recurrent/chunked forms.
+        decay: H decays in (0, 1], causal only: the decayed RNN of D12 (as ``taylor_attention``).
 
     Returns:
         (B, H, T, d_v) in the dtype of q (bf16/fp16 accumulate in float32).
@@ -66,7 +68,7 @@ def linear_attention(
         TypeError, ValueError: any invalid argument (named in the message).
     """
     call = _scan.check_form_call(
-        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
+        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay
     )
     kernel = resolve_kernel(
         feature_map,

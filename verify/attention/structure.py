@@ -154,3 +154,49 @@ def transform_scores(
         dist = (t - s).abs().to(x.dtype)
         x = x - alibi_slopes.to(x.dtype)[None, :, None, None] * dist
     return x
+
+
+def check_decay(
+    decay: object, heads: int, *, causal: bool, mode: str, device
+) -> torch.Tensor | None:
+    """``None`` or H decays gamma_h in (0, 1] as a float64 tensor on ``device`` (D12).
+
+    The decayed RNN S_t = gamma S_{t-1} + phi(k_t) v_t^T weighs key s by gamma^(t-s) (D12); it
+    needs ``causal=True``, and a denominator other than ``count`` (a decayed weight is not a
+    count of keys). gamma = e^(-m) is ALiBi with slope m (``derivations.decay``).
+
+    Raises:
+        TypeError: not a sequence of reals / a float tensor.
+        ValueError: wrong length, a decay outside (0, 1], ``causal=False`` or ``count``.
+    """
+    if decay is None:
+        return None
+    if isinstance(decay, torch.Tensor):
+        if not decay.is_floating_point() or decay.dim() != 1:
+            raise TypeError(
+                f"decay: expected a 1-D float tensor of {heads} decays, got {decay.dtype} of "
+                f"shape {tuple(decay.shape)}"
+            )
+        vals = [float(x) for x in decay.detach().cpu().double()]
+    elif isinstance(decay, (list, tuple)):
+        vals = [check_real("decay", x) for x in decay]
+    else:
+        raise TypeError(f"decay: expected a sequence of {heads} decays, got {type(decay).__name__}")
+    if len(vals) != heads:
+        raise ValueError(f"decay: expected {heads} decays (one per head), got {len(vals)}")
+    if any(not 0 < x <= 1 for x in vals):
+        raise ValueError(f"decay: expected each decay in (0, 1], got {vals}")
+    if not causal:
+        raise ValueError("decay: the decayed RNN form needs causal=True (D12)")
+    if mode == "count":
+        raise ValueError(
+            "decay: not defined with denominator='count' (decayed weights are not counts)"
+        )
+    return torch.tensor(vals, dtype=torch.float64, device=device)
+
+
+def decay_powers(gamma: torch.Tensor, lags: torch.Tensor, dtype) -> torch.Tensor:
+    """gamma_h^lag for lags >= 0 (0 where lag < 0): shape (H, *lags.shape) in ``dtype``."""
+    g = gamma.to(dtype).reshape((-1,) + (1,) * lags.dim())
+    lag = lags.to(dtype)
+    return torch.where(lag >= 0, g ** lag.clamp(min=0), 0.0)

@@ -41,6 +41,7 @@ def taylor_attention(
     chunk_size: int = 64,
     eps: float = 0.0,
     feature_budget: int = FEATURE_BUDGET,
+    decay=None,
 ) -> torch.Tensor:
     """Taylor-N attention o_t = sum_s kappa_N(x_ts) v_s / sum_s kappa_N(x_ts), x_ts = c q_t.k_s.
 
@@ -62,6 +63,9 @@ def taylor_attention(
         eps: >= 0, see ``norms``; 0 = IEEE result.
         feature_budget: maximum features per token for the recurrent/chunked forms; exceeding
             it raises ValueError before anything is built (``feature_maps.FEATURE_BUDGET``).
+        decay: H decays gamma_h in (0, 1] (sequence or 1-D tensor), causal only: key s weighs
+            gamma^(t-s) kappa, the decayed RNN S_t = gamma S_{t-1} + phi(k_t) v_t^T in every
+            form (D12; gamma = e^(-m) is ALiBi with slope m).
 
     Returns:
         (B, H, T, d_v) in the dtype of q (bf16/fp16 accumulate in float32).
@@ -70,7 +74,7 @@ def taylor_attention(
         TypeError, ValueError: any invalid argument (named in the message).
     """
     call = _scan.check_form_call(
-        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget
+        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay
     )
     order = check_int("order", order, 0)
     c = resolve_scale(scale, call.dims.d, exp_type=True)
