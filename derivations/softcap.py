@@ -70,18 +70,28 @@ def smallest_uniform_order(cap, level=1) -> int:
     if lv <= 0:
         raise ValueError(f"level: expected a number > 0, got {level!r}")
     # delta_N(c) decreases in N once N >= c (the terms c^n / n! decrease; checked in the
-    # record), so the answer is the first N whose delta and every delta up to N = ceil(c) are
-    # below the level.
+    # record), so past N = ceil(c) a bisection finds the first order below the level; at or
+    # below ceil(c) every order from the answer up must be below it.
     top = math.ceil(c)
-    below = [tr.delta(n, c) < float(lv) for n in range(top + 1)]
-    if below[top]:
+    if tr.delta(top, c) < float(lv):  # below from N = C on: walk down while it stays below
         order = top
-        while order > 0 and below[order - 1]:
+        while order > 0 and tr.delta(order - 1, c) < float(lv):
             order -= 1
         return order
-    for order in range(top + 1, MAX_ORDER + 1):
-        if tr.delta(order, c) < float(lv):
-            return order
+    lo, step = top, 8  # delta(lo) >= level; gallop, then bisect on the decreasing part N >= C
+    hi = lo + step
+    while tr.delta(hi, c) >= float(lv):
+        if hi >= MAX_ORDER:
+            raise ArithmeticError(f"no order <= {MAX_ORDER} with delta_N({c}) < {level}")
+        lo, step = hi, 2 * step
+        hi = min(lo + step, MAX_ORDER)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if tr.delta(mid, c) < float(lv):
+            hi = mid
+        else:
+            lo = mid
+    return hi
     raise ArithmeticError(f"no order <= {MAX_ORDER} with delta_N({c}) < {level}")
 
 

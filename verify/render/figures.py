@@ -265,6 +265,80 @@ def draw_ratio_distribution(
     return Drawn(fig, ratio_distribution_caption(max_examples=max_examples, profile=profile))
 
 
+#: inputs of the softcap figure (D13)
+CAP_RANGE = (1, 60)
+CAP_MARKED = (20, 30, 50)
+
+
+def softcap_orders_caption() -> str:
+    """The caption of :func:`draw_softcap_orders`: what is plotted, then its inputs."""
+    return (
+        "Softcapping makes D4's bound uniform but not practical (D13): with every capped score "
+        "in (−C, C), the smallest Taylor order N from which δ_N(C) stays below 1 (D4's output "
+        "bound exists) and below 10⁻³, against the cap C; markers at the caps of the record's "
+        "table. Both grow about linearly in C (δ_N(C) only falls once N exceeds C). Inputs: "
+        f"integer C from {CAP_RANGE[0]} to {CAP_RANGE[1]}, levels 1 and 10⁻³, δ_N from "
+        "derivations.truncation.delta (exact rationals and mpmath)."
+    )
+
+
+def draw_softcap_orders() -> Drawn:
+    """Smallest uniform Taylor order against the softcap C (D13)."""
+    from derivations import softcap as d13
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    caps = np.arange(CAP_RANGE[0], CAP_RANGE[1] + 1)
+    for level, style, label in ((1, "C0-", "δ_N(C) < 1"), (1e-3, "C1--", "δ_N(C) < 10⁻³")):
+        orders = [d13.smallest_uniform_order(int(c), level) for c in caps]
+        ax.plot(caps, orders, style, lw=1.5, label=label)
+        for c in CAP_MARKED:
+            n = orders[int(c) - CAP_RANGE[0]]
+            ax.plot([c], [n], style[:2] + "o", ms=5)
+            ax.annotate(f"N = {n}", (c, n), fontsize=7, xytext=(4, -10), textcoords="offset points")
+    ax.set_xlabel("softcap C (every score in (−C, C))")
+    ax.set_ylabel("smallest Taylor order N")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("D13: orders needed for a uniform Taylor-N bound under a softcap")
+    ax.legend(fontsize=8)
+    return Drawn(fig, softcap_orders_caption())
+
+
+def alibi_agreement_caption() -> str:
+    """The caption of :func:`draw_alibi_agreement`: what is plotted, then its inputs."""
+    from derivations import decay as d12
+
+    return (
+        "Decayed Taylor-N attention against ALiBi softmax (D12): the largest output difference "
+        "max_t |o_N,t − o_t| (o: causal softmax with the bias −m(t − s) at 50 digits; o_N: "
+        "γ^(t−s) κ_N(c q·k) weights, γ = e^(−m), normalized) and D4's bound B(δ_N(r)) max|v| "
+        "with r the radius of c q·k alone (no bound where δ_N(r) ≥ 1). Inputs: the record's "
+        "instance, T = 6, d = 2, q, k, v rational in [−1.5, 1.5] (seed 12), c = 1/2, slope "
+        f"m = {num(float(d12.NUMERIC_SLOPE))}, N = {_listed(d12.NUMERIC_ORDERS)}."
+    )
+
+
+def draw_alibi_agreement() -> Drawn:
+    """Decayed Taylor-N vs ALiBi softmax against D4's bound, by order (D12)."""
+    from derivations import decay as d12
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    rows = d12.agreement_table()
+    orders = [r[0] for r in rows]
+    ax.semilogy(orders, [r[1] for r in rows], "C0o-", label="observed max |o_N − o|")
+    bounded = [r for r in rows if r[2] is not None]
+    ax.semilogy([r[0] for r in bounded], [r[2] for r in bounded], "k:", marker="x",
+                label="D4 bound B(δ_N(r)) max|v|")  # fmt: skip
+    ax.set_xticks(orders)
+    ax.set_xlabel("Taylor order N")
+    ax.set_ylabel("max output difference")
+    ax.set_title("D12: decayed Taylor-N RNN vs ALiBi softmax")
+    ax.legend(fontsize=8)
+    return Drawn(fig, alibi_agreement_caption())
+
+
 #: the figures ``attn-theory derive`` writes: file name -> drawing function
 DERIVATION_FIGURES = {
     "truncation_error.png": draw_truncation_error,
