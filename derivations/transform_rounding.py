@@ -1,0 +1,269 @@
+"""D16. Rounding of transformed scores: softcapping, an additive ALiBi bias, sigmoid weights.
+
+Extends D10's score error e_x (|x_hat - x| <= e_x for the computed score x_hat of x = c q.k) to
+the scores the modern forms use, so the existing weight and output bounds of D10 apply to them:
+
+- softcap (D13): fl(C tanh_lib(fl(x_hat / C))). tanh is 1-Lipschitz, so
+  |cap_hat - C tanh(x/C)| <= e_x + u (|x| + e_x) + C t ((1 + r)(1 + u) - 1) with
+  t = min(1, (|x| + e_x)(1 + u)/C) and r = 2 k u the library's relative error for k ulps
+  (``TANH_ULPS``);
+- ALiBi (D12): fl(x_hat - fl(m |t' - s|)) with bias b = m |t' - s| >= 0:
+  |result - (x - b)| <= e_x + u b + u (|x| + e_x + b (1 + u));
+- sigmoid weight (D14): sigma_lib(fl(x_hat + b)) = 1 / (1 + exp_lib(-a_hat)): with
+  |a_hat - a| <= e_a = e_x + u (|x| + e_x + |b|), sigma(a_hat) / sigma(a) lies in
+  [e^(-e_a), e^(e_a)], and the exp, add and divide give (1 + r_exp)(1 + u)^2; the relative weight
+  error is <= e^(e_a) (1 + r_exp)(1 + u)^2 - 1.
+
+Each bound is checked on instances in a toy binary format (11-bit significands, exact rational
+arithmetic, tanh and exp evaluated in float64 and rounded: 0.51 ulp), with its largest
+observed/bound ratio stated (not vacuous) and a twin that drops a term and is exceeded.
+
+Numeric exports: ``softcap_score_abs_error``, ``alibi_score_abs_error``,
+``sigmoid_weight_relative_bound``, ``TANH_ULPS``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+from derivations._record import Derivation
+from derivations.rounding import CitedConstant, check_real, round_to_bits, ulps_to_relative
+
+#: maximum error of tanh in ulps of the exact result (the envelope of the CPU paths PyTorch uses)
+TANH_ULPS = CitedConstant(
+    2.5,
+    "SLEEF reference, Sleef_tanhd4_u10 / Sleef_tanhf8_u10: maximum error 1.0 ulp (the vectorized "
+    "CPU path of torch.tanh); the Java SE Math.tanh specification: within 2.5 ulps of the exact "
+    "result (the usual libm envelope, taken for the scalar std::tanh fallback)",
+    "ulps from the exact result (SLEEF and Java both measure from it): the larger of the two; "
+    "torch.tanh is measured against it by tests/test_transform_rounding.py",
+)
+
+#: the toy format of the checks: significands of P_TOY bits, unit roundoff U_TOY
+P_TOY = 11
+U_TOY = 2.0**-P_TOY
+#: a float64 library function rounded to the toy format: 0.5 ulp plus float64's own error
+TOY_ULPS = 0.51
+
+
+def softcap_score_abs_error(
+    score_abs_error: float, score_abs: float, cap: float, u: float, tanh_ulps: float
+) -> float:
+    """Bound on |fl(C tanh(fl(x_hat / C))) - C tanh(x / C)| given |x_hat - x| <= e_x (D16).
+
+    Args:
+        score_abs_error: e_x >= 0. score_abs: a bound on |x|. cap: C > 0. u: unit roundoff of
+            the arithmetic. tanh_ulps: the library's ulps from the exact result.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = check_real("score_abs_error", score_abs_error, nonneg=True)
+    a = check_real("score_abs", score_abs, nonneg=True)
+    c = check_real("cap", cap, nonneg=True)
+    if c <= 0:
+        raise ValueError(f"cap: expected a number > 0, got {cap!r}")
+    r = ulps_to_relative(tanh_ulps, u)
+    tanh_abs = min(1.0, (a + e) * (1.0 + u) / c)
+    return e + u * (a + e) + c * tanh_abs * ((1.0 + r) * (1.0 + u) - 1.0)
+
+
+def alibi_score_abs_error(
+    score_abs_error: float, score_abs: float, bias_abs: float, u: float
+) -> float:
+    """Bound on |fl(x_hat - fl(m |t' - s|)) - (x - m |t' - s|)| given |x_hat - x| <= e_x (D16).
+
+    Args:
+        score_abs_error: e_x >= 0. score_abs: a bound on |x|. bias_abs: b = m |t' - s| >= 0.
+            u: unit roundoff.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = check_real("score_abs_error", score_abs_error, nonneg=True)
+    a = check_real("score_abs", score_abs, nonneg=True)
+    b = check_real("bias_abs", bias_abs, nonneg=True)
+    return e + u * b + u * (a + e + b * (1.0 + u))
+
+
+def sigmoid_weight_relative_bound(
+    score_abs_error: float, score_abs: float, bias: float, u: float, exp_ulps: float
+) -> float:
+    """Relative error of sigma_lib(fl(x_hat + b)) = 1/(1 + exp(-a_hat)) against sigma(x + b) (D16).
+
+    Args:
+        score_abs_error: e_x >= 0. score_abs: a bound on |x|. bias: b (any real). u: unit
+            roundoff. exp_ulps: the exp library's ulps from the exact result.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    e = check_real("score_abs_error", score_abs_error, nonneg=True)
+    a = check_real("score_abs", score_abs, nonneg=True)
+    b = abs(check_real("bias", bias))
+    e_a = e + u * (a + e + b)
+    if e_a > 700:
+        return math.inf
+    r = ulps_to_relative(exp_ulps, u)
+    return math.exp(e_a) * (1.0 + r) * (1.0 + u) ** 2 - 1.0
+
+
+# -- the record: checks on a toy format -----------------------------------------------------------
+def _rnd(x) -> Fraction:
+    return round_to_bits(Fraction(x), P_TOY)
+
+
+def _lib(fn, x) -> Fraction:
+    """A float64 library function of a toy number, rounded to the toy format."""
+    return _rnd(Fraction(fn(float(x))))
+
+
+def _instances(rng: random.Random, n: int, spread: float):
+    """(x, x_hat, e_x): exact scores and computed ones off by at most e_x, in the toy format."""
+    out = []
+    for _ in range(n):
+        x = Fraction(rng.uniform(-spread, spread))
+        e_x = abs(x) * U_TOY * rng.choice((0, 1, 4))
+        x_hat = _rnd(x + Fraction(rng.uniform(-1, 1)) * Fraction(e_x))
+        out.append((x, x_hat, float(abs(x_hat - x)) * (1 + 1e-12)))  # the e_x this instance has
+    return out
+
+
+def _check_softcap(rec, f) -> None:
+    import mpmath
+
+    rng = random.Random(16)
+    ratios = []
+    ok = True
+    for cap in (Fraction(1, 2), Fraction(5), Fraction(30)):
+        for x, x_hat, e_x in _instances(rng, 300, 3 * float(cap)):
+            got = _rnd(cap * _lib(math.tanh, _rnd(x_hat / cap)))
+            with mpmath.workdps(40):
+                exact = cap * mpmath.tanh(mpmath.mpf(x.numerator) / x.denominator / float(cap))
+                err = float(abs(mpmath.mpf(got.numerator) / got.denominator - exact))
+            bound = f["softcap"](e_x, float(abs(x)), float(cap), U_TOY, TOY_ULPS)
+            ratios.append(err / bound if bound else 0.0)
+            ok = ok and err <= bound
+    rec.tables["softcap_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
+    rec.verify(
+        "softcap score error bound (toy format, p = 11)",
+        lambda: ok and max(ratios) > 0.05,
+        f"900 instances, C in (1/2, 5, 30), |x| <= 3C; max observed/bound {max(ratios):.3f}",
+    )
+
+
+def _check_alibi(rec, f) -> None:
+    rng = random.Random(12)
+    ratios = []
+    ok = True
+    for x, x_hat, e_x in _instances(rng, 600, 20.0):
+        m = _rnd(Fraction(2) ** -rng.randint(0, 8) * Fraction(rng.randint(1, 7), 4))
+        dist = rng.randint(0, 4000)
+        b = m * dist
+        got = _rnd(x_hat - _rnd(b))
+        err = float(abs(got - (x - b)))
+        bound = f["alibi"](e_x, float(abs(x)), float(b), U_TOY)
+        ratios.append(err / bound if bound else 0.0)
+        ok = ok and err <= bound
+    rec.tables["alibi_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
+    rec.verify(
+        "ALiBi score error bound (toy format, p = 11)",
+        lambda: ok and max(ratios) > 0.05,
+        f"600 instances, |x| <= 20, slopes 2^-8..7/4, distances to 4000; max observed/bound "
+        f"{max(ratios):.3f}",
+    )
+
+
+def _check_sigmoid(rec, f) -> None:
+    import mpmath
+
+    rng = random.Random(14)
+    ratios = []
+    ok = True
+    for x, x_hat, e_x in _instances(rng, 600, 12.0):
+        b = _rnd(Fraction(rng.uniform(-6, 2)))
+        a_hat = _rnd(x_hat + b)
+        got = _rnd(1 / _rnd(1 + _lib(math.exp, -a_hat)))
+        with mpmath.workdps(40):
+            a = mpmath.mpf((x + b).numerator) / (x + b).denominator
+            exact = 1 / (1 + mpmath.exp(-a))
+            err = float(abs(mpmath.mpf(got.numerator) / got.denominator - exact) / exact)
+        bound = f["sigmoid"](e_x, float(abs(x)), float(b), U_TOY, TOY_ULPS)
+        ratios.append(err / bound)
+        ok = ok and err <= bound
+    rec.tables["sigmoid_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
+    rec.verify(
+        "sigmoid weight relative error bound (toy format, p = 11)",
+        lambda: ok and max(ratios) > 0.05,
+        f"600 instances, |x| <= 12, b in [-6, 2]; max observed/bound {max(ratios):.3f}",
+    )
+
+
+def derive(**wrong) -> Derivation:
+    """Build the D16 record: rounding of capped, biased and sigmoid scores.
+
+    Keyword overrides (wrong-statement tests): ``softcap``, ``alibi``, ``sigmoid`` (callables
+    replacing the exported bounds).
+
+    Raises:
+        TypeError: an unknown override name.
+    """
+    from derivations import feature_maps as fm
+
+    f = fm.resolve_overrides(
+        wrong,
+        {
+            "softcap": softcap_score_abs_error,
+            "alibi": alibi_score_abs_error,
+            "sigmoid": sigmoid_weight_relative_bound,
+        },
+    )
+    rec = Derivation("D16", "Rounding of transformed scores: softcap, ALiBi bias, sigmoid")
+    rec.statement["softcap"] = (
+        r"|\widehat{\operatorname{cap}} - C\tanh(x/C)| \le e_x + u(|x| + e_x) + "
+        r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+u)}{C}\bigr)\bigl((1+r)(1+u) - 1\bigr)"
+    )
+    rec.statement["alibi"] = r"|\hat y - (x - b)| \le e_x + u\,b + u\,(|x| + e_x + b(1+u))"
+    rec.statement["sigmoid"] = (
+        r"\frac{|\hat\sigma - \sigma(x+b)|}{\sigma(x+b)} \le e^{e_a}(1+r_{\exp})(1+u)^2 - 1,"
+        r"\quad e_a = e_x + u(|x| + e_x + |b|)"
+    )
+    rec.step(
+        "softcap: the rounded quotient y = (x_hat / C)(1 + d1) is within (e_x + u |x_hat|)/C "
+        "of x/C; tanh is 1-Lipschitz, so C |tanh(y) - tanh(x/C)| <= e_x + u (|x| + e_x); the "
+        "library and the product by C add C |tanh y| ((1 + r)(1 + u) - 1) with |tanh y| <= "
+        "min(1, |y|).",
+    )
+    rec.step(
+        "ALiBi: fl(m d) = b (1 + d2), and the subtraction rounds once: |fl(x_hat - b_hat) - "
+        "(x - b)| <= e_x + u b + u |x_hat - b_hat|.",
+    )
+    rec.step(
+        "sigmoid: sigma(a + t) / sigma(a) = (1 + e^-a) / (1 + e^(-a-t)) lies in [e^-|t|, e^|t|] "
+        "(each of numerator and denominator moves by at most the factor e^|t|); the computed "
+        "1 / (1 + exp_lib(-a_hat)) adds the exp's relative error r_exp, the addition's and the "
+        "division's u: 1 + e^(-a) (1 + r) lies within (1 + r) of 1 + e^(-a).",
+    )
+    _check_softcap(rec, f)
+    _check_alibi(rec, f)
+    _check_sigmoid(rec, f)
+    rec.cite(
+        "tanh within 2.5 ulps of the exact result on the CPU paths",
+        TANH_ULPS.source,
+        TANH_ULPS.note,
+    )
+    rec.exports = [
+        "softcap_score_abs_error",
+        "alibi_score_abs_error",
+        "sigmoid_weight_relative_bound",
+        "TANH_ULPS",
+    ]
+    return rec
+
+
+if __name__ == "__main__":
+    from derivations._record import main_for
+
+    main_for(derive)
