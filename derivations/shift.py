@@ -181,7 +181,11 @@ def _claim_softmax_shift(rec: Derivation, kern: Callable[[Any], Any]) -> None:
 
     w_shift = kern(x[i] + a) / sp.Sum(kern(x[j] + a), (j, 1, n))
     w = kern(x[i]) / sp.Sum(kern(x[j]), (j, 1, n))
-    rec.statement["softmax shift invariance"] = sp.Eq(w_shift, w)
+    rec.statement["softmax shift invariance"] = tex(
+        r"@e \qquad (a \in \mathbb{R},\ n \ge 1,\ 1 \le i \le n)",
+        claim="softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a",
+        e=sp.Eq(w_shift, w),
+    )
     shift_claim = "softmax(x + a 1) = softmax(x) for symbolic n, every index i and every real a"
     rec.step(
         "Softmax weight of key $i$ in a row of $n$ scores, shifted by $a$:",

@@ -122,12 +122,18 @@ def _statement(rec) -> None:
     import sympy
 
     n, big_n, d, d_v, t_len = pick(_syms(), "n", "N", "d", "d_v", "T")
-    rec.statement["symmetric_state"] = sympy.Eq(
-        sympy.Sum(sympy.binomial(n + d - 1, n), (n, 0, big_n)) * (d_v + 1),
-        sympy.binomial(big_n + d, big_n) * (d_v + 1),
+    rec.statement["symmetric_state"] = tex(
+        r"@s \qquad (N \ge 0,\ d \ge 1)",
+        claim="sum_{n<=N} C(n+d-1, n) = C(N+d, N) (all N >= 0, d >= 1)",
+        s=sympy.Eq(
+            sympy.Sum(sympy.binomial(n + d - 1, n), (n, 0, big_n)) * (d_v + 1),
+            sympy.binomial(big_n + d, big_n) * (d_v + 1),
+        ),
     )
-    rec.statement["tensor_state"] = sympy.Eq(
-        sympy.Symbol("S_tensor"), sympy.Sum(d**n, (n, 0, big_n)) * (d_v + 1)
+    rec.statement["tensor_state"] = tex(
+        r"@s \qquad (N \ge 0,\ d \ge 1)",
+        claim="sum_{n<=N} d^n = (d^(N+1) - 1)/(d - 1) (d >= 2), N + 1 (d = 1)",
+        s=sympy.Eq(sympy.Symbol("S_tensor"), sympy.Sum(d**n, (n, 0, big_n)) * (d_v + 1)),
     )
     rec.statement["kv_cache"] = sympy.Eq(sympy.Symbol("KV"), t_len * (d + d_v))
     # T* is where the two sizes are equal; as a length it is rounded up (hand-written condition).
