@@ -11,6 +11,7 @@ import numpy as np
 from derivations import feature_maps as d1
 from derivations import norms as d7
 from derivations import rounding as d10
+from derivations import transform_rounding as d16
 
 _U64 = d10.unit_roundoff("float64")
 #: roundings of forming and applying the score scale: 5 when sqrt(c) is absorbed on q and k
@@ -98,12 +99,17 @@ def terms(
     exp_ulps: float,
     projection: np.ndarray | None,
     shifted: bool,
+    transform: dict | None = None,
 ):
     """Per key: signed kernel w (float64), majorant W >= |w| (inflated), the per-row relative
     coefficients num_rel, den_rel (relative to A = sum W|v|, B = sum W), a description, and the
     per-row natural log (..., T) of the factor by which an absolute underflow error of a
     computed weight reaches the output: m for exp weights computed shifted by the row maximum m
-    and scaled back by e^m (unnormalized modes, D6), 0 otherwise."""
+    and scaled back by e^m (unnormalized modes, D6), 0 otherwise.
+
+    ``transform`` (score kernels ``exp`` and ``sigmoid``): ``softcap`` C and ``alibi`` (H,)
+    slopes change the scores and their error bound (D16) before the weights; ``sigmoid_bias``
+    b is the bias of the ``sigmoid`` family."""
     d = q.shape[-1]
     uf_log = np.zeros(vis.shape[:-1])
     n_keys = np.maximum(vis.sum(-1), 1)  # (..., T)
@@ -111,6 +117,26 @@ def terms(
     abs_dot = inflate(abs_dot, d + 2)
     x = c * np.einsum("...ti,...si->...ts", q, k)
     e_x = d10.gamma(d + SCALE_ROUNDINGS, u) * abs_dot
+    if transform:
+        x, e_x = transformed_scores(x, e_x, transform, u)
+
+    if family == "sigmoid":  # unnormalized sigma(x + b) weights (D14), errors from D16
+        b = float(transform["sigmoid_bias"])
+        w = np.where(vis, 1.0 / (1.0 + np.exp(-(x + b))), 0.0)
+        W = inflate(w, 4)
+        e_key = vec(
+            lambda ex, xa: d16.sigmoid_weight_relative_bound(ex, xa, b, u, exp_ulps),
+            np.where(vis, e_x, 0.0),
+            np.where(vis, np.abs(x), 0.0),
+        )
+        e_row = np.max(np.where(vis, e_key, 0.0), axis=-1)
+        num_rel = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+        )
+        den_rel = vec(
+            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+        )
+        return w, W, num_rel, den_rel, "sigmoid weights (D14, D16)", uf_log
 
     if family == "exp":
         xm = np.where(vis, x, -np.inf)
@@ -249,6 +275,30 @@ def terms(
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 
 
+def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float):
+    """Scores (..., T, S) and their error bound after softcapping, then the ALiBi bias (D16).
+
+    The bias is -m_h |t' - s| with t' = t + S - T (``verify.attention.structure``).
+    """
+    cap = transform.get("softcap")
+    if cap is not None:
+        e_x = vec(
+            lambda ex, xa: d16.softcap_score_abs_error(ex, xa, cap, u, d16.TANH_ULPS.value),
+            e_x,
+            np.abs(x),
+        )
+        x = cap * np.tanh(x / cap)
+    slopes = transform.get("alibi")
+    if slopes is not None:
+        T, S = x.shape[-2], x.shape[-1]
+        dist = np.abs(np.arange(T)[:, None] + (S - T) - np.arange(S)[None, :])
+        bias = np.asarray(slopes, dtype=np.float64)[:, None, None] * dist  # (H, T, S)
+        bias = np.broadcast_to(bias, x.shape)
+        e_x = vec(lambda ex, xa, b: d16.alibi_score_abs_error(ex, xa, b, u), e_x, np.abs(x), bias)
+        x = x - bias
+    return x, e_x
+
+
 def _weighted_sums(st: dict, u: float):
     """(the :func:`terms` tuple, A, B, D_low) for the setup ``st`` (``errors._setup``):
     A_j = sum_s W_s |v_sj| and B = sum_s W_s (upper bounds, inflated by their own float64
@@ -256,7 +306,7 @@ def _weighted_sums(st: dict, u: float):
     t = terms(
         st["family"], st["order"], st["fmap"], st["q"], st["k"], st["vis"], st["c"], u,
         form=st["form"], basis=st["basis"], exp_ulps=st["exp_ulps"],
-        projection=st["projection"], shifted=st["shifted"],
+        projection=st["projection"], shifted=st["shifted"], transform=st.get("transform"),
     )  # fmt: skip
     w, W = t[0], t[1]
     S = st["k"].shape[-2]

@@ -35,6 +35,7 @@ import numpy as np
 
 from derivations import precision_models as pm
 from derivations import rounding as d10
+from derivations import structure as d15
 from verify.exact import error_terms, models
 from verify.spec.kernel import parse as parse_kernel
 from verify.spec.visibility import visible
@@ -95,6 +96,8 @@ def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
     Raises:
         ValueError: not a known kernel (``unknown`` has no error model).
     """
+    if kernel == "sigmoid":
+        return "sigmoid", None, None
     kern = parse_kernel(kernel)
     if kern.family == "softmax":
         return "exp", None, None
@@ -104,7 +107,7 @@ def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
         return "taylor-features", kern.order, None
     if kern.family == "linear":
         return "linear", None, kern.map
-    raise ValueError(f"kernel: expected softmax, taylor:N or linear:MAP, got {kernel!r}")
+    raise ValueError(f"kernel: expected softmax, sigmoid, taylor:N or linear:MAP, got {kernel!r}")
 
 
 #: headroom (in powers of two) kept above the smallest normal number for the products of a
@@ -187,6 +190,7 @@ def attention_error_bound(
     exp_library: str | None = None,
     div_library: str | None = None,
     precision: str | None = None,
+    **structure: Any,
 ) -> ErrorBound:
     """Elementwise bound on |o_hat - o| for kernel attention computed in ``dtype``.
 
@@ -214,6 +218,10 @@ def attention_error_bound(
             for bf16/fp16 inputs; None = ``two-level``. Models other than ``two-level``
             describe softmax kernels (sum denominator, no eps) and are the same as
             ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
+        structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
+            ``enable_gqa``, ``softcap``, ``alibi_slopes``, and ``sigmoid_bias`` (kernel
+            ``sigmoid``, denominator ``none``). Softcap and ALiBi change the scores and their
+            error (D16) for ``softmax`` and ``sigmoid`` under the two-level model.
 
     Returns:
         :class:`ErrorBound` (``bound`` is 0 on rows with no visible key: zeros are required).
@@ -241,6 +249,7 @@ def attention_error_bound(
         device=device,
         exp_library=exp_library,
         div_library=div_library,
+        **structure,
     )
     acc = ACCUMULATION[dtype]
     vis = setup["vis"]
@@ -251,6 +260,11 @@ def attention_error_bound(
     else:
         o_exact = None
     model = stored_model(precision, kernel, denominator, eps, dtype)
+    if model is not None and setup.get("transform"):
+        raise ValueError(
+            f"precision: the model {model.spec!r} does not cover softcap, ALiBi or sigmoid "
+            "scores (D16 extends the two-level model only); pass precision='two-level'"
+        )
     n_vis = vis.sum(-1)
     ref_bound = None  # the float64 reference's own bound, when it is needed (softmax models)
     if model is not None:
@@ -260,7 +274,7 @@ def attention_error_bound(
                 "float64", None,
             )  # fmt: skip
             ref = float64_reference(kernel, q, k, v, causal=causal, attn_mask=attn_mask,
-                                    scale=scale)  # fmt: skip
+                                    scale=scale, **structure)  # fmt: skip
             o_abs = np.abs(ref) + ref_bound
         bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs)
         cond, desc = 1.0, how
@@ -364,9 +378,22 @@ def _setup(
     device: str,
     exp_library: str | None,
     div_library: str | None,
+    window: Any = None,
+    enable_gqa: bool = False,
+    softcap: float | None = None,
+    alibi_slopes: Any = None,
+    sigmoid_bias: float | None = None,
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
     family, order, fmap = _parse_kernel(kernel)
+    if (family == "sigmoid") != (sigmoid_bias is not None):
+        raise ValueError("sigmoid_bias: given exactly when kernel='sigmoid' (D14)")
+    if family == "sigmoid" and denominator != "none":
+        raise ValueError(
+            f"denominator: sigmoid attention is unnormalized ('none'), got {denominator!r}"
+        )
+    if (softcap is not None or alibi_slopes is not None) and family not in ("exp", "sigmoid"):
+        raise ValueError("softcap, alibi_slopes: modelled for the softmax and sigmoid kernels")
     if denominator not in DENOMINATORS:
         raise ValueError(f"denominator: expected one of {DENOMINATORS}, got {denominator!r}")
     if form not in FORMS:
@@ -378,9 +405,27 @@ def _setup(
     for name, arr in (("q", qn), ("k", kn), ("v", vn)):
         if arr.ndim != 4:
             raise ValueError(f"{name}: expected a 4-d (B, H, T, d) array, got shape {arr.shape}")
+    if enable_gqa and kn.shape[1] != qn.shape[1]:  # query head h reads kv head h // (H/G)
+        idx = [d15.kv_head(h, qn.shape[1], kn.shape[1]) for h in range(qn.shape[1])]
+        kn, vn = kn[:, idx], vn[:, idx]
     lead = np.broadcast_shapes(qn.shape[:2], kn.shape[:2], vn.shape[:2])
     T, S, d = qn.shape[-2], kn.shape[-2], qn.shape[-1]
-    exp_type = family in ("exp", "taylor", "taylor-features") or fmap == "favor"
+    if window is not None:  # FlashAttention's window, with causal setting right = 0 (D15)
+        left, right = window[0], 0 if causal else window[1]
+        vis = visible(T, S, causal=False, attn_mask=attn_mask, lead=lead, numpy=True)
+        t = np.arange(T)[:, None] + (S - T)
+        s_ = np.arange(S)[None, :]
+        vis = vis & ((left < 0) | (s_ >= t - left)) & ((right < 0) | (s_ <= t + right))
+    else:
+        vis = visible(T, S, causal=causal, attn_mask=attn_mask, lead=lead, numpy=True)
+    transform = {}
+    if softcap is not None:
+        transform["softcap"] = float(softcap)
+    if alibi_slopes is not None:
+        transform["alibi"] = _np64(alibi_slopes, "alibi_slopes").reshape(-1)
+    if sigmoid_bias is not None:
+        transform["sigmoid_bias"] = float(sigmoid_bias)
+    exp_type = family in ("exp", "sigmoid", "taylor", "taylor-features") or fmap == "favor"
     # exp weights are shifted by the row maximum unless the mode sees their absolute size
     # (eps is added to the unshifted denominator or norm, so eps needs it too)
     shifted = not eps and denominator in ("sum", "l2", "rms", "layernorm")
@@ -391,7 +436,8 @@ def _setup(
         q=qn,
         k=kn,
         v=vn,
-        vis=visible(T, S, causal=causal, attn_mask=attn_mask, lead=lead, numpy=True),
+        vis=vis,
+        transform=transform or None,
         c=float(scale) if scale is not None else (1.0 / math.sqrt(d) if exp_type else 1.0),
         form=form,
         basis=basis,
@@ -416,6 +462,7 @@ def float64_reference(
     denominator: str = "sum",
     eps: float = 0.0,
     projection: Any = None,
+    **structure: Any,
 ) -> np.ndarray:
     """Kernel attention evaluated directly in float64 numpy: the reference of ``exact=None``.
 
@@ -429,8 +476,8 @@ def float64_reference(
     ``attention_error_bound(..., exact=None)`` adds (D10, recipe 6).
 
     Args:
-        kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection: as
-            :func:`attention_error_bound`; q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v).
+        kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection, structure:
+            as :func:`attention_error_bound`; q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v).
 
     Returns:
         (B, H, T, d_v) float64 array (inf/nan where the arithmetic gives them, e.g. a vanishing
@@ -442,14 +489,14 @@ def float64_reference(
     st = _setup(
         kernel, q, k, v, causal=causal, attn_mask=attn_mask, scale=scale,
         denominator=denominator, eps=eps, projection=projection, form="parallel", basis=None,
-        device="cpu", exp_library=None, div_library=None,
+        device="cpu", exp_library=None, div_library=None, **structure,
     )  # fmt: skip
     family = "taylor" if st["family"] == "taylor-features" else st["family"]
     vis = st["vis"]
     w = error_terms.terms(
         family, st["order"], st["fmap"], st["q"], st["k"], vis, st["c"], _U64,
         form="parallel", basis=None, exp_ulps=st["exp_ulps"], projection=st["projection"],
-        shifted=st["shifted"],
+        shifted=st["shifted"], transform=st["transform"],
     )[0]  # fmt: skip
     N = np.einsum("...ts,...sj->...tj", w, st["v"])
     n = vis.sum(-1)[..., None]
