@@ -120,3 +120,30 @@ def test_bad_decay(kw, match):
     q, k, v = dyadic()
     with pytest.raises((TypeError, ValueError), match=match):
         taylor_attention(q, k, v, order=1, **kw)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_step_and_split_prefill_with_decay_are_exact(form):
+    """The streaming API with a decay: prefill of a prefix, then steps, equals the exact
+    reference bit for bit (dyadic inputs), and a split prefill resumes the decayed state."""
+    from verify.attention import init_state, prefill, step
+
+    q, k, v = dyadic(seed=7)
+    q, k = q / 2, k / 2
+    ref = exact_reference(q, k, v, DECAYS, MAPS["taylor:1"][1])
+    o1, st = prefill(
+        q[:, :, :4], k[:, :, :4], v[:, :, :4], kernel="taylor:1", scale=1.0, decay=DECAYS,
+        form=form, chunk_size=3,
+    )  # fmt: skip
+    o2, st = prefill(
+        q[:, :, 4:7], k[:, :, 4:7], v[:, :, 4:7], kernel="taylor:1", state=st, form=form
+    )
+    outs = [o1, o2]
+    for t in range(7, q.shape[2]):
+        o_t, st = step(st, q[:, :, t], k[:, :, t], v[:, :, t])
+        outs.append(o_t[:, :, None])
+    assert torch.equal(torch.cat(outs, 2), ref)
+    fresh = init_state(1, 4, 2, 2, kernel="taylor:1", scale=1.0, dtype=torch.float64, decay=DECAYS)
+    assert torch.equal(fresh.decay, torch.tensor(DECAYS, dtype=torch.float64))
+    with pytest.raises(ValueError, match="decay"):
+        prefill(q, k, v, kernel="taylor:1", state=st, decay=DECAYS)

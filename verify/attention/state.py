@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verify.attention import _scan
+from verify.attention import _scan, structure
 from verify.attention._kernels import FeatureKernel, resolve_kernel
 from verify.attention._validate import (
     FLOAT_DTYPES,
@@ -72,6 +72,8 @@ class AttentionState:
         basis: Taylor basis (``symmetric``/``tensor``), None for other kernels.
         projection: FAVOR+ directions (m, d) in the accumulation dtype, None otherwise.
         feature_fn: the callable feature map, None otherwise.
+        decay: per-head decays gamma_h (H,) in the accumulation dtype, or None: every step is
+            S_t = gamma S_{t-1} + phi(k_t) v_t^T (the decayed RNN of D12).
     """
 
     kernel: str
@@ -89,6 +91,7 @@ class AttentionState:
     basis: str | None = None
     projection: torch.Tensor | None = None
     feature_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    decay: torch.Tensor | None = None
 
     @property
     def accumulation_dtype(self) -> torch.dtype:
@@ -151,6 +154,7 @@ def init_state(
     orthogonal: bool = True,
     generator: torch.Generator | None = None,
     feature_budget: int = FEATURE_BUDGET,
+    decay=None,
 ) -> AttentionState:
     """An empty state (zero numerator, denominator and count) for a stream of (B, H) heads.
 
@@ -165,6 +169,8 @@ def init_state(
         projection, num_features, orthogonal, generator: FAVOR+ directions (given, or drawn once
             with the explicit generator) -- stored in the state and reused by every step.
         feature_budget: Taylor feature budget.
+        decay: H decays in (0, 1] (sequence or 1-D tensor), or None: the decayed RNN of D12
+            (not with ``denominator='count'``).
 
     Raises:
         TypeError, ValueError: any invalid argument (named in the message).
@@ -182,6 +188,7 @@ def init_state(
     eps = check_eps(eps)
     check_choice("basis", basis, BASES)
     acc = accumulation_dtype(dtype)
+    gam = structure.check_decay(decay, heads, causal=True, mode=mode, device=device)
     kern = resolve_kernel(
         kernel,
         name="kernel",
@@ -218,6 +225,7 @@ def init_state(
         basis=kern.basis,
         projection=kern.projection,
         feature_fn=kern.fn,
+        decay=None if gam is None else gam.to(acc),
     )
 
 
@@ -262,6 +270,7 @@ def _advance(state, qa, ka, va, *, form, chunk_size, key_mask):
         eps=state.eps,
         Sa0=Sa0,
         n0=state.count,
+        decay=state.decay,
     )
     new = dataclasses.replace(
         state,
@@ -334,6 +343,7 @@ def prefill(
     orthogonal: bool = True,
     generator: torch.Generator | None = None,
     feature_budget: int = FEATURE_BUDGET,
+    decay=None,
 ) -> tuple[torch.Tensor, AttentionState]:
     """Causal attention over a segment of T tokens, resuming from ``state``.
 
@@ -348,8 +358,8 @@ def prefill(
         attn_mask: key-padding mask only, bool broadcastable to (B, H, 1, T): masked tokens
             enter neither numerator, denominator nor count (still counted in ``tokens``).
         scale, denominator, eps, basis, projection, num_features, orthogonal, generator,
-            feature_budget: used when ``state`` is None (defaults: 1/sqrt(d) or 1, ``sum``,
-            0.0, ``symmetric``).
+            feature_budget, decay: used when ``state`` is None (defaults: 1/sqrt(d) or 1,
+            ``sum``, 0.0, ``symmetric``, no decay); a given state keeps its own decay.
 
     Returns:
         (o (B, H, T, d_v) in the dtype of q, the state after the segment).
@@ -384,9 +394,12 @@ def prefill(
             orthogonal=orthogonal,
             generator=generator,
             feature_budget=feature_budget,
+            decay=decay,
         )
     else:
         state = _check_state(state)
+        if decay is not None:
+            raise ValueError("decay: only used when prefill creates the state; it keeps its own")
         want = state.feature_fn if state.kernel == "callable" else state.kernel
         got = _canonical(kernel)
         if got is not want and got != want:
