@@ -139,23 +139,38 @@ def _syms():
 
 
 def _statement(rec) -> None:
-    rec.statement["decay"] = (
+    from derivations._latex import tex
+
+    rec.statement["decay"] = tex(
         r"e^{\,c\,q_t\cdot k_s - m(t-s)} = \gamma^{\,t-s}\, e^{\,c\,q_t\cdot k_s},"
-        r"\qquad \gamma = e^{-m},\ s \le t"
+        r"\qquad \gamma = e^{-m},\ s \le t",
+        claim=FACTOR,
     )
-    rec.statement["state_update"] = (
-        r"S^{(n)}_t = \gamma\, S^{(n)}_{t-1} + \tilde k_t^{\otimes n} v_t^{\top},\qquad "
-        r"z^{(n)}_t = \gamma\, z^{(n)}_{t-1} + \tilde k_t^{\otimes n}"
+    rec.statement["state_update"] = tex(
+        r"S^{(n)}_t = \gamma\, S^{(n)}_{t-1} + \tilde k_t^{\otimes n} v_t^{T},\qquad "
+        r"z^{(n)}_t = \gamma\, z^{(n)}_{t-1} + \tilde k_t^{\otimes n},\qquad "
+        r"S^{(n)}_0 = 0,\ z^{(n)}_0 = 0",
+        claim=UNROLL,
     )
-    rec.statement["truncation"] = (
+    rec.statement["truncation"] = tex(
         r"\hat w_{ts} = \gamma^{\,t-s}\,\kappa_N(c\,q_t\cdot k_s),\qquad "
         r"|\hat w_{ts} - w_{ts}| \le \delta_N(r)\, w_{ts}\ \text{ with } "
-        r"r = \max_{s \le t} |c\,q_t\cdot k_s|"
+        r"r = \max_{s \le t} |c\,q_t\cdot k_s|\ \text{(D4's output bound where } "
+        r"\delta_N(r) < 1)",
+        claim=RELATIVE,
     )
-    rec.statement["non_causal"] = (
+    rec.statement["non_causal"] = tex(
         r"\sum_{s=1}^{T} \gamma^{|t-s|} w_{ts} v_s = \overrightarrow{N}_t + "
-        r"\overleftarrow{N}_t - w_{tt} v_t"
+        r"\overleftarrow{N}_t - w_{tt} v_t",
+        claim=NON_CAUSAL,
     )
+
+
+#: claim names the statement cites
+FACTOR = "exp(x - m n) = gamma^n exp(x), gamma = e^(-m) (all real x, m, integer n >= 0)"
+UNROLL = "the decayed recursion unrolls to sum_{s<=t} gamma^(t-s) f(s) (all t)"
+RELATIVE = "relative weight error of gamma^n kappa_N(x) = that of kappa_N(x) (gamma > 0)"
+NON_CAUSAL = "non-causal decayed parallel == forward RNN + backward RNN - diagonal"
 
 
 # -- general claims -------------------------------------------------------------------------------
@@ -167,12 +182,13 @@ def _claim_factor(rec, f) -> None:
     lhs = sympy.exp(x - sign * m * n)
     rhs = sympy.exp(-m) ** n * sympy.exp(x)
     rec.step(
-        "The bias factors out of the exponential: with n = t - s >= 0 the biased weight is the "
-        "unbiased one times gamma^n, gamma = e^(-m) (for a slope m > 0, 0 < gamma < 1).",
+        r"The bias factors out of the exponential: with $n = t - s \ge 0$ the biased weight is "
+        r"the unbiased one times $\gamma^n$, $\gamma = e^{-m}$ (for a slope $m > 0$, "
+        r"$0 < \gamma < 1$).",
         sympy.Eq(sympy.exp(x - m * n), sympy.exp(-m) ** n * sympy.exp(x), evaluate=False),
     )
     rec.prove(
-        "exp(x - m n) = gamma^n exp(x), gamma = e^(-m) (all real x, m, integer n >= 0)",
+        FACTOR,
         lambda: sympy.simplify(lhs - rhs) == 0,
         "symbolic x, m, n; sympy simplify",
     )
@@ -199,13 +215,14 @@ def _claim_unroll(rec) -> None:
     scaled = sympy.Sum(fn(s_) / g**s_, (s_, 1, t))
     decayed = sympy.Sum(g ** (t - s_) * fn(s_), (s_, 1, t))
     rec.step(
-        "Unrolling: S_t = gamma S_{t-1} + f(t), S_0 = 0 has the one solution "
-        "S_t = sum_{s<=t} gamma^(t-s) f(s): divide by gamma^t, and U_t = S_t / gamma^t obeys "
-        "U_t - U_{t-1} = f(t) / gamma^t, the undecayed recursion of D2.",
+        r"Unrolling: $S_t = \gamma S_{t-1} + f(t)$, $S_0 = 0$ has the one solution "
+        r"$S_t = \sum_{s \le t} \gamma^{t-s} f(s)$: divide by $\gamma^t$, and "
+        r"$U_t = S_t / \gamma^t$ obeys $U_t - U_{t-1} = f(t) / \gamma^t$, the undecayed "
+        r"recursion of D2.",
         sympy.Eq(decayed, g**t * scaled, evaluate=False),
     )
     rec.prove(
-        "the decayed recursion unrolls to sum_{s<=t} gamma^(t-s) f(s) (all t)",
+        UNROLL,
         lambda: (
             sympy.simplify(difference_delta(scaled, t) - fn(t + 1) / g ** (t + 1)) == 0
             and sympy.simplify(decayed - g**t * scaled) == 0
@@ -224,9 +241,10 @@ def _claim_chunk(rec, f) -> None:
     inside = sympy.Sum(g ** (t - s_) * fn(s_), (s_, a_, t))
     full = sympy.Sum(g ** (t - s_) * fn(s_), (s_, 1, t))
     rec.step(
-        "Chunked: for a chunk starting at a <= t, the state before the chunk (tokens s <= a-1, "
-        "decayed to time a-1) is read decayed by gamma^(t-a+1), and the intra-chunk part is the "
-        "decayed parallel sum over s = a..t; together they are the decayed prefix sum.",
+        r"Chunked: for a chunk starting at $a \le t$, the state before the chunk (tokens "
+        r"$s \le a-1$, decayed to time $a-1$) is read decayed by $\gamma^{t-a+1}$, and the "
+        r"intra-chunk part is the decayed parallel sum over $s = a, \dots, t$; together they are "
+        r"the decayed prefix sum.",
         sympy.Eq(g ** (t - a_ + 1) * before + inside, full, evaluate=False),
     )
     rec.prove(
@@ -241,19 +259,20 @@ def _claim_relative(rec) -> None:
     import sympy
 
     x, n, g = pick(_syms(), "x", "n", "g")
-    kap = sympy.Symbol(r"\kappa_N(x)", real=True)
+    kap = sympy.Function("kappa_N")(x)
     rel_decayed = (g**n * kap - g**n * sympy.exp(x)) / (g**n * sympy.exp(x))
     rel_plain = (kap - sympy.exp(x)) / sympy.exp(x)
     rec.step(
-        "Truncation: the decayed weight gamma^(t-s) e^x and its truncation gamma^(t-s) kappa_N(x) "
-        "share the factor gamma^(t-s) > 0, so their relative error is D4's g_N(x) = "
-        "1 - kappa_N(x) e^(-x); with |x| <= r the weights' relative errors are <= delta_N(r) and "
-        "D4's output bound B(delta) max_s |v_s| holds whenever delta_N(r) < 1. The radius r is "
-        "that of c q.k alone: the bias -m (t-s) does not enter it.",
+        r"Truncation: the decayed weight $\gamma^{t-s} e^x$ and its truncation "
+        r"$\gamma^{t-s} \kappa_N(x)$ share the factor $\gamma^{t-s} > 0$, so their relative "
+        r"error is D4's $g_N(x) = 1 - \kappa_N(x) e^{-x}$; with $|x| \le r$ the weights' "
+        r"relative errors are at most $\delta_N(r)$ and D4's output bound "
+        r"$B(\delta) \max_s |v_s|$ holds whenever $\delta_N(r) < 1$. The radius $r$ is that of "
+        r"$c\, q \cdot k$ alone: the bias $-m(t-s)$ does not enter it.",
         sympy.Eq(rel_decayed, rel_plain, evaluate=False),
     )
     rec.prove(
-        "relative weight error of gamma^n kappa_N(x) = that of kappa_N(x) (gamma > 0)",
+        RELATIVE,
         lambda: sympy.simplify(rel_decayed - rel_plain) == 0,
         "symbolic gamma > 0, n, x and kappa_N(x)",
     )
@@ -279,11 +298,11 @@ def _claim_biased_not_rnn(rec, f) -> None:
         return check
 
     rec.step(
-        "kappa_N of the biased score is not a decayed RNN: a scalar-decay recurrence with "
-        "time-invariant features gives weights gamma^(t-s) h(q, k), geometric in n = t - s, but "
-        "p(n) = kappa_N(x - m n) is a polynomial of degree N in n (leading coefficient "
-        "(-m)^N / N!): p(n+1) = gamma p(n) forces gamma = 1, and then p(n+1) - p(n) has the "
-        "nonzero leading coefficient (-m)^N / (N-1)!.",
+        r"$\kappa_N$ of the biased score is not a decayed RNN: a scalar-decay recurrence with "
+        r"time-invariant features gives weights $\gamma^{t-s} h(q, k)$, geometric in "
+        r"$n = t - s$, but $p(n) = \kappa_N(x - m n)$ is a polynomial of degree $N$ in $n$ "
+        r"(leading coefficient $(-m)^N / N!$): $p(n+1) = \gamma\, p(n)$ forces $\gamma = 1$, "
+        r"and then $p(n+1) - p(n)$ has the nonzero leading coefficient $(-m)^N / (N-1)!$.",
     )
     for order in BIASED_ORDERS:
         rec.verify(
@@ -375,12 +394,13 @@ def _exp_coeffs(order):
 
 def _claim_forms_agree(rec, f) -> None:
     rec.step(
-        "Instances: symbolic q_t, k_t (d entries), v_t (d_v = 2), r = sqrt(c) and the decay "
-        "gamma, in the polynomial ring QQ[gamma, r, q, k, v]; the decayed parallel form "
-        "sum_s gamma^(t-s) kappa_N(c q_t.k_s) v_s (kappa_N from sympy's series of exp) is "
-        "compared, numerator and denominator (v = 1) separately, with the decayed recurrent and "
-        "chunked forms built from the exported feature maps. At N = 1 the recurrent form is "
-        "normalized linear attention with features (1, sqrt(c) k) and a scalar decay.",
+        r"Instances: symbolic $q_t$, $k_t$ ($d$ entries), $v_t$ ($d_v = 2$), $r = \sqrt{c}$ "
+        r"and the decay $\gamma$, in the polynomial ring $\mathbb{Q}[\gamma, r, q, k, v]$; "
+        r"the decayed parallel form $\sum_s \gamma^{t-s} \kappa_N(c\, q_t \cdot k_s) v_s$ "
+        r"($\kappa_N$ from sympy's series of exp) is compared, numerator and denominator "
+        r"($v = 1$) separately, with the decayed recurrent and chunked forms built from the "
+        r"exported feature maps. At $N = 1$ the recurrent form is normalized linear attention "
+        r"with features $(1, \sqrt{c}\, k)$ and a scalar decay (retention-style).",
     )
 
     def agree(basis):
@@ -419,9 +439,9 @@ def _claim_non_causal(rec, f) -> None:
 
     t, s_, big_t, h = pick(_syms(), "t", "s", "T", "f")
     rec.step(
-        "Non-causal bias -m |t - s|: the forward decayed RNN holds s <= t, the backward one "
-        "(run from s = T down) holds s >= t; both contain the diagonal s = t, so it is "
-        "subtracted once.",
+        r"Non-causal bias $-m|t - s|$: the forward decayed RNN holds $s \le t$, the backward "
+        r"one (run from $s = T$ down) holds $s \ge t$; both contain the diagonal $s = t$, so it "
+        r"is subtracted once.",
         sympy.Eq(
             sympy.Sum(h(s_), (s_, 1, t)) + sympy.Sum(h(s_), (s_, t + 1, big_t)),
             sympy.Sum(h(s_), (s_, 1, big_t)),
@@ -460,7 +480,7 @@ def _claim_non_causal(rec, f) -> None:
         return True
 
     rec.verify(
-        "non-causal decayed parallel == forward RNN + backward RNN - diagonal",
+        NON_CAUSAL,
         check,
         f"T = {LENGTH}, d in {DIMS}, N in {ORDERS}, symmetric basis, symbolic gamma",
     )

@@ -77,19 +77,33 @@ def row_sum_bounds(radius: float, bias: float, keys: int) -> tuple[float, float]
     return keys * sigmoid(b - r), keys * sigmoid(b + r)
 
 
+TANH_FORM = "sigma(x) = (1 + tanh(x/2)) / 2 (all real x)"
+POLE = "1 + e^(-x) vanishes at x = i pi (a pole of sigma at distance pi)"
+SIGNED = "sigma(x) = sum_{j>=1} (-1)^(j+1) e^(jx) for x < 0; e^(j(x+b)) = e^(jb) e^(jx)"
+MONOTONE = "sigma' = sigma (1 - sigma) > 0; b = -ln S gives row sum S / (S + 1) at zero scores"
+
+
 def _statement(rec) -> None:
-    rec.statement["output"] = (
-        r"o_t = \sum_{s} \sigma(c\,q_t\cdot k_s + b)\, v_s,\qquad \sigma(x) = \frac{1}{1+e^{-x}}"
-        r" = \frac{1 + \tanh(x/2)}{2}"
+    from derivations._latex import tex
+
+    rec.statement["output"] = tex(
+        r"o_t = \sum_{s} \sigma(c\,q_t\cdot k_s + b)\, v_s,\qquad "
+        r"\sigma(x) = \frac{1}{1+e^{-x}} = \frac{1 + \tanh(x/2)}{2}",
+        claim=TANH_FORM,
     )
-    rec.statement["radius"] = r"\sigma(x) = \sum_{n \ge 0} a_n x^n\ \text{ only for } |x| < \pi"
-    rec.statement["signed_exp"] = (
+    rec.statement["radius"] = tex(
+        r"\sigma(x) = \sum_{n \ge 0} a_n x^n\ \text{ only for } |x| < \pi", claim=POLE
+    )
+    rec.statement["signed_exp"] = tex(
         r"\sigma(x) = \sum_{j \ge 1} (-1)^{j+1} e^{jx}\ \text{ for } x < 0,\qquad "
-        r"e^{j(c\,q\cdot k + b)} = e^{jb}\, e^{j c\, q\cdot k}"
+        r"e^{j(c\,q\cdot k + b)} = e^{jb}\, e^{j c\, q\cdot k}",
+        claim=SIGNED,
     )
-    rec.statement["row_sums"] = (
-        r"|c\,q_t\cdot k_s| \le r \implies S\,\sigma(b - r) \le \sum_s \sigma(c\,q_t\cdot k_s + b)"
-        r" \le S\,\sigma(b + r),\qquad \|o_t\|_\infty \le S\,\sigma(b + r) \max_s \|v_s\|_\infty"
+    rec.statement["row_sums"] = tex(
+        r"|c\,q_t\cdot k_s| \le r \implies S\,\sigma(b - r) \le "
+        r"\sum_s \sigma(c\,q_t\cdot k_s + b) \le S\,\sigma(b + r),\qquad "
+        r"\|o_t\|_\infty \le S\,\sigma(b + r) \max_s \|v_s\|_\infty",
+        claim=MONOTONE,
     )
 
 
@@ -99,18 +113,19 @@ def _claim_tanh_form(rec) -> None:
     x = sympy.Symbol("x", real=True)
     sig = 1 / (1 + sympy.exp(-x))
     rec.step(
-        "sigma is an affine tanh: sigma(x) = (1 + tanh(x/2)) / 2, so its poles are those of "
-        "tanh(x/2), where cosh(x/2) = 0: x = i pi (2k + 1), nearest +-i pi. The Maclaurin series "
-        "of sigma therefore has radius pi (distance to the nearest singularity).",
+        r"$\sigma$ is an affine $\tanh$: $\sigma(x) = (1 + \tanh(x/2)) / 2$, so its poles are "
+        r"those of $\tanh(x/2)$, where $\cosh(x/2) = 0$: $x = i \pi (2k + 1)$, nearest "
+        r"$\pm i \pi$. The Maclaurin series of $\sigma$ therefore has radius $\pi$ (the "
+        r"distance to the nearest singularity).",
         sympy.Eq(sig, (1 + sympy.tanh(x / 2)) / 2),
     )
     rec.prove(
-        "sigma(x) = (1 + tanh(x/2)) / 2 (all real x)",
+        TANH_FORM,
         lambda: sympy.simplify((sig - (1 + sympy.tanh(x / 2)) / 2).rewrite(sympy.exp)) == 0,
         "symbolic x; rewritten in exp",
     )
     rec.verify(
-        "1 + e^(-x) vanishes at x = i pi (a pole of sigma at distance pi)",
+        POLE,
         lambda: sympy.simplify(1 + sympy.exp(-sympy.I * sympy.pi)) == 0,
         "exact: e^(-i pi) = -1",
     )
@@ -148,11 +163,12 @@ def _claim_signed_exp(rec, f) -> None:
     j = sympy.Symbol("j", integer=True, positive=True)
     series = sympy.Sum(f["sign"] * (-1) ** (j + 1) * y**j, (j, 1, sympy.oo))
     rec.step(
-        "For x < 0 put y = e^x in (0, 1): sigma(x) = y / (1 + y) = sum_{j>=1} (-1)^(j+1) y^j "
-        "(geometric series). Each term e^(j(c q.k + b)) = e^(jb) exp(j c q.k) is an exp kernel at "
-        "the score scale j c, an infinite sum of linear RNNs (D2); the signs alternate, so "
-        "sigmoid attention is a signed sum of softmax-type numerators, and the tail after J "
-        "terms is at most e^((J+1) x) (Leibniz: the terms decrease in modulus).",
+        r"For $x < 0$ put $y = e^x \in (0, 1)$: $\sigma(x) = y / (1 + y) = "
+        r"\sum_{j \ge 1} (-1)^{j+1} y^j$ (geometric series). Each term "
+        r"$e^{j(c\, q \cdot k + b)} = e^{jb} e^{j c\, q \cdot k}$ is an exp kernel at the "
+        r"score scale $j c$, an infinite sum of linear RNNs (D2); the signs alternate, so sigmoid "
+        r"attention is a signed sum of softmax-type numerators, and the tail after $J$ terms is "
+        r"at most $e^{(J+1) x}$ (Leibniz: the terms decrease in modulus).",
         sympy.Eq(sympy.Sum((-1) ** (j + 1) * y**j, (j, 1, sympy.oo)), y / (1 + y)),
     )
 
@@ -172,7 +188,7 @@ def _claim_signed_exp(rec, f) -> None:
         )
 
     rec.prove(
-        "sigma(x) = sum_{j>=1} (-1)^(j+1) e^(jx) for x < 0; e^(j(x+b)) = e^(jb) e^(jx)",
+        SIGNED,
         check,
         "symbolic y = e^x in (0, 1), j >= 1; sympy sums the geometric series",
     )
@@ -208,14 +224,15 @@ def _claim_row_sums(rec, f) -> None:
     n = sympy.Symbol("S", integer=True, positive=True)
     sig = 1 / (1 + sympy.exp(-x))
     rec.step(
-        "Monotone: sigma' = sigma (1 - sigma) > 0, so |c q.k| <= r puts every weight in "
-        "[sigma(b - r), sigma(b + r)] and a row's sum of S weights in [S sigma(b - r), "
-        "S sigma(b + r)]; the output is a weighted sum of values with these weights. With the "
-        "bias b = -ln S at zero scores the row sum is S / (S + 1) < 1.",
+        r"Monotone: $\sigma' = \sigma (1 - \sigma) > 0$, so $|c\, q \cdot k| \le r$ puts "
+        r"every weight in $[\sigma(b - r), \sigma(b + r)]$ and a row's sum of $S$ weights in "
+        r"$[S \sigma(b - r), S \sigma(b + r)]$; the output is a weighted sum of values with "
+        r"these weights. With the bias $b = -\ln S$ at zero scores the row sum is "
+        r"$S / (S + 1) < 1$.",
         sympy.Eq(sympy.diff(sig, x), sig * (1 - sig)),
     )
     rec.prove(
-        "sigma' = sigma (1 - sigma) > 0; b = -ln S gives row sum S / (S + 1) at zero scores",
+        MONOTONE,
         lambda: (
             sympy.simplify(sympy.diff(sig, x) - sig * (1 - sig)) == 0
             and sympy.simplify(sig * (1 - sig) - sympy.exp(-x) / (1 + sympy.exp(-x)) ** 2) == 0

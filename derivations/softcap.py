@@ -126,22 +126,58 @@ def _syms():
     return sympy.Symbol("s", real=True), sympy.Symbol("C", positive=True)
 
 
+BOUNDED = "C tanh(s/C) lies in (-C, C), odd and increasing (all real s, C > 0)"
+CLOSE = "|C tanh(s/C) - s| <= |s|^3 / (3 C^2) (all real s, C > 0)"
+ORDERS = "smallest uniform orders: delta_N(C) < 1 and < 1e-3 from N on, below at N-1 not"
+WEIGHTS = "each normalized capped weight lies in (1/(1+(S-1)e^(2C)), 1/(1+(S-1)e^(-2C)))"
+RADIUS = (
+    "a power series converges on the largest disc free of singularities (radius = distance "
+    "to the nearest one)"
+)
+
+
 def _statement(rec) -> None:
-    rec.statement["cap"] = (
-        r"\operatorname{cap}_C(s) = C\tanh(s/C) \in (-C, C)\ \text{ for every real } s,"
-        r"\qquad |\operatorname{cap}_C(s) - s| \le \frac{|s|^3}{3C^2}"
+    from derivations._latex import tex
+
+    rec.statement["cap"] = tex(
+        r"\operatorname{cap}_C(s) = C\tanh(s/C) \in (-C, C)\ \text{ for every real } s",
+        claim=BOUNDED,
     )
-    rec.statement["uniform"] = (
-        r"\left|\kappa_N(\operatorname{cap}_C(s)) - e^{\operatorname{cap}_C(s)}\right| "
-        r"\le \delta_N(C)\, e^{\operatorname{cap}_C(s)}\ \text{ for every input}"
+    rec.statement["near_zero"] = tex(
+        r"|\operatorname{cap}_C(s) - s| \le \frac{|s|^3}{3C^2}", claim=CLOSE
     )
-    rec.statement["weights"] = (
+    rec.statement["weights"] = tex(
         r"\frac{1}{1 + (S-1)e^{2C}} < \operatorname{softmax}(\operatorname{cap}_C(s))_j "
-        r"< \frac{1}{1 + (S-1)e^{-2C}}"
+        r"< \frac{1}{1 + (S-1)e^{-2C}}",
+        claim=WEIGHTS,
     )
-    rec.statement["radius"] = (
-        r"e^{C\tanh(x/C)} = \sum_{n \ge 0} a_n x^n \ \text{ only for } |x| < \frac{\pi C}{2}"
+    rec.statement["radius"] = tex(
+        r"e^{C\tanh(x/C)} = \sum_{n \ge 0} a_n x^n\ \text{ only for } |x| < \frac{\pi C}{2}",
+        claim=RADIUS,
     )
+
+
+def _statement_uniform(rec) -> None:
+    """The uniform-bound statement, with the smallest orders of the record's table as slots."""
+    import sympy
+
+    from derivations._latex import tex
+
+    rows = rec.tables["smallest_order"][1]
+    slots = {f"n{i}": sympy.Integer(r[1]) for i, r in enumerate(rows)}
+    slots.update({f"c{i}": sympy.Integer(r[0]) for i, r in enumerate(rows)})
+    orders = ", ".join(f"@n{i}" for i in range(len(rows)))
+    caps = ", ".join(f"@c{i}" for i in range(len(rows)))
+    statement = dict(rec.statement)
+    statement["uniform"] = tex(
+        r"\left|\kappa_N(\operatorname{cap}_C(s)) - e^{\operatorname{cap}_C(s)}\right| "
+        r"\le \delta_N(C)\, e^{\operatorname{cap}_C(s)}\ \text{for every input; }"
+        rf"\delta_N(C) < 1 \text{{ from }} N = {orders} \text{{ at }} C = {caps}",
+        claim=ORDERS,
+        **slots,
+    )
+    order = ["cap", "near_zero", "uniform", "weights", "radius"]
+    rec.statement = {k: statement[k] for k in order if k in statement}
 
 
 def _claim_bounded(rec, f) -> None:
@@ -151,13 +187,14 @@ def _claim_bounded(rec, f) -> None:
     u = s / big_c
     cap = big_c * sympy.tanh(u)
     rec.step(
-        "The cap is bounded: 1 - tanh(u)^2 = 1 / cosh(u)^2 > 0 for real u, so |tanh u| < 1 and "
-        "|C tanh(s/C)| < C. Its derivative sech(s/C)^2 > 0: it is increasing, and odd.",
+        r"The cap is bounded: $1 - \tanh^2 u = 1/\cosh^2 u > 0$ for real $u$, so "
+        r"$|\tanh u| < 1$ and $|C \tanh(s/C)| < C$. Its derivative $1/\cosh^2(s/C) > 0$: it "
+        r"is increasing, and odd.",
         sympy.Eq(1 - sympy.tanh(u) ** 2, 1 / sympy.cosh(u) ** 2),
     )
     bound = f["cap_bound"]
     rec.prove(
-        "C tanh(s/C) lies in (-C, C), odd and increasing (all real s, C > 0)",
+        BOUNDED,
         lambda: (
             sympy.simplify((1 - sympy.tanh(u) ** 2 - 1 / sympy.cosh(u) ** 2).rewrite(sympy.exp))
             == 0
@@ -177,14 +214,15 @@ def _claim_close(rec) -> None:
     s, big_c = _syms()
     u = sympy.Symbol("u", nonnegative=True)
     rec.step(
-        "Near zero the cap is the identity: h(u) = u - tanh u has h(0) = 0 and "
-        "h'(u) = tanh(u)^2 <= u^2 (|tanh u| <= |u|), so 0 <= h(u) <= u^3 / 3 for u >= 0; with "
-        "u = |s| / C and oddness, |C tanh(s/C) - s| <= |s|^3 / (3 C^2).",
+        r"Near zero the cap is the identity: $h(u) = u - \tanh u$ has $h(0) = 0$ and "
+        r"$h'(u) = \tanh^2 u \le u^2$ (as $|\tanh u| \le |u|$), so "
+        r"$0 \le h(u) \le u^3 / 3$ for $u \ge 0$; with $u = |s| / C$ and oddness, "
+        r"$|C \tanh(s/C) - s| \le |s|^3 / (3 C^2)$.",
         sympy.Eq(sympy.diff(u - sympy.tanh(u), u).simplify(), sympy.tanh(u) ** 2),
     )
     t = sympy.Symbol("t", nonnegative=True)
     rec.prove(
-        "|C tanh(s/C) - s| <= |s|^3 / (3 C^2) (all real s, C > 0)",
+        CLOSE,
         lambda: (
             sympy.simplify(sympy.diff(u - sympy.tanh(u), u) - sympy.tanh(u) ** 2) == 0
             # |tanh t| <= t on t >= 0: t - tanh t vanishes at 0 with derivative tanh^2 t >= 0
@@ -216,11 +254,11 @@ def _claim_uniform(rec, f) -> None:
         rows,
     )
     rec.step(
-        "Uniform bound: every capped score lies in (-C, C), so D4 applies with r = C for every "
-        "input. The table gives the smallest order N from which delta_N(C) stays below 1 "
-        "(D4's output bound exists) and below 1e-3 (computed with D4's delta_N, exact "
-        "rationals and mpmath); delta_N(C) rises with N until N is about C and falls after, so "
-        "the answer is the first N >= C below the level.",
+        r"Uniform bound: every capped score lies in $(-C, C)$, so D4 applies with $r = C$ for "
+        r"every input. The table gives the smallest order $N$ from which $\delta_N(C)$ stays "
+        r"below 1 (D4's output bound exists) and below $10^{-3}$ (computed with D4's "
+        r"$\delta_N$, exact rationals and mpmath); $\delta_N(C)$ rises with $N$ until $N$ is "
+        r"about $C$ and falls after, so the answer is the first $N \ge C$ below the level.",
     )
 
     def check():
@@ -234,7 +272,7 @@ def _claim_uniform(rec, f) -> None:
         return True
 
     rec.verify(
-        "smallest uniform orders: delta_N(C) < 1 and < 1e-3 from N on, below at N-1 not",
+        ORDERS,
         check,
         f"C in {CAPS}; delta decreasing checked from N = C to 20 past the 1e-3 order",
     )
@@ -254,13 +292,14 @@ def _claim_weights(rec) -> None:
     y = sympy.Symbol("y", positive=True)  # the sum of the row's other S - 1 exp-weights
     top = 1 / (1 + (n - 1) * sympy.exp(-2 * big_c))
     rec.step(
-        "Weights: every capped score is in (-C, C), so each exp-weight is in (e^-C, e^C) and "
-        "one weight over the sum of S is below e^C / (e^C + (S-1) e^-C) = "
-        "1 / (1 + (S-1) e^(-2C)), above 1 / (1 + (S-1) e^(2C)).",
+        r"Weights: every capped score is in $(-C, C)$, so each exp-weight is in "
+        r"$(e^{-C}, e^{C})$ and one weight over the sum of $S$ is below "
+        r"$e^C / (e^C + (S-1) e^{-C}) = 1 / (1 + (S-1) e^{-2C})$, above "
+        r"$1 / (1 + (S-1) e^{2C})$.",
         sympy.Eq(sympy.exp(big_c) / (sympy.exp(big_c) + (n - 1) * sympy.exp(-big_c)), top),
     )
     rec.prove(
-        "each normalized capped weight lies in (1/(1+(S-1)e^(2C)), 1/(1+(S-1)e^(-2C)))",
+        WEIGHTS,
         lambda: (
             sympy.simplify(
                 sympy.exp(big_c) / (sympy.exp(big_c) + (n - 1) * sympy.exp(-big_c)) - top
@@ -279,12 +318,12 @@ def _claim_radius(rec) -> None:
 
     z = sympy.Symbol("z")
     rec.step(
-        "No feature map beyond pi C / 2: tanh(z/C) has poles where cosh(z/C) = 0, nearest at "
-        "z = +-i pi C / 2, and exp of a function with a pole has an essential singularity "
-        "there, so the Maclaurin series of exp(C tanh(x/C)) in x converges only on "
-        "|x| < pi C / 2 (the radius is the distance to the nearest singularity). A kernel "
-        "sum_n a_n (q.k)^n is what the feature maps of D1 factor; the capped kernel has that "
-        "form only on a disc, so the capped forms are parallel only.",
+        r"No feature map beyond $\pi C / 2$: $\tanh(z/C)$ has poles where $\cosh(z/C) = 0$, "
+        r"nearest at $z = \pm i \pi C / 2$, and exp of a function with a pole has an essential "
+        r"singularity there, so the Maclaurin series of $e^{C \tanh(x/C)}$ in $x$ converges "
+        r"only on $|x| < \pi C / 2$ (the radius is the distance to the nearest singularity). A "
+        r"kernel $\sum_n a_n (q \cdot k)^n$ is what the feature maps of D1 factor; the capped "
+        r"kernel has that form only on a disc, so the capped forms are parallel only.",
         sympy.Eq(sympy.cosh(sympy.I * sympy.pi / 2), 0),
     )
     rec.verify(
@@ -298,8 +337,7 @@ def _claim_radius(rec) -> None:
         "cosh(i y) = cos y; zeros of cos on [-4, 4] are +-pi/2 only",
     )
     rec.cite(
-        "a power series converges on the largest disc free of singularities (radius = distance "
-        "to the nearest one)",
+        RADIUS,
         "Ahlfors, Complex Analysis (3rd ed., 1979), Ch. 5, Thm. 3 (Taylor's theorem)",
         "applied at the poles +-i pi C/2 of tanh(z/C)",
     )
@@ -350,6 +388,7 @@ def derive(**wrong) -> Derivation:
     _claim_bounded(rec, f)
     _claim_close(rec)
     _claim_uniform(rec, f)
+    _statement_uniform(rec)
     _claim_weights(rec)
     _claim_radius(rec)
     rec.exports = ["softcap", "smallest_uniform_order", "weight_range", "series_radius"]

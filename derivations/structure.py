@@ -115,16 +115,27 @@ def hf_sliding_window(width: int) -> tuple[int, int]:
     return width - 1, 0
 
 
+COUNT = "visible_count = number of visible keys (closed form)"
+HISTORY = "W_t - W_{t-1} = f(t) - f(t - L - 1) (all t, L >= 0)"
+GQA = "kv_head = the repeat_interleave map; repeat (tile) agrees only for G in {1, H}"
+
+
 def _statement(rec) -> None:
-    rec.statement["window"] = (
+    from derivations._latex import tex
+
+    rec.statement["window"] = tex(
         r"s \text{ visible from } t \iff t' - \ell \le s \le t' + \rho,\quad t' = t + S - T,"
-        r"\quad \ell, \rho \in \{-1\} \cup \mathbb{N}\ (-1\text{: unbounded})"
+        r"\quad \ell, \rho \in \{-1\} \cup \mathbb{N}\ (-1\text{: unbounded})",
+        claim=COUNT,
     )
-    rec.statement["count"] = (
-        r"\#\{s\} = \max\bigl(0,\ \min(S-1,\, t'+\rho) - \max(0,\, t'-\ell) + 1\bigr)"
+    rec.statement["count"] = tex(
+        r"\#\{s\} = \max\bigl(0,\ \min(S-1,\, t'+\rho) - \max(0,\, t'-\ell) + 1\bigr)",
+        claim=COUNT,
     )
-    rec.statement["finite_history"] = r"W_t = \sum_{s=t-L}^{t} f(s) = W_{t-1} + f(t) - f(t-L-1)"
-    rec.statement["gqa"] = r"g(h) = \left\lfloor h \,/\, (H/G) \right\rfloor"
+    rec.statement["finite_history"] = tex(
+        r"W_t = \sum_{s=t-L}^{t} f(s) = W_{t-1} + f(t) - f(t-L-1)", claim=HISTORY
+    )
+    rec.statement["gqa"] = tex(r"g(h) = \left\lfloor h \,/\, (H/G) \right\rfloor", claim=GQA)
 
 
 def _claim_count(rec, f) -> None:
@@ -143,12 +154,13 @@ def _claim_count(rec, f) -> None:
         return True
 
     rec.step(
-        "Count: the visible keys of query t are the integers of [max(0, t' - left), "
-        "min(S - 1, t' + right)] (a side of -1 drops its bound), so their number is the "
-        "length of that interval, or 0 when it is empty (a window can leave a row with no key).",
+        r"Count: the visible keys of query $t$ are the integers of "
+        r"$[\max(0, t' - \ell), \min(S - 1, t' + \rho)]$ (a side of $-1$ drops its bound), so "
+        r"their number is the length of that interval, or 0 when it is empty (a window can leave "
+        r"a row with no key).",
     )
     rec.verify(
-        "visible_count = number of visible keys (closed form)",
+        COUNT,
         check,
         f"T, S in 1..{MAX_LEN}, left, right in {WINDOW_SIDES}, every query",
     )
@@ -187,10 +199,11 @@ def _claim_finite_history(rec, f) -> None:
     lag = f["leaving_lag"]
     win = sympy.Sum(g(s_), (s_, t - big_l, t))
     rec.step(
-        "Finite history: the windowed sum over s = t - L .. t gains f(t) and loses the token "
-        "f(t - L - 1) that leaves the window, so a recurrent state that adds phi(k_t) v_t^T and "
-        "subtracts phi(k_{t-L-1}) v_{t-L-1}^T computes causal windowed attention for any "
-        "kernel with features (it must keep the last L + 1 keys and values).",
+        r"Finite history: the windowed sum over $s = t - L, \dots, t$ gains $f(t)$ and loses "
+        r"the token $f(t - L - 1)$ that leaves the window, so a recurrent state that adds "
+        r"$\phi(k_t) v_t^T$ and subtracts $\phi(k_{t-L-1}) v_{t-L-1}^T$ computes causal windowed "
+        r"attention for any kernel with features (it must keep the last $L + 1$ keys and "
+        r"values).",
         sympy.Eq(win - win.subs(t, t - 1), g(t) - g(t - big_l - 1), evaluate=False),
     )
 
@@ -206,7 +219,7 @@ def _claim_finite_history(rec, f) -> None:
         )
 
     rec.prove(
-        "W_t - W_{t-1} = f(t) - f(t - L - 1) (all t, L >= 0)",
+        HISTORY,
         proof,
         "symbolic t, L; both windows split into the shared keys t-L..t-1 plus one end term",
     )
@@ -270,13 +283,13 @@ def _claim_gqa(rec, f) -> None:
         return True
 
     rec.step(
-        "GQA: expanding G key/value heads to H with repeat_interleave(H/G) places kv head "
-        "h // (H/G) at head h, so GQA is multi-head attention on the expanded keys and values; "
-        "the tiled expansion (repeat) places h mod G there, a different map unless G = 1 or "
-        "G = H.",
+        r"GQA: expanding $G$ key/value heads to $H$ with repeat_interleave($H/G$) places kv head "
+        r"$\lfloor h / (H/G) \rfloor$ at head $h$, so GQA is multi-head attention on the "
+        r"expanded keys and values; the tiled expansion (repeat) places $h \bmod G$ there, a "
+        r"different map unless $G = 1$ or $G = H$.",
     )
     rec.verify(
-        "kv_head = the repeat_interleave map; repeat (tile) agrees only for G in {1, H}",
+        GQA,
         check,
         f"H in 1..{MAX_HEADS}, every divisor G",
     )

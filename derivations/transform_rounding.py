@@ -148,7 +148,7 @@ def _check_softcap(rec, f) -> None:
             ok = ok and err <= bound
     rec.tables["softcap_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
     rec.verify(
-        "softcap score error bound (toy format, p = 11)",
+        SOFTCAP,
         lambda: ok and max(ratios) > 0.05,
         f"900 instances, C in (1/2, 5, 30), |x| <= 3C; max observed/bound {max(ratios):.3f}",
     )
@@ -169,7 +169,7 @@ def _check_alibi(rec, f) -> None:
         ok = ok and err <= bound
     rec.tables["alibi_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
     rec.verify(
-        "ALiBi score error bound (toy format, p = 11)",
+        ALIBI,
         lambda: ok and max(ratios) > 0.05,
         f"600 instances, |x| <= 20, slopes 2^-8..7/4, distances to 4000; max observed/bound "
         f"{max(ratios):.3f}",
@@ -195,10 +195,15 @@ def _check_sigmoid(rec, f) -> None:
         ok = ok and err <= bound
     rec.tables["sigmoid_toy"] = (["instances", "max observed/bound"], [[len(ratios), max(ratios)]])
     rec.verify(
-        "sigmoid weight relative error bound (toy format, p = 11)",
+        SIGMOID,
         lambda: ok and max(ratios) > 0.05,
         f"600 instances, |x| <= 12, b in [-6, 2]; max observed/bound {max(ratios):.3f}",
     )
+
+
+SOFTCAP = "softcap score error bound (toy format, p = 11)"
+ALIBI = "ALiBi score error bound (toy format, p = 11)"
+SIGMOID = "sigmoid weight relative error bound (toy format, p = 11)"
 
 
 def derive(**wrong) -> Derivation:
@@ -221,30 +226,38 @@ def derive(**wrong) -> Derivation:
         },
     )
     rec = Derivation("D16", "Rounding of transformed scores: softcap, ALiBi bias, sigmoid")
-    rec.statement["softcap"] = (
+    from derivations._latex import tex
+
+    rec.statement["softcap"] = tex(
         r"|\widehat{\operatorname{cap}} - C\tanh(x/C)| \le e_x + u(|x| + e_x) + "
-        r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+u)}{C}\bigr)\bigl((1+r)(1+u) - 1\bigr)"
+        r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+u)}{C}\bigr)\bigl((1+r)(1+u) - 1\bigr)",
+        claim=SOFTCAP,
     )
-    rec.statement["alibi"] = r"|\hat y - (x - b)| \le e_x + u\,b + u\,(|x| + e_x + b(1+u))"
-    rec.statement["sigmoid"] = (
+    rec.statement["alibi"] = tex(
+        r"|\hat y - (x - b)| \le e_x + u\,b + u\,(|x| + e_x + b(1+u)),\quad b = m|t' - s|",
+        claim=ALIBI,
+    )
+    rec.statement["sigmoid"] = tex(
         r"\frac{|\hat\sigma - \sigma(x+b)|}{\sigma(x+b)} \le e^{e_a}(1+r_{\exp})(1+u)^2 - 1,"
-        r"\quad e_a = e_x + u(|x| + e_x + |b|)"
+        r"\quad e_a = e_x + u(|x| + e_x + |b|)",
+        claim=SIGMOID,
     )
     rec.step(
-        "softcap: the rounded quotient y = (x_hat / C)(1 + d1) is within (e_x + u |x_hat|)/C "
-        "of x/C; tanh is 1-Lipschitz, so C |tanh(y) - tanh(x/C)| <= e_x + u (|x| + e_x); the "
-        "library and the product by C add C |tanh y| ((1 + r)(1 + u) - 1) with |tanh y| <= "
-        "min(1, |y|).",
+        r"softcap: the rounded quotient $y = (\hat x / C)(1 + \delta_1)$ is within "
+        r"$(e_x + u |\hat x|)/C$ of $x/C$; $\tanh$ is 1-Lipschitz, so "
+        r"$C |\tanh y - \tanh(x/C)| \le e_x + u (|x| + e_x)$; the library and the product by "
+        r"$C$ add $C |\tanh y| ((1 + r)(1 + u) - 1)$ with $|\tanh y| \le \min(1, |y|)$.",
     )
     rec.step(
-        "ALiBi: fl(m d) = b (1 + d2), and the subtraction rounds once: |fl(x_hat - b_hat) - "
-        "(x - b)| <= e_x + u b + u |x_hat - b_hat|.",
+        r"ALiBi: $\mathrm{fl}(m d) = b (1 + \delta_2)$, and the subtraction rounds once: "
+        r"$|\mathrm{fl}(\hat x - \hat b) - (x - b)| \le e_x + u b + u |\hat x - \hat b|$.",
     )
     rec.step(
-        "sigmoid: sigma(a + t) / sigma(a) = (1 + e^-a) / (1 + e^(-a-t)) lies in [e^-|t|, e^|t|] "
-        "(each of numerator and denominator moves by at most the factor e^|t|); the computed "
-        "1 / (1 + exp_lib(-a_hat)) adds the exp's relative error r_exp, the addition's and the "
-        "division's u: 1 + e^(-a) (1 + r) lies within (1 + r) of 1 + e^(-a).",
+        r"sigmoid: $\sigma(a + \tau) / \sigma(a) = (1 + e^{-a}) / (1 + e^{-a-\tau})$ lies in "
+        r"$[e^{-|\tau|}, e^{|\tau|}]$ (numerator and denominator each move by at most the factor "
+        r"$e^{|\tau|}$); the computed $1 / (1 + \exp(-\hat a))$ adds the exp's relative error "
+        r"$r_{\exp}$ and the addition's and the division's $u$: $1 + e^{-a}(1 + r)$ lies within "
+        r"the factor $1 + r$ of $1 + e^{-a}$.",
     )
     _check_softcap(rec, f)
     _check_alibi(rec, f)
