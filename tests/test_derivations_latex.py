@@ -246,7 +246,8 @@ def smells(tex: str) -> list[str]:
     for group in _groups(tex):
         if not _balanced(group):
             found.append(f"unbalanced sub/superscript {{{group}}}")
-        if re.search(r"(?<!\\)\|", group):  # |x| in a subscript: a name with bars in it
+        # "s |w s|": a word, a space, then a bar -- a name with bars in it (e^{|x|} is fine)
+        if re.search(r"[A-Za-z0-9] \|", group):
             found.append(f"bar inside a sub/superscript {{{group}}}")
         if re.search(r"[A-Za-z0-9] [A-Za-z]", _strip_text(group)) and "," not in group:
             if re.search(r"(?<![A-Za-z])[A-Za-z]{2,}", _strip_text(group)):
@@ -269,6 +270,7 @@ def test_smell_detector_catches_the_listed_fragments():
     assert not smells(r"\kappa_N(x) = \sum_{n=0}^{N} \frac{x^{n}}{n!}")
     assert not smells(r"\delta \in [0, 1),\ \text{so } \hat N \ge 0")
     assert not smells(r"\sum_{s} \gamma^{t-s} w_{ts} v_s - w_{tt} v_t")
+    assert not smells(r"\gamma^{|t-s|} w_{ts} \in [e^{-|\tau|}, e^{|\tau|}]")
 
 
 def test_no_smells_in_math(spans):
