@@ -1,4 +1,4 @@
-"""Symbolic derivations D1-D11 (sympy; no torch), rendered into ``reports/derivations.md``.
+"""Symbolic derivations D1-D16 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
 imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-#: derivation id -> module name (in the order D1 ... D10)
+#: derivation id -> module name (in the order D1 ... D16)
 MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",
@@ -28,6 +28,11 @@ MODULES: dict[str, str] = {
     "D9": "related",
     "D10": "rounding_record",
     "D11": "leaks",
+    "D12": "decay",
+    "D13": "softcap",
+    "D14": "sigmoid",
+    "D15": "structure",
+    "D16": "transform_rounding",
 }
 
 

@@ -117,7 +117,7 @@ def _claim_tanh_form(rec) -> None:
         r"those of $\tanh(x/2)$, where $\cosh(x/2) = 0$: $x = i \pi (2k + 1)$, nearest "
         r"$\pm i \pi$. The Maclaurin series of $\sigma$ therefore has radius $\pi$ (the "
         r"distance to the nearest singularity).",
-        sympy.Eq(sig, (1 + sympy.tanh(x / 2)) / 2),
+        sympy.Eq(sig, (1 + sympy.tanh(x / 2)) / 2, evaluate=False),
     )
     rec.prove(
         TANH_FORM,
@@ -169,7 +169,7 @@ def _claim_signed_exp(rec, f) -> None:
         r"score scale $j c$, an infinite sum of linear RNNs (D2); the signs alternate, so sigmoid "
         r"attention is a signed sum of softmax-type numerators, and the tail after $J$ terms is "
         r"at most $e^{(J+1) x}$ (Leibniz: the terms decrease in modulus).",
-        sympy.Eq(sympy.Sum((-1) ** (j + 1) * y**j, (j, 1, sympy.oo)), y / (1 + y)),
+        sympy.Eq(sympy.Sum((-1) ** (j + 1) * y**j, (j, 1, sympy.oo)), y / (1 + y), evaluate=False),
     )
 
     def check():
@@ -229,7 +229,7 @@ def _claim_row_sums(rec, f) -> None:
         r"$[S \sigma(b - r), S \sigma(b + r)]$; the output is a weighted sum of values with "
         r"these weights. With the bias $b = -\ln S$ at zero scores the row sum is "
         r"$S / (S + 1) < 1$.",
-        sympy.Eq(sympy.diff(sig, x), sig * (1 - sig)),
+        sympy.Eq(sympy.diff(sig, x), sig * (1 - sig), evaluate=False),
     )
     rec.prove(
         MONOTONE,
@@ -257,7 +257,7 @@ def derive(**wrong) -> Derivation:
     from derivations import feature_maps as fm
 
     f = fm.resolve_overrides(wrong, {"sign": 1, "bias_sign": 1})
-    rec = Derivation("D14", "Sigmoid attention: radius pi, a signed sum of exp kernels, bounds")
+    rec = Derivation("D14", "Sigmoid attention: radius π, a signed sum of exp kernels, bounds")
     _statement(rec)
     _claim_tanh_form(rec)
     _claim_signed_exp(rec, f)

@@ -254,8 +254,9 @@ def derive(**wrong) -> Derivation:
     )
     rec.step(
         r"sigmoid: $\sigma(a + \tau) / \sigma(a) = (1 + e^{-a}) / (1 + e^{-a-\tau})$ lies in "
-        r"$[e^{-|\tau|}, e^{|\tau|}]$ (numerator and denominator each move by at most the factor "
-        r"$e^{|\tau|}$); the computed $1 / (1 + \exp(-\hat a))$ adds the exp's relative error "
+        r"$[e^{-\lvert\tau\rvert}, e^{\lvert\tau\rvert}]$ (numerator and denominator each "
+        r"move by at most the factor $e^{\lvert\tau\rvert}$); the computed "
+        r"$1 / (1 + \exp(-\hat a))$ adds the exp's relative error "
         r"$r_{\exp}$ and the addition's and the division's $u$: $1 + e^{-a}(1 + r)$ lies within "
         r"the factor $1 + r$ of $1 + e^{-a}$.",
     )

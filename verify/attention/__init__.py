@@ -1,4 +1,4 @@
-"""Torch implementations of every attention form of the derivations D1-D10 (API contract: README).
+"""Torch implementations of every attention form of the derivations D1-D16 (API contract: README).
 
 Layout (B, H, T, d) for queries, (B, H, S, d) keys, (B, H, S, d_v) values; SDPA-like keywords
 ``causal``, ``scale``, ``attn_mask`` (bool, True = keep). Device-generic and differentiable.

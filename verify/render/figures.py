@@ -344,6 +344,8 @@ DERIVATION_FIGURES = {
     "truncation_error.png": draw_truncation_error,
     "kappa_positivity.png": draw_positivity,
     "state_vs_kv_cache.png": draw_state_vs_kv,
+    "alibi_agreement.png": draw_alibi_agreement,
+    "softcap_orders.png": draw_softcap_orders,
 }
 
 
