@@ -190,7 +190,7 @@ def _claim_bounded(rec, f) -> None:
         r"The cap is bounded: $1 - \tanh^2 u = 1/\cosh^2 u > 0$ for real $u$, so "
         r"$|\tanh u| < 1$ and $|C \tanh(s/C)| < C$. Its derivative $1/\cosh^2(s/C) > 0$: it "
         r"is increasing, and odd.",
-        sympy.Eq(1 - sympy.tanh(u) ** 2, 1 / sympy.cosh(u) ** 2),
+        sympy.Eq(1 - sympy.tanh(u) ** 2, 1 / sympy.cosh(u) ** 2, evaluate=False),
     )
     bound = f["cap_bound"]
     rec.prove(
@@ -218,7 +218,7 @@ def _claim_close(rec) -> None:
         r"$h'(u) = \tanh^2 u \le u^2$ (as $|\tanh u| \le |u|$), so "
         r"$0 \le h(u) \le u^3 / 3$ for $u \ge 0$; with $u = |s| / C$ and oddness, "
         r"$|C \tanh(s/C) - s| \le |s|^3 / (3 C^2)$.",
-        sympy.Eq(sympy.diff(u - sympy.tanh(u), u).simplify(), sympy.tanh(u) ** 2),
+        sympy.Eq(sympy.Derivative(u - sympy.tanh(u), u), sympy.tanh(u) ** 2, evaluate=False),
     )
     t = sympy.Symbol("t", nonnegative=True)
     rec.prove(
@@ -296,7 +296,9 @@ def _claim_weights(rec) -> None:
         r"$(e^{-C}, e^{C})$ and one weight over the sum of $S$ is below "
         r"$e^C / (e^C + (S-1) e^{-C}) = 1 / (1 + (S-1) e^{-2C})$, above "
         r"$1 / (1 + (S-1) e^{2C})$.",
-        sympy.Eq(sympy.exp(big_c) / (sympy.exp(big_c) + (n - 1) * sympy.exp(-big_c)), top),
+        sympy.Eq(
+            sympy.exp(big_c) / (sympy.exp(big_c) + (n - 1) * sympy.exp(-big_c)), top, evaluate=False
+        ),
     )
     rec.prove(
         WEIGHTS,
@@ -324,7 +326,7 @@ def _claim_radius(rec) -> None:
         r"only on $|x| < \pi C / 2$ (the radius is the distance to the nearest singularity). A "
         r"kernel $\sum_n a_n (q \cdot k)^n$ is what the feature maps of D1 factor; the capped "
         r"kernel has that form only on a disc, so the capped forms are parallel only.",
-        sympy.Eq(sympy.cosh(sympy.I * sympy.pi / 2), 0),
+        sympy.Eq(sympy.cosh(sympy.I * sympy.pi / 2), 0, evaluate=False),
     )
     rec.verify(
         "cosh vanishes at i pi/2 and nowhere nearer the origin (zeros i pi (k + 1/2))",
