@@ -44,7 +44,9 @@ Recipes (the tests in tests/test_derivations_d6_d10.py run each against mpmath):
   C with |o_hat - o| <= C A/|D| elementwise.
 
 Library constants that cannot be derived (ulp errors of exp and division) are cited in
-``LIBRARY_EXP_ULPS`` / ``LIBRARY_DIV_ULPS`` (ulps measured from the exact result).
+``LIBRARY_EXP_ULPS`` / ``LIBRARY_DIV_ULPS``, each with the figure its source states and what the
+source measures it from, converted to one convention: ulps from the exact result
+(``ULP_CONVENTION``, ``ulps_from_exact``).
 """
 
 from __future__ import annotations
@@ -73,49 +75,111 @@ FORMAT_SOURCES = (
 
 
 class CitedConstant(NamedTuple):
-    """A constant taken from a source rather than derived: ``value`` with its ``source``."""
+    """A constant taken from a source rather than derived: ``value`` with its ``source``.
+
+    ``stated`` is the figure as the source gives it and ``measured_from`` the reference the source
+    measures it from (:data:`ULP_REFERENCES`); ``value`` is the same error in this project's one
+    convention, ulps from the *exact* result (:func:`ulps_from_exact`)."""
 
     value: float
     source: str
     note: str = ""
+    stated: float | None = None
+    measured_from: str = ""
+
+
+#: what a cited ulp figure is measured from: the exact (infinitely precise) result, the correctly
+#: rounded result, or not said by the source (then read as the correctly rounded result: the
+#: larger of the two readings once converted)
+ULP_REFERENCES = ("exact", "correctly rounded", "not stated")
+#: the one convention of ``LIBRARY_EXP_ULPS`` / ``LIBRARY_DIV_ULPS`` / ``LOG_ULPS`` values
+ULP_CONVENTION = (
+    "ulps from the exact result: a figure k measured from the correctly rounded result (or with "
+    "no stated reference) is k + 1/2 from the exact one, since the correctly rounded result is "
+    "within 1/2 ulp of it"
+)
+_CUDA_CONVENTION = (
+    "CUDA C++ Programming Guide, appendix 'Mathematical Functions': the maximum ulp error is the "
+    "difference between the library's result and the correctly rounded result"
+)
+_GLIBC_CONVENTION = (
+    "glibc measures from the correctly rounded result (J. Myers, glibc maintainer, libc-alpha, "
+    "10 Sep 2020, https://sourceware.org/pipermail/libc-alpha/2020-September/117526.html: "
+    "'we take an ideal correctly rounded result' and divide the difference by its ulp)"
+)
+
+
+def ulps_from_exact(stated: float, measured_from: str) -> float:
+    """A cited ulp figure converted to ulps from the exact result (:data:`ULP_CONVENTION`).
+
+    ``stated`` from the exact result is kept; from the correctly rounded result, or with no
+    stated reference, it gains the 1/2 ulp between the correctly rounded and the exact result.
+
+    Raises:
+        TypeError, ValueError: negative ``stated`` or ``measured_from`` not in ``ULP_REFERENCES``.
+    """
+    k = check_real("stated", stated, nonneg=True)
+    ref = check_choice("measured_from", measured_from, ULP_REFERENCES)
+    return k if ref == "exact" else k + 0.5
 
 
 #: maximum error of exp, in ulps of the exact result (relative error <= 2 * ulps * u)
 LIBRARY_EXP_ULPS: dict[str, CitedConstant] = {
     "correctly-rounded": CitedConstant(
-        0.5, "IEEE Std 754-2008, clause 9.2 (recommended correctly rounded exp)", ""
+        0.5,
+        "IEEE Std 754-2008, clause 9.2 (recommended correctly rounded exp)",
+        "correct rounding is within 1/2 ulp of the exact result by definition",
+        0.5,
+        "exact",
     ),
     "cpu-glibc": CitedConstant(
-        1.0,
+        1.5,
         "GNU C Library manual, section 'Known Maximum Errors in Math Functions' (Errors in "
-        "Math Functions): table of measured maximum ulps; exp/expf on x86_64 within 1 ulp",
-        "glibc measures against the exact value; scalar torch fallback uses std::exp",
+        "Math Functions): table of measured maximum ulps; exp/expf on x86_64 within 1 ulp; "
+        + _GLIBC_CONVENTION,
+        "1 ulp from the correctly rounded result: 1 + 1/2 from the exact one; scalar torch "
+        "fallback uses std::exp",
+        1.0,
+        "correctly rounded",
     ),
     "cpu-sleef-u10": CitedConstant(
         1.0,
         "SLEEF documentation: functions with suffix _u10 have a maximum error of 1.0 ulp; "
+        "SLEEF's tester measures the error against a higher-precision MPFR value, i.e. from the "
+        "exact result (shibatch/sleef src/libm-tester, countULP); "
         "PyTorch Vectorized<float>::exp() and Vectorized<double>::exp() call Sleef_expf8_u10 / "
         "Sleef_expd4_u10 (aten/src/ATen/cpu/vec/vec256/vec256_float.h, vec256_double.h)",
         "torch.exp on CPU (AVX2/AVX512 builds)",
+        1.0,
+        "exact",
     ),
     "cpu-torch-exp_u20": CitedConstant(
-        20.0,
+        20.5,
         "PyTorch aten/src/ATen/cpu/vec/vec256/vec256_float.h, Vectorized<float>::exp_u20(): "
-        "'A faster version of exp with ULP=20' (double and the generic fallback use exp())",
-        "fused CPU kernels (e.g. the CPU flash-attention path of SDPA) may use it in float32",
+        "'A faster version of exp with ULP=20' (double and the generic fallback use exp()); "
+        "the comment does not say what the 20 ulps are measured from",
+        "read as from the correctly rounded result (the larger reading): 20 + 1/2 from the "
+        "exact one; fused CPU kernels (e.g. the CPU flash-attention path of SDPA) may use it in "
+        "float32",
+        20.0,
+        "not stated",
     ),
     "cuda-expf": CitedConstant(
         2.5,
         "CUDA C++ Programming Guide, appendix 'Mathematical Functions', table of single-"
-        "precision functions: expf maximum 2 ulp (full range)",
-        "CUDA states ulps from the correctly rounded result: 2 + 0.5 from the exact one; the "
-        "guide notes the bounds come from extensive but not exhaustive tests",
+        "precision functions: expf maximum 2 ulp (full range); " + _CUDA_CONVENTION,
+        "2 ulps from the correctly rounded result: 2 + 1/2 from the exact one; the guide notes "
+        "the bounds come from extensive but not exhaustive tests",
+        2.0,
+        "correctly rounded",
     ),
     "cuda-exp": CitedConstant(
         1.5,
         "CUDA C++ Programming Guide, appendix 'Mathematical Functions', double-precision "
-        "table: exp maximum 1 ulp (full range)",
-        "1 + 0.5 from the exact result",
+        "table: exp maximum 1 ulp (full range); " + _CUDA_CONVENTION,
+        "1 ulp from the correctly rounded result: 1 + 1/2 from the exact one",
+        1.0,
+        "correctly rounded",
     ),
 }
 
@@ -125,16 +189,26 @@ LIBRARY_DIV_ULPS: dict[str, CitedConstant] = {
         0.5,
         "IEEE Std 754-2008, clause 5.4.1: division is correctly rounded (0.5 ulp); CPU x86 "
         "SSE/AVX divps/divpd are IEEE operations",
+        "correct rounding is within 1/2 ulp of the exact result",
+        0.5,
+        "exact",
     ),
     "cuda-prec-div": CitedConstant(
         0.5,
         "CUDA C++ Programming Guide, 'Mathematical Functions': x/y 0 ulp (IEEE round-to-"
-        "nearest) when compiled with -prec-div=true (the default without -use_fast_math)",
+        "nearest) when compiled with -prec-div=true (the default without -use_fast_math); "
+        + _CUDA_CONVENTION,
+        "0 ulps from the correctly rounded result: 1/2 from the exact one",
+        0.0,
+        "correctly rounded",
     ),
     "cuda-fast-div": CitedConstant(
         2.5,
         "CUDA C++ Programming Guide, 'Mathematical Functions': __fdividef(x, y) and x/y with "
-        "-prec-div=false: 2 ulp (for 2^-126 <= |y| <= 2^126) from the correctly rounded result",
+        "-prec-div=false: 2 ulp (for 2^-126 <= |y| <= 2^126); " + _CUDA_CONVENTION,
+        "2 ulps from the correctly rounded result: 2 + 1/2 from the exact one",
+        2.0,
+        "correctly rounded",
     ),
 }
 
@@ -230,6 +304,44 @@ def product_exact_in(input_dtype: str, accum_dtype: str) -> bool:
         TypeError, ValueError: unknown dtype names.
     """
     return 2 * precision_bits(input_dtype) <= precision_bits(accum_dtype)
+
+
+def smallest_subnormal(dtype_name: str):
+    """The smallest positive value 2^(emin + 1 - p) as an exact ``Fraction`` (fp32 2^-149,
+    fp16 2^-24, bf16 2^-133, fp64 2^-1074).
+
+    Raises:
+        TypeError, ValueError: unknown dtype name.
+    """
+    from fractions import Fraction
+
+    total, exponent = FORMATS[_dtype("dtype_name", dtype_name)]
+    emin = 2 - 2 ** (exponent - 1)
+    return Fraction(2) ** (emin + 1 - precision_bits(dtype_name))
+
+
+def product_always_exact(input_dtype: str, accum_dtype: str) -> bool:
+    """Whether *every* product of two finite ``input_dtype`` numbers is exact in ``accum_dtype``.
+
+    True iff the significand fits (:func:`product_exact_in`, 2 p_in <= p_acc) and every non-zero
+    product lies in the target's normal range: smallest_subnormal(in)^2 >= 2^emin(acc) and
+    largest_finite(in)^2 <= largest_finite(acc) (|a b| lies between the two squares). fp16 into
+    fp32 and fp32 into fp64: True. bf16 into fp32: False -- bf16 has fp32's exponent range, so
+    ((1 + 2^-7) 2^-70)^2 falls in fp32's subnormal range and is rounded, and 2^100 * 2^100
+    overflows (D10).
+
+    Raises:
+        TypeError, ValueError: unknown dtype names.
+    """
+    from fractions import Fraction
+
+    if not product_exact_in(input_dtype, accum_dtype):
+        return False
+    total, exponent = FORMATS[_dtype("accum_dtype", accum_dtype)]
+    normal_min = Fraction(2) ** (2 - 2 ** (exponent - 1))
+    tiny_sq = smallest_subnormal(input_dtype) ** 2
+    big_sq = Fraction(largest_finite(input_dtype)) ** 2
+    return tiny_sq >= normal_min and big_sq <= Fraction(largest_finite(accum_dtype))
 
 
 # -- the gamma constant -----------------------------------------------------------------------
@@ -725,6 +837,10 @@ EXPORTS = (
     "underflow_abs_error",
     "largest_finite",
     "product_exact_in",
+    "smallest_subnormal",
+    "product_always_exact",
+    "ulps_from_exact",
+    "ULP_CONVENTION",
     "gamma",
     "ulps_to_relative",
     "cuda_fast_expf_ulps",

@@ -19,12 +19,16 @@ def derive(
     *,
     gamma_fn: Callable[[Any, Any], Any] | None = None,
     unit_roundoffs: Mapping[str, Any] | None = None,
+    always_exact_products: tuple[tuple[str, str], ...] | None = None,
 ) -> Derivation:
     """Build the D10 record.
 
     Keyword overrides inject a *wrong* statement so tests can show the record then fails:
         gamma_fn: (n, u) -> claimed gamma_n (e.g. ``lambda n, u: n*u``, no denominator).
         unit_roundoffs: claimed u per dtype name (e.g. ``{"bfloat16": 2**-11}``).
+        always_exact_products: (input, accumulation) dtype pairs claimed to multiply exactly
+            for every input (e.g. adding ``("bfloat16", "float32")``, which can underflow or
+            overflow).
     """
     gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
     rec = Derivation("D10", "Floating-point error model (stated precision)")
@@ -38,7 +42,10 @@ def derive(
     claims.claim_output_identity(rec)
     claims.claim_weighted_sum(rec)
     claims.claim_taylor_weights(rec)
-    claims.claim_two_level(rec)
+    claims.claim_two_level(
+        rec,
+        claims.ALWAYS_EXACT_PRODUCTS if always_exact_products is None else always_exact_products,
+    )
     # precision models of real low-precision kernels (derivations.precision_models)
     precision_claims.claim_precision_models(rec)
     # instance check on a toy format

@@ -37,6 +37,7 @@ def derive(**wrong) -> Derivation:
     claims.claim_relative_error_derivative(rec, f)
     claims.claim_monotone(rec)
     claims.claim_remainder(rec)
+    claims.claim_delta_limit(rec)
     claims.claim_dominant_term(rec)
     # the stated numbers, computed with sympy
     claims.claim_stated_deltas(rec)

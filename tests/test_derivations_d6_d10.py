@@ -123,6 +123,12 @@ def _failed_names(rec):
         (rounding_record, {"gamma_fn": lambda n, u: n * u}, "induction step"),
         (rounding_record, {"unit_roundoffs": {"bfloat16": 2**-11}}, "u = 2^(1-p)/2"),
         (rounding_record, {"unit_roundoffs": {"float32": 2**-23}}, "u = 2^(1-p)/2"),
+        (
+            rounding_record,
+            {"always_exact_products": (("bfloat16", "float32"),)},
+            "every product is exact for bfloat16",
+        ),
+        (related, {"claim_exp_full_rank_d2": True}, "(injected) exp(q_i . k_j) is full rank"),
     ],
 )
 def test_wrong_statement_fails(mod, kwargs, needle):

@@ -17,6 +17,7 @@ rules from that evidence:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +26,26 @@ from verify.render import markdown as md
 SCHEMA = "attn-theory/claims/v1"
 ML = "Mongaras & Larson 2025 (arXiv 2507.23632)"
 DSZ = "Deng, Song & Zhou 2023 (arXiv 2310.11685)"
+#: what the project credits to Deng, Song & Zhou, and what it adds (the paper's own constants and
+#: constructions are not reproduced: every bound below is this project's, derived in D8)
+DSZ_THESIS = (
+    f"{DSZ}: the thesis (exp amplifies large scores, so softmax attention separates what "
+    "normalized linear attention cannot)"
+)
+DSZ_REFORMULATION = (
+    f"{DSZ_THESIS}; this statement, its constants and construction: this project's "
+    "reformulation (D8)"
+)
 
 
 @dataclass(frozen=True)
 class Claim:
+    """One traced claim. ``statement`` carries the claim's own conditions; ``source`` says what
+    is the cited paper's and what is this project's (reformulation, addition);
+    ``conditions`` (or ``conditions_fn``, computed when the page is built) are the extra
+    conditions under which the checks confirm it (they make the verdict "confirmed with
+    conditions")."""
+
     id: str
     statement: str
     source: str
@@ -36,6 +53,35 @@ class Claim:
     properties: tuple[str, ...] = ()
     experiments: tuple[str, ...] = ()  # prefixes of experiments.json claim statements
     conditions: str = ""
+    conditions_fn: Callable[[], str] | None = None
+
+    def resolved_conditions(self) -> str:
+        return self.conditions_fn() if self.conditions_fn else self.conditions
+
+
+def ml3_conditions() -> str:
+    """ML-3's conditions, computed from D4's delta_N (``derivations.truncation.delta``)."""
+    from derivations import truncation as d4
+
+    rising = ", ".join(f"{float(d4.delta(n, 4)):.3g}" for n in range(4))
+
+    def first_below_one(r: float) -> int:
+        return next(n for n in range(200) if d4.delta(n, r) < 1)
+
+    radii = (1, 2, 4)
+    first = ", ".join(str(first_below_one(r)) for r in radii)
+    xs = (-4, -8, -16)
+    slow = ", ".join(str(d4.first_order_below(float(x))) for x in xs)
+    return (
+        "for every score radius r, delta_N(r) -> 0 as N -> oo (D4, proved), so on |scores| <= r "
+        "the order-N weights approach softmax's; but not monotonically: delta_N(r) rises with N "
+        f"up to N = r - 1 (r = 4: delta_0..delta_3 = {rising}), and D4's output bound needs "
+        f"delta_N(r) < 1, first met at N = {first} for r = "
+        + ", ".join(map(str, radii))
+        + "; convergence is slow for negative scores (relative error of one weight first "
+        f"below 1 at N = {slow} for x = " + ", ".join(map(str, xs)) + "; the dominant term is "
+        "order floor|x|); odd orders are signed kernels"
+    )
 
 
 CLAIMS = (
@@ -43,7 +89,7 @@ CLAIMS = (
         "ML-1",
         "Softmax attention equals the infinite sum of the order-n linear RNNs "
         "(Taylor series of exp; recurrent state S_t^(n), z_t^(n))",
-        f"{ML}; D1, D2",
+        f"{ML}: the claim; the derivation (D1, D2): this project's",
         ("D1", "D2"),
         (
             "kernel-identity",
@@ -58,62 +104,62 @@ CLAIMS = (
         "ML-2",
         "Linear attention is the n = 1 term; normalized first-order Taylor attention "
         "is kernel linear attention with phi = [1, x]",
-        f"{ML}; D3",
+        f"{ML}: the claim; the derivation (D3): this project's",
         ("D3",),
         ("oracle-agreement", "kernel-identity"),
     ),
     Claim(
         "ML-3",
         "Higher orders approach softmax",
-        f"{ML}; D4",
+        f"{ML}: the claim; its conditions (D4): this project's",
         ("D4",),
         ("truncation-within-d4", "convergence-in-n"),
         ("Taylor-N attention improves",),
-        conditions="only where delta_N(r) < 1 (score radius r inside the informative range "
-        "of D4: e.g. delta_2(1) = 0.36, delta_6(2) = 0.15); convergence is slow for negative "
-        "scores (relative error first below 1 at N = 12, 26, 54 for x = -4, -8, -16; the "
-        "dominant term is order floor|x|); odd orders are signed kernels",
+        conditions_fn=ml3_conditions,
     ),
     Claim(
         "ML-4",
         "The softmax denominator acts as a norm: L2 / RMS (/ LayerNorm) replacements "
         "discard exactly the per-query scalar 1/D_t",
-        f"{ML}; D7",
+        f"{ML}: the claim; the identities and the eps gap (D7): this project's",
         ("D7",),
         ("norm-identities",),
         ("softmax ≈ exp with the denominator replaced",),
-        conditions="exact without eps; with eps the gap is the derived (1 + eps/(D^2 stat))^"
-        "(-1/2) factor; for signed kernels up to sign(D_t)",
+        conditions="D_t > 0 (exp, even kappa_N; for signed kernels up to sign(D_t), none at "
+        "D_t = 0); LayerNorm needs d_v >= 2 and a non-constant o_t; exact without eps; with eps "
+        "the gap is the derived (1 + eps/(D^2 stat))^(-1/2) factor",
     ),
     Claim(
         "ML-5",
         "Both the exponential and a norm are needed",
-        f"{ML}; D7, D8",
+        f"{ML}: the claim; the supporting derivations (D7, D8) and the experiment: this project's",
         ("D7", "D8"),
         (),
         ("linear attention (elu+1", "exp without a normalization"),
     ),
     Claim(
         "DSZ-A",
-        "Softmax amplifies one large score: a gap Delta gives peak weight >= "
-        "1/(1 + (n-1)e^-Delta) (>= 3/4 for Delta >= log 3(n-1))",
-        f"{DSZ}; D8 A",
+        "Softmax amplifies one large score: a gap Delta (z_{i*} >= z_j + Delta for every j != "
+        "i*) gives peak weight >= 1/(1 + (n-1)e^-Delta) (>= 3/4 for Delta >= log 3(n-1), n >= 2)",
+        DSZ_REFORMULATION,
         ("D8",),
         ("softmax-peak-bounds",),
     ),
     Claim(
         "DSZ-B",
-        "With all scores in [0, a] the softmax peak is <= e^a/(e^a + n - 1) = O(1/n), "
-        "so threshold 1/2 on the peak separates D_0 from D_1 for n >= 4",
-        f"{DSZ}; D8 B",
+        "With all scores in [0, a] the softmax peak is <= e^a/(e^a + n - 1) = O(1/n), so "
+        "threshold 1/2 on the peak separates D_0 = U[0,1]^n (n scores uniform in [0, 1]) from "
+        "D_1 (D_0 with one entry set to 1 + log 3n) on every sample iff n >= 4",
+        DSZ_REFORMULATION,
         ("D8",),
         ("softmax-peak-bounds",),
     ),
     Claim(
         "DSZ-C",
-        "Normalized linear attention cannot amplify with a fixed readout: its peak "
-        "is <= (M+Delta)/((n-1)m + M + Delta) -> 0",
-        f"{DSZ}; D8 C",
+        "Normalized linear attention (scores z > 0) cannot amplify with a fixed readout: with "
+        "the other entries in [m, M], m > 0, and one entry M + Delta its peak is <= "
+        "(M+Delta)/((n-1)m + M + Delta) -> 0 as n -> oo",
+        DSZ_REFORMULATION,
         ("D8",),
         ("linear-peak-bound",),
         ("linear attention (elu+1",),
@@ -122,40 +168,52 @@ CLAIMS = (
     ),
     Claim(
         "DSZ-D",
-        "Scale invariance blinds linear attention: lin(cz) = lin(z), while the "
-        "softmax peak strictly increases with c",
-        f"{DSZ}; D8 D",
+        "Scale invariance blinds linear attention: lin(cz) = lin(z) for c > 0, while for "
+        "non-constant z the softmax peak strictly increases with c",
+        DSZ_REFORMULATION,
         ("D8",),
         ("softmax-peak-monotone", "homogeneous-map-collision"),
+        conditions="non-constant z: a constant row keeps the softmax peak at 1/n for every c",
     ),
     Claim(
         "DSZ-P",
-        "Power attention z^beta/sum z^beta interpolates: peak r^beta/(r^beta + n - 1)",
-        f"{DSZ}; D8",
+        "Power attention z^beta/sum_j z_j^beta on z = (r z_0, z_0, ..., z_0), z_0 > 0 (one "
+        "entry r times each of the n - 1 others): peak r^beta/(r^beta + n - 1), -> 1 as beta "
+        "-> oo for r > 1",
+        "this project's addition (D8); no source: not from Deng, Song & Zhou",
         ("D8",),
         ("power-attention-peak",),
     ),
     Claim(
         "REL-I",
         "Softmax weights are injective in q when rank[K, 1] = d + 1; normalized "
-        "linear attention with a homogeneous map is not",
-        "Han et al. 2024; D9",
+        "linear attention with a positively homogeneous map (e.g. ReLU: q and alpha q, "
+        "alpha > 0) is not",
+        "Han et al. 2024 (NeurIPS): softmax injective, linear attention not; the exact "
+        "condition rank[K, 1] = d + 1 and its necessity: this project's derivation (D9)",
         ("D9",),
         ("softmax-injectivity", "homogeneous-map-collision"),
     ),
     Claim(
         "REL-R",
-        "Linear attention has rank <= feature dimension (non-causal); exp(q_i k_j) is "
-        "strictly totally positive (full rank)",
-        "D9",
+        "Linear attention has rank <= feature dimension (non-causal); for scalar (d = 1), "
+        "sorted distinct q_i and k_j, exp(q_i k_j) is strictly totally positive (full rank)",
+        "rank of a product: Horn & Johnson 2013, 0.4.5; total positivity of e^{xy}: Karlin "
+        "1968; the statement about attention and the d = 2 counterexample: this project's "
+        "(D9)",
         ("D9",),
         ("linear-attention-rank", "exp-kernel-full-rank"),
+        conditions="d = 1 and distinct scalars (full rank; total positivity needs them "
+        "sorted): with d = 2, keys (1,0), (2,0), (-1,0) and queries (1,0), (1,5), (0,1) give "
+        "det exp(Q K^T) = 0 (D9, exact); a causal mask can raise the linear rank to T",
     ),
     Claim(
         "REL-F",
         "FAVOR+ positive random features give an unbiased kernel estimate with "
         "variance (1/m) e^{2x.y}(e^{|x+y|^2} - 1); orthogonal features do not exceed it",
-        "Choromanski et al. 2021; D9",
+        "Choromanski et al. 2021 (ICLR; Lemmas 1-2, Theorem 2): the claim; the moments "
+        "re-derived (D9): this project's; the bias of the normalized output: this project's "
+        "addition",
         ("D9",),
         ("favor-kernel-unbiased", "favor-orthogonal-variance"),
         conditions="the normalized attention output is a ratio of estimates and is biased; "
@@ -189,9 +247,24 @@ def _experiment_results(exp_json, prefixes) -> list[dict]:
         for c in exp_json.get("claims", []):
             if c["claim"].startswith(pre):
                 out.append(
-                    {"claim": c["claim"], "verdict": c["verdict"], "evidence": c["evidence"]}
+                    {
+                        "id": c.get("id"),
+                        "claim": c["claim"],
+                        "verdict": c["verdict"],
+                        "evidence": c.get("summary") or c["evidence"],
+                    }
                 )
     return out
+
+
+#: experiment verdicts that decide something (the others -- undecided, not testable in this
+#: set-up, not measured -- are reported with the claim and never counted for or against it)
+EXPERIMENT_DECIDED = ("agree", "disagree", "mixed")
+
+
+def _experiment_why(e: dict) -> str:
+    name = f"experiment {e['id']}" if e.get("id") else "experiment"
+    return f"{name} ({e['claim']}): {e['verdict']} — {e['evidence']}"
 
 
 def _verdict(claim: Claim, ders, props, exps) -> tuple[str, str]:
@@ -202,19 +275,24 @@ def _verdict(claim: Claim, ders, props, exps) -> tuple[str, str]:
         return "refuted", "failed: " + ", ".join(failed_d + failed_p)
     disagree = [e for e in exps if e["verdict"] == "disagree"]
     if disagree:
-        why = "; ".join(f"{e['claim']}: {e['evidence']}" for e in disagree)
+        why = "; ".join(_experiment_why(e) for e in disagree)
         return "refuted (in this experiment)", why
     if not ders and not run_p and not exps:
         return "not checkable here", "no derivation, property or experiment could run"
     mixed = [e for e in exps if e["verdict"] == "mixed"]
-    if claim.conditions or mixed:
-        why = claim.conditions
+    open_ = "; ".join(_experiment_why(e) for e in exps if e["verdict"] not in EXPERIMENT_DECIDED)
+    conditions = claim.resolved_conditions()
+    if conditions or mixed:
+        why = conditions
         if mixed:
-            why = (why + "; " if why else "") + "; ".join(
-                f"experiment mixed: {e['evidence']}" for e in mixed
-            )
+            why = (why + "; " if why else "") + "; ".join(_experiment_why(e) for e in mixed)
+        if open_:
+            why += "; not decided by the experiment: " + open_
         return "confirmed with conditions", why
-    return "confirmed", "every linked derivation and check holds"
+    why = "every linked derivation and check holds"
+    if open_:
+        why += "; not decided by the experiment: " + open_
+    return "confirmed", why
 
 
 def build(stage: Path, *, records, verification, source_dir: Path) -> dict:
@@ -239,7 +317,7 @@ def build(stage: Path, *, records, verification, source_dir: Path) -> dict:
                 "derivations": ders,
                 "properties": props,
                 "experiments": exps,
-                "conditions": c.conditions,
+                "conditions": c.resolved_conditions(),
                 "verdict": verdict,
                 "why": why,
             }
