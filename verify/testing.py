@@ -21,8 +21,9 @@ Conventions: tensors (B, H, T, d) / (B, H, S, d) / (B, H, S, d_v), any device an
 (B, H, T, S); rows with no visible key must be zeros. ``precision=None`` is the ``fused`` model
 for bfloat16/float16 softmax (P rounded to the input type before P.V, float32 accumulation:
 FlashAttention, SDPA) and ``two-level`` otherwise. The exp's error follows the device: CPU
-``cpu-torch-exp_u20`` (20 ulps, the largest cited CPU exp, since a kernel's library is unknown),
-CUDA ``cuda-expf`` (2 ulps from the CUDA guide); pass ``exp_library`` (a key of
+``cpu-torch-exp_u20`` (20 ulps as cited, 20.5 from the exact result: the largest cited CPU exp,
+since a kernel's library is unknown), CUDA ``cuda-expf`` (2 ulps from the correctly rounded result
+in the CUDA guide, 2.5 from the exact one); pass ``exp_library`` (a key of
 ``derivations.rounding.LIBRARY_EXP_ULPS``) for another.
 """
 

@@ -15,7 +15,8 @@ on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
 * every CPU dtype runs ``aten::_scaled_dot_product_flash_attention_for_cpu`` (seen with
   ``torch.profiler``), whose ``_exp_reduce_sum_fusion_kernel`` calls ``Vectorized::exp_u20()``
   (pytorch/pytorch, aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): declared
-  ``exp_library="cpu-torch-exp_u20"`` (20 ulps, ``derivations.rounding.LIBRARY_EXP_ULPS``; for
+  ``exp_library="cpu-torch-exp_u20"`` (20 ulps as cited, 20.5 from the exact result,
+  ``derivations.rounding.LIBRARY_EXP_ULPS``; for
   float64 exp_u20 falls back to exp(), so the declaration is conservative there);
 * for bfloat16/float16 the same kernel stores the exponentials in the input's type before
   multiplying by V (``conditional_data_ptr(qk_data, qk_reduced_data)``) while summing them in

@@ -287,7 +287,7 @@ def _sdpa_section(c: _Card) -> str:
         "Every CPU dtype runs `aten::_scaled_dot_product_flash_attention_for_cpu` "
         "(torch.profiler), whose `_exp_reduce_sum_fusion_kernel` calls `Vectorized::exp_u20()` "
         "(pytorch/pytorch, aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): the card declares "
-        "`exp_library = cpu-torch-exp_u20` (20 ulps, cited in "
+        "`exp_library = cpu-torch-exp_u20` (20 ulps as cited, 20.5 from the exact result, in "
         "`derivations.rounding.LIBRARY_EXP_ULPS`).",
     ]
     if "exp_library_comparison" in c.facts:
