@@ -11,7 +11,6 @@ import itertools
 import math
 import subprocess
 import sys
-import time
 from fractions import Fraction
 
 import mpmath
@@ -34,25 +33,18 @@ from derivations._record import Status
 MODULES = {"D6": shift, "D7": norms, "D8": separation, "D9": related, "D10": rounding_record}
 #: where each record's numeric exports live (D10 keeps its record apart from its exports)
 EXPORTS_IN = {**MODULES, "D10": rounding}
-#: per-record time limit (s); the measured times are ~0.5-2 s, the limit leaves room for a
-#: loaded 2-core machine while still catching a runaway symbolic step (e.g. a slow integral)
-DERIVE_TIME_LIMIT = 15.0
+# Run times are measured, not asserted: ``attn-theory derive`` prints each record's time.
 
 
 @pytest.fixture(scope="module")
 def records():
-    out = {}
-    for key, mod in MODULES.items():
-        t0 = time.perf_counter()
-        rec = mod.derive()
-        out[key] = (rec, time.perf_counter() - t0)
-    return out
+    return {key: (mod.derive(), None) for key, mod in MODULES.items()}
 
 
 # -- records ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("key", list(MODULES))
 def test_record_not_failed(records, key):
-    rec, elapsed = records[key]
+    rec, _ = records[key]
     assert rec.id == key
     failed = [c.name for c in rec.claims if c.status is Status.FAILED]
     assert not failed, f"{key} failed claims: {failed}"
@@ -62,7 +54,6 @@ def test_record_not_failed(records, key):
     for name in rec.exports:
         assert any(hasattr(m, name) for m in homes), f"{key} exports missing {name}"
     rec.to_json()  # serializable
-    assert elapsed < DERIVE_TIME_LIMIT, f"{key} derive() took {elapsed:.1f} s"
 
 
 def test_statuses(records):
