@@ -75,7 +75,7 @@ def test_declared_restriction_holds_for_every_property():
         kernel="softmax",
         dv_equals_d=True,
         probe=False,
-        select=("positive-weights", "softmax-injectivity", "single-key", "accepts-inputs"),
+        select=("weights-vs-reference", "softmax-injectivity", "single-key", "accepts-inputs"),
         **FAST,
     )
     st = statuses(res)

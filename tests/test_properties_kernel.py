@@ -105,41 +105,41 @@ def test_kernel_identity_skips():
 # ----------------------------------------------------------------------------- positivity
 @pytest.mark.parametrize("name", ["softmax", "taylor-0", "taylor-2", "taylor-4", "linear-elu1"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_positive_weights_builtins(name, dtype):
-    assert_pass(kernel.POSITIVE_WEIGHTS, variants.get(name), dtype)
+def test_weights_vs_reference_builtins(name, dtype):
+    assert_pass(kernel.WEIGHTS_VS_REFERENCE, variants.get(name), dtype)
 
 
-def test_positive_weights_favor():
-    assert_pass(kernel.POSITIVE_WEIGHTS, variants.get("linear-favor"), "float32", n=4)
+def test_weights_vs_reference_favor():
+    assert_pass(kernel.WEIGHTS_VS_REFERENCE, variants.get("linear-favor"), "float32", n=4)
 
 
-def test_positive_weights_catches_a_signed_kernel_claimed_positive():
+def test_weights_vs_reference_catches_a_signed_kernel_claimed_positive():
     # a "Taylor-2" that is really kappa_3 (wrong order, signed: root near -1.6)
     bad = variants.get("taylor-2").with_claims(
         name="taylor-2-is-3", forward=partial(taylor_attention, order=3), forms={}
     )
-    assert_fail(kernel.POSITIVE_WEIGHTS, bad)
+    assert_fail(kernel.WEIGHTS_VS_REFERENCE, bad)
     # elu+1 claimed, identity features used (signed weights)
     bad_map = variants.get("linear-elu1").with_claims(
         name="elu1-is-identity",
         forward=partial(linear_attention, feature_map="identity"),
         forms={},
     )
-    assert_fail(kernel.POSITIVE_WEIGHTS, bad_map)
+    assert_fail(kernel.WEIGHTS_VS_REFERENCE, bad_map)
 
 
-def test_positive_weights_skips():
-    assert_skip(kernel.POSITIVE_WEIGHTS, variants.get("taylor-3"), "signed kernel")
-    assert_skip(kernel.POSITIVE_WEIGHTS, variants.get("linear-relu"), "signed kernel")
+def test_weights_vs_reference_skips():
+    assert_skip(kernel.WEIGHTS_VS_REFERENCE, variants.get("taylor-3"), "signed kernel")
+    assert_skip(kernel.WEIGHTS_VS_REFERENCE, variants.get("linear-relu"), "signed kernel")
     unnorm = AttentionVariant(
         name="unnormalized-softmax",
         forward=partial(softmax_attention, denominator="none"),
         kernel="softmax",
         normalized=False,
     )
-    assert_skip(kernel.POSITIVE_WEIGHTS, unnorm, "unnormalized")
+    assert_skip(kernel.WEIGHTS_VS_REFERENCE, unnorm, "unnormalized")
     unknown = AttentionVariant(name="unknown", forward=softmax_attention)
-    assert_skip(kernel.POSITIVE_WEIGHTS, unknown, "kernel unknown")
+    assert_skip(kernel.WEIGHTS_VS_REFERENCE, unknown, "kernel unknown")
 
 
 # ----------------------------------------------------------------------------- odd orders
@@ -230,6 +230,6 @@ def test_catalogue_collects_the_kernel_group():
 def test_kernel_group_low_precision(dtype):
     # two-level model: fp32 accumulation, inputs/outputs in the low-precision dtype
     assert_pass(kernel.KERNEL_IDENTITY, variants.get("taylor-2"), dtype, n=4)
-    assert_pass(kernel.POSITIVE_WEIGHTS, variants.get("softmax"), dtype, n=4)
+    assert_pass(kernel.WEIGHTS_VS_REFERENCE, variants.get("softmax"), dtype, n=4)
     assert_pass(kernel.ODD_ORDER_COUNTEREXAMPLE, variants.get("taylor-3"), dtype, n=2)
     assert all(p.low_precision for p in (*kernel.PROPERTIES, *shift.PROPERTIES))

@@ -218,7 +218,7 @@ def test_convex_combination_on_positive_kernels(name, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ("taylor-2", "taylor-3", "softmax"))
 def test_scale_once_on_exp_kernels(name, dtype):
-    res = run(scores.SCALE_ONCE, variants.get(name), dtype)
+    res = run(scores.CLAIMED_SCALE, variants.get(name), dtype)
     assert res.status == "pass", res.reason
 
 
@@ -238,8 +238,8 @@ def test_skips_with_reasons():
     t3, elu1, sm = variants.get("taylor-3"), variants.get("linear-elu1"), variants.get("softmax")
     expect = [
         (weights.CONVEX_COMBINATION, t3, "signed kernel"),
-        (scores.SCALE_ONCE, elu1, "element-wise feature map"),
-        (scores.SCALE_ONCE, variants.get("taylor-0"), "constant"),
+        (scores.CLAIMED_SCALE, elu1, "element-wise feature map"),
+        (scores.CLAIMED_SCALE, variants.get("taylor-0"), "constant"),
         (masks.CAUSAL_ALIGNMENT, sm, "declares no causal alignment"),
         (masks.MASKS, softmax_twin("nomask", _softmax_fwd), "mask support"),
         (
@@ -324,9 +324,9 @@ def test_convex_combination_catches_a_multiplied_normalizer(dtype, no_shrink):
 
 
 def test_scale_once_catches_a_scale_applied_twice_and_names_the_fit(no_shrink):
-    res = run(scores.SCALE_ONCE, softmax_twin("scale-twice", _scale_twice))
+    res = run(scores.CLAIMED_SCALE, softmax_twin("scale-twice", _scale_twice))
     assert_fails(res, "fits: claimed applied twice = 1/d;")
-    ok = run(scores.SCALE_ONCE, softmax_twin("ok", _softmax_fwd))
+    ok = run(scores.CLAIMED_SCALE, softmax_twin("ok", _softmax_fwd))
     assert ok.status == "pass"
 
 

@@ -1,5 +1,10 @@
 """``attn-theory check pkg.module:object``: the property battery on any attention variant.
 
+Prints a short summary (``verify.render.check.summary_text``): what the variant computes, what
+ran, the failures grouped by root cause with one minimal counterexample each, the skips by
+reason and the next step; ``--verbose`` adds every property and dtype. A terminal shows a
+progress counter on stderr while the battery runs (nothing otherwise).
+
 Exit codes: 0 at least one property ran and none failed; 1 a property failed; 2 usage or
 import error (the message names the problem; before any work); 3 no property applicable; 4 an
 internal error of the checker and no failure (precedence: 1 over 4 over 0).
@@ -38,6 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout", type=float, default=None, help="seconds per property (watchdog)")
     r.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout only)")
     r.add_argument("--report-dir", metavar="DIR", help="write the report card here")
+    r.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print every property and dtype, and every failure's counterexample and "
+        "reproducer",
+    )
 
 
 def _json_dir(path: str | None) -> str | None:
@@ -56,6 +68,29 @@ def _unwritable(directory: Path) -> str | None:
     except OSError as exc:
         return f"cannot write there ({exc.strerror or exc})"
     return None
+
+
+class _Counter:
+    """Progress on a terminal: one line rewritten in place ('12 runs done: 1 failed'), erased
+    at the end; nothing when ``stream`` is not a terminal (no row is printed twice)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.done = self.failed = 0
+
+    def __call__(self, r) -> None:
+        self.done += 1
+        self.failed += r.status == "fail"
+        if self.live:
+            tail = f", {self.failed} failed" if self.failed else ""
+            self.stream.write(f"\r  {self.done} runs done{tail} (last: {r.property_id})\x1b[K")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live and self.done:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
 
 
 def _usage(msg: str) -> int:
@@ -83,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
             return _usage("--device cuda: torch.cuda.is_available() is False")
     try:
         print(f"checking {args.target} ...", file=sys.stderr)
+        counter = _Counter(sys.stderr)
         result = engine.check(
             args.target,
             dtypes=tuple(args.dtype) if args.dtype else None,
@@ -92,12 +128,14 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             profile=args.profile,
             timeout=args.timeout or engine.DEFAULT_TIMEOUT,
-            progress=lambda r: print(text.progress_line(r), file=sys.stderr),
+            progress=counter,
             **claims_from(lambda dest: getattr(args, dest)),
         )
     except (TargetError, ValueError, TypeError) as exc:
         return _usage(str(exc))
-    print("\n" + text.summary_text(result), file=out)
+    finally:
+        counter.close()
+    print(text.summary_text(result, verbose=args.verbose), file=out)
     if args.report_dir:
         md_path, _ = card.write(result, args.report_dir)
         print(f"report card: {md_path}", file=out)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from verify.engine.groups import FailureGroup, group_failures
 from verify.engine.jobs import PROBE, Job, ObjectLoader, SpecLoader, battery
 from verify.engine.pool import DEFAULT_TIMEOUT, run_jobs
 from verify.spec.results import PropertyResult
@@ -81,6 +82,28 @@ class CheckResult:
     def errors(self) -> list[PropertyResult]:
         """The checker's own errors (an exception in a check): not the variant's."""
         return [r for r in self.results if r.status == "error"]
+
+    @property
+    def groups(self) -> list[FailureGroup]:
+        """The failures grouped by root cause (``verify.engine.groups``: the rule), roots in
+        dependency order."""
+        order = list(dict.fromkeys(r.property_id for r in self.results))
+        return group_failures(self.failed, order)
+
+    @property
+    def skips(self) -> list[tuple[str, list[PropertyResult]]]:
+        """The skipped runs by reason (the first clause of the reason), most frequent first."""
+        by: dict[str, list[PropertyResult]] = {}
+        for r in self.results:
+            if r.status == "skip":
+                by.setdefault(skip_reason(r.reason), []).append(r)
+        return sorted(by.items(), key=lambda kv: -len(kv[1]))
+
+
+def skip_reason(reason: str) -> str:
+    """The first clause of a skip reason (what the grouping of skips counts by)."""
+    head = (reason or "no reason").split("\n")[0].split(": ")[0].split(" (")[0].strip()
+    return head or "no reason"
 
 
 def check(
@@ -215,9 +238,10 @@ def check(
     tick = (lambda i, n, job, res: progress(res)) if progress else None
     results = run(battery(None, dtypes=dtypes, select=select), tick)
     if spec:
+        given = _claims_beyond(spec, variant)
         for r in results:
             if r.snippet:
-                r.snippet = reproducer(spec, variant, r.snippet)
+                r.snippet = reproducer(spec, variant, r.snippet, claims=given)
     return CheckResult(
         variant=variant,
         results=results,
@@ -234,23 +258,63 @@ def _shrink() -> int:
     return SHRINK_DRAWS
 
 
-def reproducer(spec: str, variant: AttentionVariant, inputs_snippet: str) -> str:
-    """The example's tensors plus the lines that call the variant on them."""
+def _claims_beyond(spec: str, variant: AttentionVariant) -> dict[str, Any]:
+    """The claims of ``variant`` that its import spec alone does not make (given or probed)."""
+    try:
+        base = claim_fields(as_variant(spec))
+    except Exception:  # noqa: BLE001 - the reproducer then states every claim
+        base = {}
+    return {k: v for k, v in claim_fields(variant).items() if k != "name" and base.get(k) != v}
+
+
+def reproducer(
+    spec: str, variant: AttentionVariant, inputs_snippet: str, *, claims: dict | None = None
+) -> str:
+    """The example's tensors, the lines that call the variant (with ``claims``, the claims
+    beyond its import spec) on them and, when the example is attention inputs and the claimed
+    kernel has a reference, the reference and the difference against the derived bound
+    (``verify.properties.support.reproduce``)."""
+    claims = claims or {}
+    if claims:
+        imports = "apply_claims, as_variant"
+        build = f"apply_claims(as_variant({spec!r}), {claims!r})"
+    else:
+        imports, build = "as_variant", f"as_variant({spec!r})"
     lines = [
         inputs_snippet.rstrip(),
         "",
-        "from verify.spec.target import as_variant",
+        f"from verify.spec.target import {imports}",
         "",
-        f"variant = as_variant({spec!r})  # {spec}",
+        f"variant = {build}  # {spec} with the claims checked",
     ]
-    if variant.layout == "BTHD":
-        lines.append("q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # the variant's layout")
     kwargs = "causal=causal"
-    if "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet:
+    masked = "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet
+    if masked:
         kwargs += ", attn_mask=attn_mask"
     m = re.search(r"^# denominator = '(\w+)'", inputs_snippet, flags=re.M)
     if m and variant.denominators:
         kwargs += f", denominator={m.group(1)!r}"
-    lines.append(f"o = variant.forward(q, k, v, {kwargs})")
-    lines.append("print(o)")
+    if variant.layout == "BTHD":  # the variant takes (B, T, H, d): q, k, v here are (B, H, T, d)
+        lines.append(
+            f"o = variant.forward(*(t.transpose(1, 2) for t in (q, k, v)), {kwargs})"
+            ".transpose(1, 2)"
+        )
+    else:
+        lines.append(f"o = variant.forward(q, k, v, {kwargs})")
+    lines.append("print('o =', o)")
+    if "attn_mask = " in inputs_snippet and variant.parsed_kernel.known:
+        ref_kw = "causal=causal" + (", attn_mask=attn_mask" if masked else "")
+        if m:
+            ref_kw += f", denominator={m.group(1)!r}"
+        lines += [
+            "",
+            f"# the suite's reference: the claimed kernel ({variant.kernel}) in exact arithmetic "
+            "on the same inputs,",
+            "# with the derived bound of each output element (what the checks compare with)",
+            "from verify.properties.support.reproduce import reference",
+            "",
+            f"ref = reference(variant, q, k, v, {ref_kw})",
+            "print('reference =', ref.exact)",
+            "print(ref.difference(o))",
+        ]
     return "\n".join(lines) + "\n"

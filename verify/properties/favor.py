@@ -71,9 +71,11 @@ def _favor_pairs(ctx, *, min_s: float = 0.0, max_s: float = 1.5):
     from hypothesis import assume
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        dim = d(st.integers(1, 4))
+        dim = d(sizes(1, 4))
         q = [d(interval(-1.5, 1.5)) for _ in range(dim)]
         if d(st.booleans()):
             k = [-a + d(interval(-0.25, 0.25)) for a in q]

@@ -226,13 +226,13 @@ def _gradcheck_applies(variant, ctx) -> str | None:
 def _tiny_inputs(variant, ctx, *, causal: bool):
     from hypothesis import strategies as st
 
-    from verify.strategies import Shape, attention_inputs
+    from verify.strategies import Shape, attention_inputs, sizes
 
     @st.composite
     def shape(d):
         T = d(lengths(variant, 1, 4))
         S = T if causal else d(lengths(variant, 1, 4))
-        shape = Shape(B=1, H=1, T=T, S=S, d=d(st.integers(1, 2)), d_v=d(st.integers(1, 2)))
+        shape = Shape(B=1, H=1, T=T, S=S, d=d(sizes(1, 2)), d_v=d(sizes(1, 2)))
         return within_domain(variant, shape)
 
     return attention_inputs(

@@ -67,10 +67,12 @@ class QueryPairExample:
 def _pair_examples(variant, ctx):
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        dim = d(st.integers(1, 3))
-        S = d(st.integers(1, 6))
+        dim = d(sizes(1, 3))
+        S = d(sizes(1, 6))
         el = elements(ctx.torch_dtype)
         vec = st.lists(el, min_size=dim, max_size=dim)
         keys = d(st.lists(vec, min_size=S, max_size=S))
@@ -189,14 +191,16 @@ def _rank_mode(variant) -> str | None:
 def _rank_examples(variant, ctx):
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        dim = d(st.integers(1, 2))
+        dim = d(sizes(1, 2))
         m = _feature_dim(variant, dim)
         if m is None or m + 1 > 10:
             dim = 1
             m = _feature_dim(variant, 1)
-        T = d(st.integers(m + 1, 10))
+        T = d(sizes(m + 1, 10))
         el = elements(ctx.torch_dtype, 1.5)
         if variant.linear_map == "relu":  # keep relu(q).relu(k) away from 0
             el = interval(0.25, 1.5)
@@ -286,9 +290,11 @@ LINEAR_ATTENTION_RANK = declare("linear-attention-rank", _rank_applies, _rank_ex
 def _full_rank_examples(variant, ctx):
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        n = d(st.integers(2, 5))
+        n = d(sizes(2, 5))
         q0, k0 = d(interval(-2.0, 0.0)), d(interval(-2.0, 0.0))
         q = [q0]
         k = [k0]

@@ -78,12 +78,13 @@ def _peak_examples(variant, ctx):
     from hypothesis import strategies as st
 
     from derivations.separation import smallest_separating_n
+    from verify.strategies import sizes
 
     n_min = smallest_separating_n(0.5)
 
     @st.composite
     def draw(d):
-        n = d(st.integers(n_min, 8))
+        n = d(sizes(n_min, 8))
         i = d(st.integers(0, n - 1))
         top = d(interval(0.0, 4.0))
         gap = d(interval(0.0, 6.0))
@@ -183,9 +184,11 @@ def _monotone_examples(variant, ctx):
     from hypothesis import assume
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        n = d(st.integers(2, 6))
+        n = d(sizes(2, 6))
         z = [d(interval(0.1, 2.0)) for _ in range(n)]
         assume(max(z) - min(z) > 0.25)
         factors = (0.5, 1.0, 2.0, 4.0)  # powers of two: c z is exact
@@ -292,9 +295,11 @@ POWER_ATTENTION_PEAK = declare(
 def _linear_examples(variant, ctx):
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes
+
     @st.composite
     def draw(d):
-        n = d(st.integers(2, 8))
+        n = d(sizes(2, 8))
         m = d(interval(0.125, 1.0))
         M = d(interval(m, m + 2.0))
         gap = d(interval(0.0, 3.0))

@@ -195,6 +195,8 @@ def _dtype_applies(variant, ctx) -> str | None:
 def _dtype_examples(variant, ctx):
     from hypothesis import strategies as st
 
+    from verify.strategies import sizes as size_range
+
     m = variant.length_multiple
     forms = path_names(variant)
 
@@ -206,9 +208,9 @@ def _dtype_examples(variant, ctx):
     def draw(d):
         T = FAVOR_SIZES["T"] if favor else d(st.integers(*LONG_LENGTHS))
         T = max(T // m * m, m)
-        dim = d(st.integers(d_lo, d_hi))
-        H = FAVOR_SIZES["H"] if favor else d(st.integers(1, 2))
-        d_v = dim if variant.dv_equals_d else d(st.integers(2, 4))  # d_v == d: a restriction
+        dim = d(size_range(d_lo, d_hi))
+        H = FAVOR_SIZES["H"] if favor else d(size_range(1, 2))
+        d_v = dim if variant.dv_equals_d else d(size_range(2, 4))  # d_v == d: a restriction
         sizes = dict(B=1, H=H, T=T, d=dim, d_v=d_v)
         causal = d(st.sampled_from(causal_choices(variant)))
         rows = {T - 1, *(d(st.integers(0, T - 1)) for _ in range(EXTRA_ROWS))}

@@ -100,6 +100,7 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
         ),
         "",
     ]
+    out += root_causes(doc)
     failing = failed(doc)
     if failing:
         out += ["## Failures with minimal counterexamples", ""]
@@ -124,6 +125,42 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
     return "\n".join(out)
 
 
+def root_causes(doc: Mapping[str, Any]) -> list[str]:
+    """The failures grouped by root cause (``doc["groups"]``, ``verify.engine.groups``): one
+    line per group with its root, its cause, the properties it explains and the run whose
+    counterexample is the smallest; [] without failures."""
+    groups = doc.get("groups") or []
+    if not groups:
+        return []
+    needs = {"causal": "causal=True", "mask": "an attn_mask", "batch": "B > 1", "heads": "H > 1",
+             "cross": "T != S"}  # fmt: skip
+    out = [
+        "## Failures by root cause",
+        "",
+        "Grouped by `verify.engine.groups` (README, Reading the result): a failure joins the "
+        "first failing property before it in dependency order whose cause its minimal "
+        "counterexample has.",
+        "",
+    ]
+    for i, g in enumerate(groups, 1):
+        if g.get("reason"):
+            cause = f"the same failure ({g['reason']})"
+        elif g["cause"]:
+            cause = "fails only with " + " and ".join(needs.get(n, n) for n in g["cause"])
+        else:
+            cause = "fails on its own"
+        others = g["properties"][1:]
+        line = f"{i}. `{g['root']}` ({', '.join(g['dtypes'])}): {cause}"
+        if others:
+            line += "; explains " + ", ".join(f"`{p}`" for p in others)
+        if g.get("example"):
+            line += f"; smallest counterexample: `{g['example'][0]}` ({g['example'][1]})"
+        if g.get("look_at"):
+            line += f". Look at: {g['look_at']}"
+        out.append(line)
+    return [*out, ""]
+
+
 def failed(doc: Mapping[str, Any]) -> list[dict]:
     """The variant's failing results in a check document (internal errors are not)."""
     return [r for r in doc["results"] if r["status"] == "fail"]
@@ -142,7 +179,7 @@ def write(result, report_dir: Path) -> tuple[Path, Path]:
 
 # -- sections of the adapters' cards ------------------------------------------------------------
 #: property ids that assume the normalized weights sum to exactly 1 (no declared eps)
-SUM_ONE = ("convex-combination", "positive-weights", "truncation-within-d4", "convergence-in-n")
+SUM_ONE = ("convex-combination", "weights-vs-reference", "truncation-within-d4", "convergence-in-n")
 
 
 def fmt(x: Any) -> str:

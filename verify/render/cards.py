@@ -424,7 +424,7 @@ _PERFORMER_CAUSES = {
     "oracle-agreement": "the 1e-4 added to every feature (and, causal, the 1e-6 in the "
     "denominator)",
     "edge-cases": "the same constants",
-    "positive-weights": "the same constants (the weights stay positive; they are not the "
+    "weights-vs-reference": "the same constants (the weights stay positive; they are not the "
     "FAVOR+ weights)",
     "convex-combination": "the 1e-6 in the causal denominator: the weights sum to "
     "D/(D + 1e-6 Σφ(q)) < 1",
@@ -433,7 +433,7 @@ _PERFORMER_CAUSES = {
     "v D/(D + 1e-6 Σφ(q)), not v",
     "single-key-gradients": "the 1e-6 in the causal denominator: the one-key output depends on "
     "q and k, so dq, dk ≠ 0",
-    "scale-once": "the constants: no scale convention fits once they are included",
+    "claimed-scale": "the constants: no scale convention fits once they are included",
     "causality": "the key stabilizer M is a maximum over all tokens, later ones included: a "
     "later key rescales every earlier key feature by e^-M, which cancels only without the "
     "constants (measured below)",
@@ -448,7 +448,7 @@ _PERFORMER_CAUSES = {
 }
 _PERFORMER_NOTE = (
     "Checked: performer's own `softmax_kernel` and attention functions with both constants set "
-    "to 0 pass oracle-agreement, edge-cases, positive-weights, scale-once, gradcheck, "
+    "to 0 pass oracle-agreement, edge-cases, weights-vs-reference, claimed-scale, gradcheck, "
     "gradients-vs-reference (and, causal, prefix-invariance, single-key, single-key-gradients, "
     "uniform-weights, convex-combination, dtype-agreement) in float64 and float32; causality "
     "still fails there, now with NaN: a huge later key underflows every earlier key feature "

@@ -81,6 +81,10 @@ class PropertyResult:
     detail: str = ""  # the worst observation's detail (evidence, also for passes)
     ratios: list[float] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)  # the fault classes the property catches
+    #: what the counterexample is made of (a failure or an internal error): sizes ``B``, ``H``,
+    #: ``T``, ``S``, ``d``, ``d_v`` and flags ``causal``, ``mask`` (an attn_mask); empty when the
+    #: example has no attention shape. Read by the failure grouping (``verify.engine.groups``).
+    features: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)

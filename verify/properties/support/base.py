@@ -168,10 +168,8 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     state: dict[str, Any] = {"draws": 0}
 
     def one(example: Any) -> None:
-        if "failure" in state:  # shrinking: count the candidates run after the first failure
-            state["draws"] += 1
-            if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
-                raise _ShrinkStop
+        if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
+            raise _ShrinkStop  # the shrink budget is spent (``_counted``)
         try:
             result = prop.check(variant, example, ctx)
         except NotApplicable as exc:
@@ -217,7 +215,9 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         from hypothesis import Phase
 
         overrides["phases"] = [p for p in settings().phases if p != Phase.shrink]
-    wrapped = settings(settings(), **overrides)(given(prop.examples(variant, ctx))(one))
+    wrapped = settings(settings(), **overrides)(
+        given(_counted(prop.examples(variant, ctx), state, ctx))(one)
+    )
     if settings().derandomize:
         # hypothesis would seed a derandomized run from a digest of ``one``'s source text, so a
         # change to this runner would change every draw: seed from the property and the run's
@@ -229,7 +229,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     try:
         wrapped()
     except _ShrinkStop:
-        return _stopped(ctx, state, base)
+        return _stopped(ctx, state, base, variant)
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
@@ -244,8 +244,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         example, text = state.get("internal", (None, f"{type(exc).__name__}: {exc}"))
         res = PropertyResult(status="error", reason=f"internal error in the check: {text}", **base)
         if example is not None:
-            res.counterexample = repr(example)
-            res.snippet = example.snippet() if hasattr(example, "snippet") else ""
+            _describe_example(res, example)
         return res
 
     ratios = [o.ratio for o in observations]
@@ -261,8 +260,7 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
         worst_obs = obs or worst_obs
         res.reason = msg or err_text
         if example is not None:
-            res.counterexample = repr(example)
-            res.snippet = example.snippet() if hasattr(example, "snippet") else ""
+            _describe_example(res, example, variant, ctx)
     elif failed:
         res.reason = err_text
     if worst_obs is not None:
@@ -283,13 +281,29 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     return res
 
 
+def _counted(strategy, state: dict[str, Any], ctx: RunContext):
+    """``strategy``, counting every candidate hypothesis tries once a failure is known: drawn
+    or rejected while drawn (a filter, an ``assume``), each counts, so the shrink budget
+    ``ctx.shrink_draws`` bounds the work (the next example to reach the check past it stops
+    the run: stopping inside a draw would make the data generation inconsistent)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def tried(draw):
+        if "failure" in state:
+            state["draws"] += 1
+        return draw(strategy)
+
+    return tried()
+
+
 def derandomized_seed(property_id: str, seed: int) -> int:
     """The hypothesis seed of a derandomized run: CRC-32 of the property id plus the run's seed
     (stable across processes and Python versions, unlike ``hash``)."""
     return zlib.crc32(property_id.encode()) + int(seed)
 
 
-def _stopped(ctx: RunContext, state: dict, base: dict) -> PropertyResult:
+def _stopped(ctx: RunContext, state: dict, base: dict, variant: Any) -> PropertyResult:
     """The latest failure when the shrink budget ran out (the shrinker only accepts simpler
     failing inputs, so it is the simplest found)."""
     example, obs, msg = state["failure"]
@@ -297,16 +311,61 @@ def _stopped(ctx: RunContext, state: dict, base: dict) -> PropertyResult:
         status="fail",
         examples=state["examples"],
         reason=f"{msg} [shrinking stopped after {ctx.shrink_draws} candidates]",
-        counterexample=repr(example),
-        snippet=example.snippet() if hasattr(example, "snippet") else "",
         **base,
     )
+    _describe_example(res, example, variant, ctx)
     if obs is not None:
         res.max_ratio = obs.ratio
         res.observed = float(obs.observed)
         res.bound = float(obs.bound)
         res.bound_kind = obs.kind
     return res
+
+
+def _describe_example(res: PropertyResult, example: Any, variant: Any = None, ctx=None) -> None:
+    """Fill ``res``'s counterexample, reproducer snippet and features from ``example``; for a
+    failure (``variant`` given) also ``features["vs_reference"]``: what its reproducer shows,
+    the variant's output against the reference on the example's inputs as a multiple of the
+    bound (``verify.properties.support.reproduce.reference_ratio``), when there is one."""
+    res.counterexample = repr(example)
+    res.snippet = example.snippet() if hasattr(example, "snippet") else ""
+    res.features = example_features(example)
+    if variant is not None and res.features:
+        from verify.properties.support.reproduce import reference_ratio
+
+        ratio = reference_ratio(variant, example, ctx)
+        if ratio is not None:
+            res.features["vs_reference"] = ratio
+
+
+def example_features(example: Any) -> dict[str, Any]:
+    """What an example is made of: ``B, H, T, S, d, d_v, causal, mask`` of its attention inputs
+    (an ``AttentionInputs``, or an example holding one as ``.inputs``, several as ``.items``
+    (largest sizes, any flag), or sizes as ``.sizes`` with ``S = T``); ``{}`` when it has no
+    attention shape (score rows, query pairs, ...)."""
+    inner = getattr(example, "inputs", example)
+    if hasattr(inner, "items") and isinstance(inner.items, list):
+        parts = [example_features(x) for x in inner.items]
+        parts = [p for p in parts if p]
+        if not parts:
+            return {}
+        out = {k: max(p[k] for p in parts) for k in ("B", "H", "T", "S", "d", "d_v")}
+        out["causal"] = any(p["causal"] for p in parts)
+        out["mask"] = any(p["mask"] for p in parts)
+        return out
+    shape = getattr(inner, "shape", None)
+    if all(hasattr(shape, a) for a in ("B", "H", "T", "S", "d", "d_v")):
+        sizes = {a: int(getattr(shape, a)) for a in ("B", "H", "T", "S", "d", "d_v")}
+        mask = getattr(inner, "attn_mask", None) is not None
+    elif isinstance(getattr(inner, "sizes", None), dict):
+        z = inner.sizes
+        sizes = {a: int(z.get(a, 1)) for a in ("B", "H", "T", "d", "d_v")}
+        sizes["S"] = int(z.get("S", sizes["T"]))
+        mask = False
+    else:
+        return {}
+    causal = getattr(inner, "causal", None)
+    return {**sizes, "causal": bool(causal), "mask": bool(mask)}
 
 
 def _fail_message(obs: Observation) -> str:

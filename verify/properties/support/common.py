@@ -33,13 +33,14 @@ def causal_choices(variant) -> tuple[bool, ...]:
 
 def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
     """Strategy of sequence lengths allowed by the variant (multiples of ``length_multiple``)."""
-    from hypothesis import strategies as st
+    from verify.strategies import sizes
 
     m = variant.length_multiple
     if m == 1:
-        return st.integers(lo, hi)
+        return sizes(lo, hi)
     top = max(hi // m, 1)
-    return st.integers(max(lo // m, 1), top).map(lambda j: j * m)
+    first = max(lo // m, 1)
+    return sizes(first * m, max(top, first) * m, step=m)
 
 
 def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:

@@ -75,7 +75,7 @@ def small_shapes(
     properties of their own), T == S when causal. Fewer choices make shrinking fast."""
     from hypothesis import strategies as st
 
-    from verify.strategies import Shape
+    from verify.strategies import Shape, sizes
 
     def build(T, S, d, d_v):
         return within_domain(variant, Shape(B=1, H=1, T=T, S=T if causal else S, d=d, d_v=d_v))
@@ -84,8 +84,8 @@ def small_shapes(
         build,
         lengths(variant, min_len, max_len),
         lengths(variant, 1, max_len),
-        st.integers(min_dim, max_dim),
-        st.integers(1, max_value_dim),
+        sizes(min_dim, max_dim),
+        sizes(1, max_value_dim),
     )
 
 
