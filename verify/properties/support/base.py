@@ -326,12 +326,12 @@ def _describe_example(res: PropertyResult, example: Any, variant: Any = None, ct
     """Fill ``res``'s counterexample, reproducer snippet and features from ``example``; for a
     failure (``variant`` given) also ``features["vs_reference"]``: what its reproducer shows,
     the variant's output against the reference on the example's inputs as a multiple of the
-    bound (``verify.properties.support.reproduce.reference_ratio``), when there is one."""
+    bound (``verify.properties.support.diagnose.reference_ratio``), when there is one."""
     res.counterexample = repr(example)
     res.snippet = example.snippet() if hasattr(example, "snippet") else ""
     res.features = example_features(example)
     if variant is not None and res.features:
-        from verify.properties.support.reproduce import reference_ratio
+        from verify.properties.support.diagnose import reference_ratio
 
         ratio = reference_ratio(variant, example, ctx)
         if ratio is not None:
