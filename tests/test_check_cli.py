@@ -215,18 +215,32 @@ def _fault09_causality(*args: str) -> subprocess.CompletedProcess:
     return run_cli(spec, "--select", "causality", "--dtype", "float64", *args)
 
 
+def _reproducer(stdout: str) -> str:
+    """The reproducer the default summary prints under its first failure group (indented)."""
+    lines = stdout.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("    reproduce (Python"))
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("      ") and line.strip():
+            break
+        body.append(line[6:])
+    return "\n".join(body).strip() + "\n"
+
+
 def test_failure_prints_counterexample_and_reproducer(tmp_path):
     proc = _fault09_causality()
     assert proc.returncode == 1
-    assert "counterexample:" in proc.stdout and "reproduce:" in proc.stdout
-    snippet = proc.stdout.split("reproduce:\n", 1)[1].split("\n\n\n", 1)[0]
+    assert "minimal counterexample (" in proc.stdout and "reproduce (Python" in proc.stdout
+    snippet = _reproducer(proc.stdout)
     assert "variant.forward(q, k, v, causal=causal)" in snippet
-    # the reproducer runs as printed and shows the output
+    assert "reference(variant, q, k, v" in snippet
+    # the reproducer runs as printed: the output, the reference and the difference vs the bound
     run = subprocess.run(
         [sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "tensor(" in run.stdout
+    assert "o = tensor(" in run.stdout and "reference = tensor(" in run.stdout
+    assert "max |o - reference|" in run.stdout and "bound" in run.stdout
 
 
 def test_report_card_is_written(tmp_path):
@@ -293,17 +307,111 @@ def test_bad_output_options_fail_before_any_work(tmp_path):
     ("name", "code", "failing"),
     [("windowed_softmax", 0, set()), ("stabilizer_leak_linear", 1, {"causality"})],
 )
-def test_kernel_unknown_runs_the_structural_battery(name, code, failing):
-    """``--kernel unknown``: every structural property runs (the summary lists which ran and
-    groups why the others did not apply); a correct windowed attention passes, a key
-    stabilizer over the whole sequence fails causality with a shrunk counterexample."""
-    proc = run_cli(f"tests.unclaimed_variants:{name}", "--kernel", "unknown", "--dtype", "float64")
+def test_kernel_unknown_runs_the_structural_battery(name, code, failing, tmp_path):
+    """``--kernel unknown``: every structural property runs (the summary counts what ran and
+    the skips by reason); a correct windowed attention passes, a key stabilizer over the whole
+    sequence fails causality with a shrunk counterexample."""
+    out = tmp_path / "result.json"
+    spec = f"tests.unclaimed_variants:{name}"
+    proc = run_cli(spec, "--kernel", "unknown", "--dtype", "float64", "--json", str(out))
     assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-2000:]
-    ran = next(line for line in proc.stdout.splitlines() if line.startswith("ran "))
+    doc = json.loads(out.read_text())
+    ran = {r["property_id"] for r in doc["results"] if r["status"] != "skip"}
     for pid in ("accepts-inputs", "causality", "prefix-invariance", "batch-independence",
                 "head-independence", "linearity-in-v", "determinism"):  # fmt: skip
         assert pid in ran, ran
-    assert "did not apply" in proc.stdout and "kernel" in proc.stdout.split("did not apply")[1]
-    for pid in failing:
-        assert f"FAILED {pid} (float64)" in proc.stdout
-        assert "counterexample:" in proc.stdout and "reproduce:" in proc.stdout
+    assert any("kernel" in s["reason"] for s in doc["skips"]), doc["skips"]
+    assert "skipped" in proc.stdout and "by reason" in proc.stdout
+    assert {g["root"] for g in doc["groups"]} == failing
+    for i, pid in enumerate(sorted(failing), 1):
+        assert f"[{i}] {pid} (float64)" in proc.stdout
+        assert "minimal counterexample (" in proc.stdout and "reproduce (Python" in proc.stdout
+
+
+#: a causal mask shifted by one position: query t also sees key t + 1 (``tril(1)``)
+OFF_BY_ONE = """
+import torch
+
+
+def attention(q, k, v, *, causal):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        T = q.shape[-2]
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+"""
+
+
+def _readme_example() -> str:
+    """The README's example function (the first Python block of "Checking your own attention
+    variant"), read from the README so the test checks what users copy."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Checking your own attention variant") :]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+#: the default summary of a check fits on a screen (what the README promises)
+SHORT = 60
+
+
+def test_readme_example_prints_a_short_summary(tmp_path):
+    """The README's ``attn-theory check myattn:attention --kernel softmax``: the whole battery,
+    at most SHORT lines by default (stdout and stderr together), no property row printed (the
+    table is --verbose's) and the counts and skips by reason there."""
+    (tmp_path / "myattn.py").write_text(_readme_example())
+    proc = run_cli("myattn:attention", "--kernel", "softmax", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lines = (proc.stdout + proc.stderr).rstrip("\n").split("\n")
+    assert len(lines) <= SHORT, "\n".join(lines)
+    assert "| accepts-inputs |" not in proc.stdout
+    assert "runs passed, 0 failed" in proc.stdout and "by reason" in proc.stdout
+    assert "FAILED" not in proc.stdout
+
+
+def test_off_by_one_causal_mask_is_one_root_cause_at_two_tokens(tmp_path):
+    """A causal mask shifted by one (``tril(1)``): every failure of the battery is one group,
+    rooted at causality, whose minimal counterexample has T = S <= 2 and B = H = 1; its
+    reproducer shows the output off the reference beyond the bound; --verbose prints each
+    property row once."""
+    (tmp_path / "offby.py").write_text(OFF_BY_ONE)
+    out = tmp_path / "result.json"
+    proc = run_cli("offby:attention", "--kernel", "softmax", "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert len(doc["groups"]) == 1, doc["groups"]
+    group = doc["groups"][0]
+    assert group["root"] == "causality" and group["cause"] == ["causal"]
+    failing = [r for r in doc["results"] if r["status"] == "fail"]
+    assert len(group["runs"]) == len(failing)
+    pid, dtype = group["example"]
+    shown = next(r for r in failing if (r["property_id"], r["dtype"]) == (pid, dtype))
+    f = shown["features"]
+    assert f["T"] <= 2 and f["S"] <= 2 and f["B"] == 1 and f["H"] == 1 and f["causal"]
+    assert float(f["vs_reference"]) > 1  # JSON writes inf as "inf"
+    assert "[1] causality" in proc.stdout and "[2]" not in proc.stdout
+    run = subprocess.run(
+        [sys.executable, "-c", _reproducer(proc.stdout)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "EXCEEDS the bound" in run.stdout
+
+
+def test_verbose_prints_each_row_once(tmp_path):
+    """--verbose adds the table: each (property, dtype) row once (nothing is streamed)."""
+    proc = run_cli(
+        "tests.faulty_variants:fault09_causal_ignored_short_path",
+        "--select",
+        "causality",
+        "determinism",
+        "--dtype",
+        "float64",
+        "--verbose",
+    )
+    assert proc.returncode == 1
+    assert proc.stdout.count("| causality | float64 |") == 1
+    assert proc.stdout.count("| determinism | float64 |") == 1
+    assert "causality" not in proc.stderr
