@@ -143,16 +143,17 @@ def _statement(rec) -> None:
 
     rec.statement["decay"] = tex(
         r"e^{\,c\,q_t\cdot k_s - m(t-s)} = \gamma^{\,t-s}\, e^{\,c\,q_t\cdot k_s},"
-        r"\qquad \gamma = e^{-m},\ s \le t",
+        r"\qquad \gamma = e^{-m},\ s \le t \qquad (m \in \mathbb{R};\ \text{ALiBi: slope } m > 0)",
         claim=FACTOR,
     )
     rec.statement["state_update"] = tex(
         r"S^{(n)}_t = \gamma\, S^{(n)}_{t-1} + \tilde k_t^{\otimes n} v_t^{T},\qquad "
         r"z^{(n)}_t = \gamma\, z^{(n)}_{t-1} + \tilde k_t^{\otimes n},\qquad "
-        r"S^{(n)}_0 = 0,\ z^{(n)}_0 = 0",
+        r"S^{(n)}_0 = 0,\ z^{(n)}_0 = 0 \qquad (\tilde k_t = \sqrt{c}\, k_t,\ \gamma > 0)",
         claim=UNROLL,
     )
     rec.statement["truncation"] = tex(
+        r"w_{ts} = \gamma^{\,t-s}\, e^{\,c\,q_t\cdot k_s},\ "
         r"\hat w_{ts} = \gamma^{\,t-s}\,\kappa_N(c\,q_t\cdot k_s),\qquad "
         r"|\hat w_{ts} - w_{ts}| \le \delta_N(r)\, w_{ts}\ \text{ with } "
         r"r = \max_{s \le t} |c\,q_t\cdot k_s|\ \text{(D4's output bound where } "
@@ -161,7 +162,9 @@ def _statement(rec) -> None:
     )
     rec.statement["non_causal"] = tex(
         r"\sum_{s=1}^{T} \gamma^{\lvert t-s\rvert} w_{ts} v_s = \overrightarrow{N}_t + "
-        r"\overleftarrow{N}_t - w_{tt} v_t",
+        r"\overleftarrow{N}_t - w_{tt} v_t \qquad \Bigl(\overrightarrow{N}_t = "
+        r"\sum_{s \le t} \gamma^{t-s} w_{ts} v_s,\ \overleftarrow{N}_t = "
+        r"\sum_{s \ge t} \gamma^{s-t} w_{ts} v_s\Bigr)",
         claim=NON_CAUSAL,
     )
 
@@ -621,6 +624,13 @@ def derive(**wrong) -> Derivation:
         },
     )
     rec = Derivation("D12", "ALiBi and decay: causal softmax with a linear bias as decayed RNNs")
+    rec.cite(
+        "ALiBi: the score of key s at query t gets the bias -m (t - s), one slope m per head, "
+        "the slopes a geometric sequence",
+        "Press, Smith & Lewis, 'Train Short, Test Long: Attention with Linear Biases Enables "
+        "Input Length Extrapolation', ICLR 2022, Sec. 3",
+        "the form and the slopes; its decayed-RNN form and the bounds below are this project's",
+    )
     _statement(rec)
     _claim_factor(rec, f)
     _claim_sign(rec)

@@ -477,11 +477,22 @@ def _claim_sentinel_instances(rec: Derivation) -> None:
         ["N", "sentinel", "kappa_N(sentinel)", "masked weight (visible scores 0, 0)"],
         leak_rows,
     )
+    from derivations.rounding import largest_finite
+
+    lowest = -Fraction(largest_finite("float32"))
+    k2 = taylor_kernel_value(2, lowest)
     rec.step(
-        r"In float32 the lowest finite value $-3.4 \cdot 10^{38}$ is itself a sentinel: "
-        r"$\kappa_2(-3.4 \cdot 10^{38}) \approx 5.8 \cdot 10^{76}$ overflows to inf and the "
-        "weights become inf/inf = NaN."
+        rf"In float32 the lowest finite value ${_sci(lowest)}$ is itself a sentinel: "
+        rf"$\kappa_2({_sci(lowest)}) \approx {_sci(k2)}$ "
+        + ("overflows to inf" if k2 > Fraction(largest_finite("float32")) else "is finite")
+        + " and the weights become inf/inf = NaN."
     )
+
+
+def _sci(x) -> str:
+    """``x`` to two significant digits in LaTeX: ``-3.4 \\cdot 10^{38}``."""
+    mantissa, exponent = f"{float(x):.1e}".split("e")
+    return rf"{mantissa} \cdot 10^{{{int(exponent)}}}"
 
 
 def _claim_negative_infinity(rec: Derivation) -> None:

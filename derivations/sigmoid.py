@@ -78,7 +78,11 @@ def row_sum_bounds(radius: float, bias: float, keys: int) -> tuple[float, float]
 
 
 TANH_FORM = "sigma(x) = (1 + tanh(x/2)) / 2 (all real x)"
-POLE = "1 + e^(-x) vanishes at x = i pi (a pole of sigma at distance pi)"
+POLE = (
+    "the poles of sigma are the zeros of 1 + e^(-x), i.e. of cosh(x/2): x = i pi (2k + 1), "
+    "k integer; the nearest are +-i pi, at distance pi"
+)
+SOURCE = "sigmoid attention sum_s sigma(c q_t.k_s + b) v_s with the bias b = -ln S (S keys)"
 SIGNED = "sigma(x) = sum_{j>=1} (-1)^(j+1) e^(jx) for x < 0; e^(j(x+b)) = e^(jb) e^(jx)"
 MONOTONE = "sigma' = sigma (1 - sigma) > 0; b = -ln S gives row sum S / (S + 1) at zero scores"
 
@@ -88,11 +92,14 @@ def _statement(rec) -> None:
 
     rec.statement["output"] = tex(
         r"o_t = \sum_{s} \sigma(c\,q_t\cdot k_s + b)\, v_s,\qquad "
-        r"\sigma(x) = \frac{1}{1+e^{-x}} = \frac{1 + \tanh(x/2)}{2}",
+        r"\sigma(x) = \frac{1}{1+e^{-x}} = \frac{1 + \tanh(x/2)}{2} \qquad "
+        r"(x \in \mathbb{R},\ c > 0,\ b \in \mathbb{R})",
         claim=TANH_FORM,
     )
     rec.statement["radius"] = tex(
-        r"\sigma(x) = \sum_{n \ge 0} a_n x^n\ \text{ only for } |x| < \pi", claim=POLE
+        r"\sigma(x) = \sum_{n \ge 0} a_n x^n\ \text{ for } |x| < \pi"
+        r"\text{; the series diverges for } |x| > \pi",
+        claim=POLE,
     )
     rec.statement["signed_exp"] = tex(
         r"\sigma(x) = \sum_{j \ge 1} (-1)^{j+1} e^{jx}\ \text{ for } x < 0,\qquad "
@@ -102,7 +109,8 @@ def _statement(rec) -> None:
     rec.statement["row_sums"] = tex(
         r"|c\,q_t\cdot k_s| \le r \implies S\,\sigma(b - r) \le "
         r"\sum_s \sigma(c\,q_t\cdot k_s + b) \le S\,\sigma(b + r),\qquad "
-        r"\|o_t\|_\infty \le S\,\sigma(b + r) \max_s \|v_s\|_\infty",
+        r"\|o_t\|_\infty \le S\,\sigma(b + r) \max_s \|v_s\|_\infty \qquad "
+        r"(S \text{ keys in the row},\ b \in \mathbb{R},\ r \ge 0)",
         claim=MONOTONE,
     )
 
@@ -124,14 +132,34 @@ def _claim_tanh_form(rec) -> None:
         lambda: sympy.simplify((sig - (1 + sympy.tanh(x / 2)) / 2).rewrite(sympy.exp)) == 0,
         "symbolic x; rewritten in exp",
     )
-    rec.verify(
+    xr, yr = sympy.symbols("x y", real=True)
+    z = sympy.Symbol("z")
+    rec.prove(
         POLE,
-        lambda: sympy.simplify(1 + sympy.exp(-sympy.I * sympy.pi)) == 0,
-        "exact: e^(-i pi) = -1",
+        lambda: (
+            sympy.simplify(1 + sympy.exp(-sympy.I * sympy.pi)) == 0
+            # 1 + e^(-x) = 2 e^(-x/2) cosh(x/2); |cosh(x + i y)|^2 = sinh^2 x + cos^2 y
+            and sympy.simplify(
+                (1 + sympy.exp(-z) - 2 * sympy.exp(-z / 2) * sympy.cosh(z / 2)).rewrite(sympy.exp)
+            )
+            == 0
+            and sympy.simplify(
+                sympy.expand_complex(sympy.Abs(sympy.cosh(xr + sympy.I * yr)) ** 2)
+                - (sympy.sinh(xr) ** 2 + sympy.cos(yr) ** 2)
+            )
+            == 0
+            # zeros of cos(y/2) in [-8, 8]: +-pi only; the others have |y| > 8
+            and set(sympy.solveset(sympy.cos(z / 2), z, sympy.Interval(-8, 8)))
+            == {-sympy.pi, sympy.pi}
+        ),
+        "symbolic z and real x, y: 1 + e^(-z) = 2 e^(-z/2) cosh(z/2), |cosh(x + i y)|^2 = "
+        "sinh^2 x + cos^2 y (zero only on the imaginary axis); zeros of cos(y/2) in [-8, 8]",
     )
     rec.cite(
-        "a power series converges on the largest disc free of singularities",
-        "Ahlfors, Complex Analysis (3rd ed., 1979), Ch. 5, Thm. 3 (Taylor's theorem)",
+        "a power series converges on the largest disc free of singularities and diverges "
+        "outside its closed disc of convergence",
+        "Ahlfors, Complex Analysis (3rd ed., 1979), Ch. 5, Thm. 3 (Taylor's theorem); "
+        "divergence beyond the radius of convergence: Ch. 2, Sec. 2.4, Thm. 2 (Abel)",
         "applied at the poles +-i pi of sigma",
     )
 
@@ -228,8 +256,8 @@ def _claim_row_sums(rec, f) -> None:
         r"every weight in $[\sigma(b - r), \sigma(b + r)]$ and a row's sum of $S$ weights in "
         r"$[S \sigma(b - r), S \sigma(b + r)]$; the output is a weighted sum of values with "
         r"these weights. With the bias $b = -\ln S$ at zero scores the row sum is "
-        r"$S / (S + 1) < 1$.",
-        sympy.Eq(sympy.diff(sig, x), sig * (1 - sig), evaluate=False),
+        r"$S / (S + 1) < 1$. The derivative of $\sigma$:",
+        sympy.Eq(sympy.Derivative(sig, x), sig * (1 - sig), evaluate=False),
     )
     rec.prove(
         MONOTONE,
@@ -258,6 +286,13 @@ def derive(**wrong) -> Derivation:
 
     f = fm.resolve_overrides(wrong, {"sign": 1, "bias_sign": 1})
     rec = Derivation("D14", "Sigmoid attention: radius π, a signed sum of exp kernels, bounds")
+    rec.cite(
+        SOURCE,
+        "Ramapuram et al., 'Theory, Analysis, and Best Practices for Sigmoid Self-Attention', "
+        "ICLR 2025 (arXiv:2409.04431), Sec. 3",
+        "the form and the bias; the radius, the signed-exp form and the bounds below are this "
+        "project's",
+    )
     _statement(rec)
     _claim_tanh_form(rec)
     _claim_signed_exp(rec, f)

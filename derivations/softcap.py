@@ -99,6 +99,7 @@ def weight_range(cap, keys: int) -> tuple[float, float]:
     """Open range of a normalized softmax weight over ``keys`` visible capped scores (D13).
 
     (1 / (1 + (S - 1) e^(2C)), 1 / (1 + (S - 1) e^(-2C))): every capped score lies in (-C, C).
+    For ``keys`` = 1 both ends are 1: the one weight is exactly 1 (the range is not open).
 
     Raises:
         TypeError / ValueError: ``cap`` not a finite number > 0, ``keys`` not an int >= 1.
@@ -129,10 +130,21 @@ def _syms():
 BOUNDED = "C tanh(s/C) lies in (-C, C), odd and increasing (all real s, C > 0)"
 CLOSE = "|C tanh(s/C) - s| <= |s|^3 / (3 C^2) (all real s, C > 0)"
 ORDERS = "smallest uniform orders: delta_N(C) < 1 and < 1e-3 from N on, below at N-1 not"
-WEIGHTS = "each normalized capped weight lies in (1/(1+(S-1)e^(2C)), 1/(1+(S-1)e^(-2C)))"
+WEIGHTS = (
+    "each normalized capped weight of a row of S >= 2 keys lies in (1/(1+(S-1)e^(2C)), "
+    "1/(1+(S-1)e^(-2C))) (S = 1: the one weight is 1)"
+)
 RADIUS = (
     "a power series converges on the largest disc free of singularities (radius = distance "
-    "to the nearest one)"
+    "to the nearest one) and diverges outside its closed disc of convergence"
+)
+POLES = (
+    "the zeros of cosh are i pi (k + 1/2), k integer: cosh vanishes at +-i pi/2 and nowhere "
+    "nearer the origin"
+)
+SOURCE = (
+    "logit softcapping s -> C tanh(s/C) on attention scores, with C = 50 (and C = 30 on the "
+    "final logits)"
 )
 
 
@@ -140,19 +152,23 @@ def _statement(rec) -> None:
     from derivations._latex import tex
 
     rec.statement["cap"] = tex(
-        r"\operatorname{cap}_C(s) = C\tanh(s/C) \in (-C, C)\ \text{ for every real } s",
+        r"\operatorname{cap}_C(s) = C\tanh(s/C) \in (-C, C)\ \text{ for every real } s"
+        r"\qquad (C > 0)",
         claim=BOUNDED,
     )
     rec.statement["near_zero"] = tex(
-        r"|\operatorname{cap}_C(s) - s| \le \frac{|s|^3}{3C^2}", claim=CLOSE
+        r"|\operatorname{cap}_C(s) - s| \le \frac{|s|^3}{3C^2} \qquad (s \in \mathbb{R},\ C > 0)",
+        claim=CLOSE,
     )
     rec.statement["weights"] = tex(
         r"\frac{1}{1 + (S-1)e^{2C}} < \operatorname{softmax}(\operatorname{cap}_C(s))_j "
-        r"< \frac{1}{1 + (S-1)e^{-2C}}",
+        r"< \frac{1}{1 + (S-1)e^{-2C}} \qquad (S \ge 2 \text{ keys in the row},\ "
+        r"1 \le j \le S,\ C > 0)",
         claim=WEIGHTS,
     )
     rec.statement["radius"] = tex(
-        r"e^{C\tanh(x/C)} = \sum_{n \ge 0} a_n x^n\ \text{ only for } |x| < \frac{\pi C}{2}",
+        r"e^{C\tanh(x/C)} = \sum_{n \ge 0} a_n x^n\ \text{ for } |x| < \frac{\pi C}{2}"
+        r"\text{; the series diverges for } |x| > \frac{\pi C}{2} \qquad (C > 0)",
         claim=RADIUS,
     )
 
@@ -172,7 +188,8 @@ def _statement_uniform(rec) -> None:
     statement["uniform"] = tex(
         r"\left|\kappa_N(\operatorname{cap}_C(s)) - e^{\operatorname{cap}_C(s)}\right| "
         r"\le \delta_N(C)\, e^{\operatorname{cap}_C(s)}\ \text{for every input; }"
-        rf"\delta_N(C) < 1 \text{{ from }} N = {orders} \text{{ at }} C = {caps}",
+        rf"\delta_N(C) < 1 \text{{ from }} N = {orders} \text{{ at }} C = {caps} "
+        r"\qquad (C > 0)",
         claim=ORDERS,
         **slots,
     )
@@ -311,7 +328,7 @@ def _claim_weights(rec) -> None:
             and sympy.simplify(sympy.diff(w / (w + y), w)).is_positive
             and sympy.simplify(sympy.diff(w / (w + y), y)).is_negative
         ),
-        "symbolic C > 0, S >= 1; monotonicity of x / (x + y)",
+        "symbolic C > 0, S >= 2 (the others' sum y > 0); monotonicity of x / (x + y)",
     )
 
 
@@ -322,25 +339,40 @@ def _claim_radius(rec) -> None:
     rec.step(
         r"No feature map beyond $\pi C / 2$: $\tanh(z/C)$ has poles where $\cosh(z/C) = 0$, "
         r"nearest at $z = \pm i \pi C / 2$, and exp of a function with a pole has an essential "
-        r"singularity there, so the Maclaurin series of $e^{C \tanh(x/C)}$ in $x$ converges "
-        r"only on $|x| < \pi C / 2$ (the radius is the distance to the nearest singularity). A "
-        r"kernel $\sum_n a_n (q \cdot k)^n$ is what the feature maps of D1 factor; the capped "
-        r"kernel has that form only on a disc, so the capped forms are parallel only.",
-        sympy.Eq(sympy.cosh(sympy.I * sympy.pi / 2), 0, evaluate=False),
+        r"singularity there, so the Maclaurin series of $e^{C \tanh(x/C)}$ in $x$ has radius "
+        r"$\pi C / 2$, the distance to the nearest singularity: it converges on "
+        r"$|x| < \pi C / 2$ and diverges beyond. A kernel $\sum_n a_n (q \cdot k)^n$ is what the "
+        r"feature maps of D1 factor; the capped kernel has that form only on a disc, so the "
+        r"capped forms are parallel only. The zeros of $\cosh$ lie on the imaginary axis, as "
+        r"$\lvert \cosh(x + i y) \rvert^2 = \sinh^2 x + \cos^2 y$, and the nearest are "
+        r"$\pm i \pi / 2$:",
+        sympy.Eq(
+            sympy.cosh(sympy.I * sympy.pi / 2, evaluate=False), sympy.Integer(0), evaluate=False
+        ),
     )
-    rec.verify(
-        "cosh vanishes at i pi/2 and nowhere nearer the origin (zeros i pi (k + 1/2))",
+    xr, yr = sympy.symbols("x y", real=True)
+    rec.prove(
+        POLES,
         lambda: (
-            sympy.cosh(sympy.I * sympy.pi / 2) == 0
+            # |cosh(x + i y)|^2 = sinh^2 x + cos^2 y: zero iff x = 0 and cos y = 0
+            sympy.simplify(
+                sympy.expand_complex(sympy.Abs(sympy.cosh(xr + sympy.I * yr)) ** 2)
+                - (sympy.sinh(xr) ** 2 + sympy.cos(yr) ** 2)
+            )
+            == 0
             and sympy.simplify(sympy.cosh(sympy.I * z) - sympy.cos(z)) == 0
+            and sympy.cosh(sympy.I * sympy.pi / 2) == 0
+            # the zeros of cos on [-4, 4] are +-pi/2 only, and every other one has |y| > 4
             and set(sympy.solveset(sympy.cos(z), z, sympy.Interval(-4, 4)))
             == {-sympy.pi / 2, sympy.pi / 2}
         ),
-        "cosh(i y) = cos y; zeros of cos on [-4, 4] are +-pi/2 only",
+        "symbolic real x, y: |cosh(x + i y)|^2 = sinh^2 x + cos^2 y (zero only at x = 0); "
+        "cosh(i y) = cos y, whose zeros in [-4, 4] are +-pi/2 only",
     )
     rec.cite(
         RADIUS,
-        "Ahlfors, Complex Analysis (3rd ed., 1979), Ch. 5, Thm. 3 (Taylor's theorem)",
+        "Ahlfors, Complex Analysis (3rd ed., 1979), Ch. 5, Thm. 3 (Taylor's theorem); "
+        "divergence beyond the radius of convergence: Ch. 2, Sec. 2.4, Thm. 2 (Abel)",
         "applied at the poles +-i pi C/2 of tanh(z/C)",
     )
 
@@ -386,6 +418,12 @@ def derive(**wrong) -> Derivation:
         wrong, {"cap_bound": 1, "smallest_uniform_order": smallest_uniform_order}
     )
     rec = Derivation("D13", "Softcapping: a uniform Taylor bound that is not practical")
+    rec.cite(
+        SOURCE,
+        "Gemma Team, 'Gemma 2: Improving Open Language Models at a Practical Size', "
+        "arXiv:2408.00118, 2024 (logit soft-capping)",
+        "the form and the caps; the bounds and the radius below are this project's",
+    )
     _statement(rec)
     _claim_bounded(rec, f)
     _claim_close(rec)

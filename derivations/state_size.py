@@ -275,10 +275,15 @@ def _claim_crossover(rec, f) -> None:
 
 def _claim_stated_table(rec, f) -> None:
     """The stated table at d = d_v = 64 (block sizes; T* to the nearest integer)."""
+    ratios = ", ".join(
+        f"{float(f['crossover_ratio'](order, 64, 64)):.2f}" for order in STATED_CROSSOVER_D64
+    )
+    first = min(STATED_CROSSOVER_D64)
     rec.step(
-        r"The stated table at $d = d_v = 64$. $T^*$ is not an integer (1089.26, 24326.76, "
-        "413554.88): the table quotes it rounded to the nearest integer; crossover_length "
-        "rounds up, the first length where the state is not larger (1,090 at N = 2)."
+        rf"The stated table at $d = d_v = 64$. $T^*$ is not an integer ({ratios} at "
+        rf"$N = {', '.join(str(n) for n in STATED_CROSSOVER_D64)}$): the table quotes it rounded "
+        "to the nearest integer; crossover_length rounds up, the first length where the state "
+        f"is not larger ({f['crossover_length'](first, 64, 64):,} at N = {first})."
     )
 
     def stated_table():

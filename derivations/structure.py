@@ -125,7 +125,8 @@ def _statement(rec) -> None:
 
     rec.statement["window"] = tex(
         r"s \text{ visible from } t \iff t' - \ell \le s \le t' + \rho,\quad t' = t + S - T,"
-        r"\quad \ell, \rho \in \{-1\} \cup \mathbb{N}\ (-1\text{: unbounded})",
+        r"\quad \ell, \rho \in \{-1\} \cup \mathbb{N}\ (-1\text{: unbounded}) \qquad "
+        r"(T \text{ queries } 0 \le t < T,\ S \text{ keys } 0 \le s < S)",
         claim=COUNT,
     )
     rec.statement["count"] = tex(
@@ -133,9 +134,15 @@ def _statement(rec) -> None:
         claim=COUNT,
     )
     rec.statement["finite_history"] = tex(
-        r"W_t = \sum_{s=t-L}^{t} f(s) = W_{t-1} + f(t) - f(t-L-1)", claim=HISTORY
+        r"W_t = \sum_{s=t-L}^{t} f(s) = W_{t-1} + f(t) - f(t-L-1) \qquad "
+        r"(L \ge 0,\ \text{every integer } t;\ f(s) = 0 \text{ before the first token})",
+        claim=HISTORY,
     )
-    rec.statement["gqa"] = tex(r"g(h) = \left\lfloor h \,/\, (H/G) \right\rfloor", claim=GQA)
+    rec.statement["gqa"] = tex(
+        r"g(h) = \left\lfloor h \,/\, (H/G) \right\rfloor \qquad "
+        r"(G \text{ key/value heads dividing } H \text{ query heads},\ 0 \le h < H)",
+        claim=GQA,
+    )
 
 
 def _claim_count(rec, f) -> None:
@@ -317,6 +324,20 @@ def derive(**wrong) -> Derivation:
         },
     )
     rec = Derivation("D15", "Windows and grouped key/value heads as structure")
+    rec.cite(
+        "sliding-window (local) attention: each query sees a fixed band of keys",
+        "Beltagy, Peters & Cohan, 'Longformer: The Long-Document Transformer', "
+        "arXiv:2004.05150, 2020; the (left, right) convention with bottom-right alignment: "
+        "FlashAttention-2's window_size (Dao, arXiv:2307.08691, and its flash_attn_func "
+        "documentation)",
+        "the forms; the closed-form count and the finite-history RNN below are this project's",
+    )
+    rec.cite(
+        "grouped-query attention: G key/value heads shared by groups of H/G query heads",
+        "Ainslie et al., 'GQA: Training Generalized Multi-Query Transformer Models from "
+        "Multi-Head Checkpoints', EMNLP 2023 (arXiv:2305.13245)",
+        "the form; the head map and its comparison with the tiled map below are this project's",
+    )
     _statement(rec)
     _claim_count(rec, f)
     _claim_alignment(rec)

@@ -230,16 +230,21 @@ def derive(**wrong) -> Derivation:
 
     rec.statement["softcap"] = tex(
         r"|\widehat{\operatorname{cap}} - C\tanh(x/C)| \le e_x + u(|x| + e_x) + "
-        r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+u)}{C}\bigr)\bigl((1+r)(1+u) - 1\bigr)",
+        r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+u)}{C}\bigr)\bigl((1+r)(1+u) - 1\bigr) \qquad "
+        r"\bigl(\lvert \hat x - x \rvert \le e_x,\ C > 0,\ u \text{ the unit roundoff},\ "
+        r"r = 2 k u \text{ for a tanh within } k \text{ ulps}\bigr)",
         claim=SOFTCAP,
     )
     rec.statement["alibi"] = tex(
-        r"|\hat y - (x - b)| \le e_x + u\,b + u\,(|x| + e_x + b(1+u)),\quad b = m|t' - s|",
+        r"|\hat y - (x - b)| \le e_x + u\,b + u\,(|x| + e_x + b(1+u)),\quad b = m|t' - s| "
+        r"\qquad (\lvert \hat x - x \rvert \le e_x,\ m \ge 0,\ "
+        r"\hat y = \mathrm{fl}(\hat x - \mathrm{fl}(m\lvert t' - s \rvert)))",
         claim=ALIBI,
     )
     rec.statement["sigmoid"] = tex(
         r"\frac{|\hat\sigma - \sigma(x+b)|}{\sigma(x+b)} \le e^{e_a}(1+r_{\exp})(1+u)^2 - 1,"
-        r"\quad e_a = e_x + u(|x| + e_x + |b|)",
+        r"\quad e_a = e_x + u(|x| + e_x + |b|) \qquad (\lvert \hat x - x \rvert \le e_x,\ "
+        r"r_{\exp} = 2 k u \text{ for an exp within } k \text{ ulps})",
         claim=SIGMOID,
     )
     rec.step(

@@ -329,9 +329,10 @@ def claim_delta_limit(rec) -> None:
         r"\lvert e^x - \kappa_N(x) \rvert e^{-x} \le e^{\max(x, 0) - x} \lvert x \rvert^{N+1} / "
         r"(N+1)! \le e^r r^{N+1} / (N+1)!$ (the remainder bound; $\max(x, 0) - x = "
         r"\max(0, -x) \le r$), which tends to 0: $\delta_N(r) \to 0$ for every $r$. It is not "
-        r"monotone in $N$: $\delta_N(r)$ rises with $N$ up to $N = r - 1$ ($r \ge 2$ an "
-        r"integer) and only then falls, so the output bound $B(\delta)$, which needs "
-        r"$\delta < 1$, applies only from the first $N$ with $\delta_N(r) < 1$ on."
+        r"monotone in $N$: for the integer radii $r = 2, \dots, 5$ checked below, "
+        r"$\delta_N(r)$ rises with $N$ up to $N = r - 1$ and only then falls, so the output "
+        r"bound $B(\delta)$, which needs $\delta < 1$, applies only from the first $N$ with "
+        r"$\delta_N(r) < 1$ on."
     )
 
     def limit_zero():
@@ -424,7 +425,9 @@ def claim_stated_deltas(rec) -> None:
         r"Numbers (sympy, exact $\kappa_N$ and evalf at 60 digits): $\delta_2(1)$, "
         r"$\delta_4(2)$, $\delta_6(2)$, $\delta_6(3)$; the first $N$ with "
         r"$\lvert g_N(x) \rvert < 1$ at $x = -4, -8, -16$; $g_{20}(-8)$. Convergence is slow "
-        r"for negative scores: $N$ grows like $3 \lvert x \rvert$ to $3.6 \lvert x \rvert$."
+        r"for negative scores: at these three points that first $N$ is "
+        + ", ".join(f"{n / abs(x):g}" for x, n in STATED_FIRST_BELOW_ONE.items())
+        + r" times $\lvert x \rvert$ (the check below asks for a factor between 3 and 3.6)."
     )
 
     def deltas():

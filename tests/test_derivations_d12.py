@@ -26,7 +26,10 @@ def _failed(rec):
 def test_record_holds(record):
     assert record.id == "D12" and record.status is Status.VERIFIED
     assert not _failed(record)
-    assert {c.status for c in record.claims} == {Status.PROVED, Status.VERIFIED}
+    assert {c.status for c in record.claims} == {Status.PROVED, Status.VERIFIED, Status.CITED}
+    # the one cited claim is ALiBi itself (Press et al.); what D12 derives from it is its own
+    (cited,) = [c for c in record.claims if c.status is Status.CITED]
+    assert "Press, Smith & Lewis" in cited.source and "this project's" in cited.detail
     for name in record.exports:
         assert hasattr(decay, name), name
 

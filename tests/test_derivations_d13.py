@@ -77,3 +77,32 @@ def test_softcap_and_radius():
             sc.softcap(1.0, bad)
     with pytest.raises(ValueError, match="keys"):
         sc.weight_range(1.0, 0)
+
+
+def test_weights_statement_needs_two_keys(record):
+    """With one key the weight is exactly 1 = both ends: the open range holds only for S >= 2."""
+    assert sc.weight_range(3.0, 1) == (1.0, 1.0)  # empty open interval: the weight 1 is not in it
+    lo, hi = sc.weight_range(3.0, 2)
+    assert lo < 0.5 < hi
+    weights = record.statement["weights"].latex()
+    assert r"S \ge 2" in weights
+    claim = next(c for c in record.claims if c.name == sc.WEIGHTS)
+    assert "S >= 2" in claim.name and claim.status is Status.PROVED
+
+
+def test_radius_statement_and_poles(record):
+    """The series converges inside pi C / 2 and diverges outside; nothing claimed on the circle.
+    The nearest poles are proved (zeros of cosh only on the imaginary axis), not sampled."""
+    radius = record.statement["radius"].latex()
+    assert "only for" not in radius and "diverges" in radius and "C > 0" in radius
+    poles = next(c for c in record.claims if c.name == sc.POLES)
+    assert poles.status is Status.PROVED
+    step = next(s for s in record.steps if "No feature map" in s.text)
+    assert step.latex() != "0 = 0" and r"\cosh" in step.latex()
+
+
+def test_softcapping_credited():
+    rec = sc.derive()
+    cite = next(c for c in rec.claims if c.name == sc.SOURCE)
+    assert cite.status is Status.CITED and "Gemma 2" in cite.source
+    assert "this project's" in cite.detail

@@ -56,3 +56,18 @@ def test_series_terms_needed_rejects_bad_input():
         sg.series_terms_needed(-1.0, 2.0)
     with pytest.raises(ValueError, match="radius"):
         sg.row_sum_bounds(-1.0, 0.0, 3)
+
+
+def test_poles_proved_and_radius_stated_both_ways():
+    rec = sg.derive()
+    pole = next(c for c in rec.claims if c.name == sg.POLE)
+    assert pole.status is Status.PROVED
+    radius = rec.statement["radius"].latex()
+    assert "only for" not in radius and "diverges" in radius
+    rows = rec.statement["row_sums"].latex()
+    assert r"S \text{ keys in the row}" in rows
+    cite = next(c for c in rec.claims if c.name == sg.SOURCE)
+    assert cite.status is Status.CITED and "Ramapuram" in cite.source
+    # the displayed derivative is sigma' itself (an unevaluated d/dx), not its simplified value
+    step = next(s for s in rec.steps if s.text.startswith("Monotone"))
+    assert step.latex().startswith(r"\frac{d}{d x}")

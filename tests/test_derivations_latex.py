@@ -391,3 +391,70 @@ def test_template_check_can_fail():
     wrong = Tex(r"\kappa_1\left(x\right) = x - 1", expr=right.expr)
     assert _normal(right.latex()) == _normal(latex(right.expr))
     assert _normal(wrong.latex()) != _normal(latex(wrong.expr))
+
+
+# -- 4. displays that say something; the title; conditions of the newest records ----------------
+def _trivial_relations(tex: str) -> list[str]:
+    """Adjacent sides of ``=`` that are the same formula (``0 = 0``, ``a = a``): a display that
+    printed an object sympy had already evaluated, so it says nothing."""
+    body = tex.split(r"\qquad", 1)[0]
+    sides = [_normal(x) for x in re.split(r"(?<![<>!\\])=", body)]
+    return [a for a, b in zip(sides, sides[1:]) if a and a == b]
+
+
+def test_trivial_relation_detector_can_fail():
+    assert _trivial_relations("0 = 0")
+    assert _trivial_relations(r"\tanh^{2}{\left(u \right)} = \tanh^{2}{\left(u \right)}")
+    assert not _trivial_relations(r"\cosh{\left(\frac{i \pi}{2} \right)} = 0")
+    assert not _trivial_relations(r"a \le b \qquad (a = a)")
+
+
+def test_no_display_is_a_trivial_identity(spans):
+    bad = [f"line {ln}: {t!r}" for t, display, ln in spans if display and _trivial_relations(t)]
+    assert not bad, "\n".join(bad)
+
+
+def test_title_names_the_records(report_text, records):
+    assert report_text.splitlines()[0] == f"# Derivations {records[0].id}–{records[-1].id}"
+
+
+#: (record, statement label, what its conditions must mention)
+NEW_CONDITIONS = [
+    ("D12", "decay", r"m \in \mathbb{R}"),
+    ("D12", "truncation", r"w_{ts} = \gamma^{\,t-s}\, e^{\,c\,q_t\cdot k_s}"),
+    ("D12", "non_causal", r"\overrightarrow{N}_t = \sum_{s \le t}"),
+    ("D13", "cap", "C > 0"),
+    ("D13", "near_zero", "C > 0"),
+    ("D13", "weights", r"S \ge 2"),
+    ("D14", "row_sums", r"S \text{ keys in the row}"),
+    ("D15", "window", r"0 \le s < S"),
+    ("D15", "finite_history", r"L \ge 0"),
+    ("D15", "gqa", r"\text{ key/value heads dividing }"),
+    ("D16", "softcap", r"\lvert \hat x - x \rvert \le e_x"),
+    ("D16", "alibi", r"m \ge 0"),
+    ("D16", "sigmoid", r"r_{\exp} = 2 k u"),
+]
+
+
+@pytest.mark.parametrize(("rid", "label", "needle"), NEW_CONDITIONS)
+def test_new_statements_carry_their_conditions(records, rid, label, needle):
+    rec = next(r for r in records if r.id == rid)
+    assert needle in rec.statement[label].latex(), f"{rid} {label}: no {needle!r}"
+
+
+def test_numbers_in_step_prose_are_computed(records):
+    """D5's T* values and D6's float32 sentinel come from the exports, not typed into the prose."""
+    from fractions import Fraction
+
+    from derivations import rounding, shift, state_size
+
+    d5 = next(r for r in records if r.id == "D5")
+    ratios = [float(state_size.crossover_ratio(n, 64, 64)) for n in (2, 3, 4)]
+    text = next(s.text for s in d5.steps if "is not an integer" in s.text)
+    assert ", ".join(f"{x:.2f}" for x in ratios) in text
+    assert f"{state_size.crossover_length(2, 64, 64):,} at N = 2" in text
+    d6 = next(r for r in records if r.id == "D6")
+    text = next(s.text for s in d6.steps if "float32 the lowest" in s.text)
+    lowest = -Fraction(rounding.largest_finite("float32"))
+    k2 = float(shift.taylor_kernel_value(2, lowest))
+    assert f"{k2:.1e}".split("e")[0] in text and f"10^{{{int(f'{k2:.1e}'.split('e')[1])}}}" in text

@@ -75,7 +75,8 @@ def ml3_conditions() -> str:
     return (
         "for every score radius r, delta_N(r) -> 0 as N -> oo (D4, proved), so on |scores| <= r "
         "the order-N weights approach softmax's; but not monotonically: delta_N(r) rises with N "
-        f"up to N = r - 1 (r = 4: delta_0..delta_3 = {rising}), and D4's output bound needs "
+        "up to N = r - 1 at the integer radii r = 2..5 checked in D4 "
+        f"(r = 4: delta_0..delta_3 = {rising}), and D4's output bound needs "
         f"delta_N(r) < 1, first met at N = {first} for r = "
         + ", ".join(map(str, radii))
         + "; convergence is slow for negative scores (relative error of one weight first "
