@@ -533,6 +533,14 @@ def derive(
         layernorm_min_dim: claim the LayerNorm identity from this d_v on (1 is wrong).
     """
     rec = Derivation("D7", "The denominator as a norm (Mongaras & Larson)")
+    rec.cite(
+        "the softmax denominator acts as a norm: L2 / RMS / LayerNorm replacements of it discard "
+        "the per-query scalar 1/D_t",
+        "Mongaras & Larson 2025, 'On the Expressiveness of Softmax Attention: A Recurrent "
+        "Neural Network Perspective', arXiv 2507.23632",
+        "the claim; the identities below, their conditions (D_t > 0; d_v >= 2 and a "
+        "non-constant o_t for LayerNorm), the eps gap and its bound are this project's",
+    )
     _claim_scalar_gate(rec)
     _claim_l2_rms(rec)
     _claim_layernorm(rec, layernorm_min_dim)

@@ -551,6 +551,15 @@ def derive(
     import sympy as sp
 
     rec = Derivation("D8", "Why softmax separates what linear attention cannot (Deng, Song & Zhou)")
+    rec.cite(
+        "the thesis: exp amplifies large scores, so softmax attention separates what normalized "
+        "linear attention cannot",
+        "Deng, Song & Zhou 2023, 'Superiority of Softmax: Unveiling the Performance Edge Over "
+        "Linear Attention', arXiv 2310.11685",
+        "the thesis only; statements A, B, C and C', the separation construction (D_0, D_1) "
+        "with its constants, and the power-attention peak are this project's reformulation and "
+        "additions, not the paper's",
+    )
     n = sp.Symbol("n", integer=True, positive=True)
     gap = sp.Symbol("Delta", real=True)
     a = sp.Symbol("a", nonnegative=True)

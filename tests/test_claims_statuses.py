@@ -243,3 +243,16 @@ def test_every_cited_claim_has_a_source_and_every_instance_check_names_its_insta
         hoeffding = [c for c in rec.claims if "Hoeffding" in c.name]
         if rec.id == "D10":
             assert [c.status for c in hoeffding] == [Status.CITED]
+
+
+def test_d7_d8_records_say_what_is_the_papers_and_what_is_the_projects():
+    """The record titles name the papers; each record also has a cited row saying that only the
+    claim/thesis is the paper's, and that the statements and constants are this project's."""
+    from derivations import norms
+
+    for rec, author in ((norms.derive(), "Mongaras & Larson"), (separation.derive(), "Deng")):
+        cited = [c for c in rec.claims if c.status is Status.CITED and author in c.source]
+        assert len(cited) == 1, rec.id
+        assert "this project's" in cited[0].detail
+    d8 = next(c for c in separation.derive().claims if c.status is Status.CITED)
+    assert "reformulation" in d8.detail and "not the paper's" in d8.detail
