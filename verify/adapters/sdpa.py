@@ -1,6 +1,6 @@
 """PyTorch ``torch.nn.functional.scaled_dot_product_attention`` as a checked variant.
 
-SDPA is the softmax yardstick (issue 5): the same battery that checks the project's softmax runs
+SDPA is the softmax yardstick: the same battery that checks the project's softmax runs
 on it, causal and not. Findings on torch 2.13 (CPU) that the claims declare:
 
 * kernel ``softmax`` at the default scale 1/sqrt(d); boolean ``attn_mask`` with True = keep (the

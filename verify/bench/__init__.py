@@ -1,4 +1,4 @@
-"""``attn-theory bench``: the Taylor-2 attention forms timed side by side (issue 3).
+"""``attn-theory bench``: the Taylor-2 attention forms timed side by side.
 
 Writes ``benchmarks.md`` and ``benchmarks.json`` into the report directory (and nothing else:
 ``verify.render.staging.staged_write`` keeps every other report file). These two files carry

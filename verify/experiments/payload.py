@@ -60,7 +60,7 @@ def payload(
     load_average: tuple[float, float] | None = None,
 ) -> dict:
     """The JSON document. A ``quick`` run gets no orderings' decisions and no claims: its tests
-    would be computed from too few steps and seeds to mean anything (issue 14).
+    would be computed from too few steps and seeds to mean anything.
 
     ``load_average``: the machine's 1-minute load average at the start and end of the runs
     (context for the times: other processes share the CPU cores).

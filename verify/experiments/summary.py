@@ -1,5 +1,5 @@
 """Statistics over seeds, the measured ordering with its tests, and the papers' qualitative
-claims as tested results (issue 14: verdicts follow from the tests).
+claims as tested results (verdicts follow from the tests).
 
 Scores. A run's score is its accuracy at the end of training. A run that diverged for a reason
 of its own (loss above the threshold, a non-finite value not caused by a vanishing divisor)

@@ -1,4 +1,4 @@
-"""Black-box probes: what an attention callable computes, read from its forward alone (issue 5).
+"""Black-box probes: what an attention callable computes, read from its forward alone.
 
 ``probe(variant)`` calls ``variant.forward`` (through ``verify.properties.support.calls.call``,
 so an exception, NaN/inf, a wrong shape or dtype is recorded as a reason, never raised) on inputs

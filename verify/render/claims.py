@@ -1,5 +1,5 @@
 """``claims.md`` / ``.json``: the seed papers' claims, traced from statement to derivation to
-numeric check to experiment (issue 7).
+numeric check to experiment.
 
 Each claim names the derivations (D-ids of reports/derivations.md) that establish it, the
 catalogue properties that check it numerically, and the experiment claims
