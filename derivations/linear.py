@@ -187,7 +187,7 @@ def _statement(rec) -> None:
     rec.statement["kernel_linear_attention"] = tex(
         r"o_t = \frac{\phi(q_t)^{T} S_t}{\phi(q_t)^{T} z_t}, \qquad"
         r" S_t = S_{t-1} + \phi(k_t)\, v_t^{T}, \quad z_t = z_{t-1} + \phi(k_t),"
-        r" \quad S_0 = 0,\ z_0 = 0",
+        r" \quad S_0 = 0,\ z_0 = 0 \qquad (\phi(q_t)^{T} z_t \ne 0)",
         claim="normalized Taylor-1 attention == kernel linear attention with phi = [1, x~]",
     )
 

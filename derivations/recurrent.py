@@ -192,7 +192,8 @@ def _statement(rec) -> None:
     # (derivations._latex) with the sympy parts as slots, each naming the claim that proves it.
     readout = "recurrent readout = parallel form (all T, d, N), z^(0)_t = t"
     rec.statement["output"] = tex(
-        r"@o \qquad (x_{t, s} = c\, q_t \cdot k_s,\ c > 0)",
+        r"@o \qquad (x_{t, s} = c\, q_t \cdot k_s,\ c > 0;\ "
+        r"\textstyle\sum_{s \le t} \kappa_N(x_{t, s}) \ne 0\text{, always for even } N)",
         claim=readout,
         o=sympy.Eq(
             o[t],
@@ -212,7 +213,7 @@ def _statement(rec) -> None:
         r"o_t = \frac{N_t}{D_t}, \quad N_t = \sum_{n=0}^{N} \frac{1}{n!}"
         r" \big(\tilde{q}_t^{\otimes n}\big)^{T} S^{(n)}_t, \quad"
         r" D_t = \sum_{n=0}^{N} \frac{1}{n!} \big(\tilde{q}_t^{\otimes n}\big)^{T} z^{(n)}_t"
-        r" \qquad (\tilde{q}_t = \sqrt{c}\, q_t)",
+        r" \qquad (\tilde{q}_t = \sqrt{c}\, q_t,\ D_t \ne 0)",
         claim=readout,
     )
 

@@ -467,7 +467,7 @@ def _claim_relu_homogeneous(rec: Derivation) -> None:
     rec.statement["ReLU linear attention"] = tex(
         r"w_s(\alpha q) = w_s(q) = @w \qquad"
         r" \bigl(\alpha > 0,\ \operatorname{relu}(x) = \tfrac{1}{2}(x + \lvert x \rvert),"
-        r"\ f_{s, i} = \phi(k_s)_i \ge 0\bigr)",
+        r"\ f_{s, i} = \phi(k_s)_i \ge 0,\ \text{denominator} > 0\bigr)",
         claim="relu(alpha x) = alpha relu(x) for alpha > 0, hence the normalized linear-attention "
         "weights of alpha q and q coincide (not injective)",
         w=sp.Sum(sp.Function("relu")(q[i]) * sp.IndexedBase("f")[s_, i], (i, 1, d))

@@ -458,3 +458,18 @@ def test_numbers_in_step_prose_are_computed(records):
     lowest = -Fraction(rounding.largest_finite("float32"))
     k2 = float(shift.taylor_kernel_value(2, lowest))
     assert f"{k2:.1e}".split("e")[0] in text and f"10^{{{int(f'{k2:.1e}'.split('e')[1])}}}" in text
+
+
+#: ratios whose denominator can vanish (odd kappa_N, relu features): the statement says it may not
+NONZERO_DENOMINATORS = [
+    ("D2", "output", r"\kappa_N(x_{t, s}) \ne 0"),
+    ("D2", "readout", r"D_t \ne 0"),
+    ("D3", "kernel_linear_attention", r"\phi(q_t)^{T} z_t \ne 0"),
+    ("D9", "ReLU linear attention", r"\text{denominator} > 0"),
+]
+
+
+@pytest.mark.parametrize(("rid", "label", "needle"), NONZERO_DENOMINATORS)
+def test_ratios_state_a_nonzero_denominator(records, rid, label, needle):
+    rec = next(r for r in records if r.id == rid)
+    assert needle in rec.statement[label].latex(), f"{rid} {label}: no {needle!r}"
