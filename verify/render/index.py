@@ -276,7 +276,8 @@ def build(
     out += [
         "## Pages",
         "",
-        "- [derivations.md](derivations.md): D1–D10 with LaTeX, statuses, exported numbers",
+        f"- [derivations.md](derivations.md): {records[0].id}–{records[-1].id} with LaTeX, "
+        "statuses, exported numbers",
         "- [verification.md](verification.md): property × implementation matrix per dtype",
         "- [variants/](variants/): report cards of third-party variants",
         "- [claims.md](claims.md): the seed papers' claims, traced",
