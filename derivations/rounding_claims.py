@@ -142,13 +142,14 @@ def claim_gamma_lemma(rec, gam: Callable[[Any, Any], Any]) -> None:
         r"Induction: $(1 + \theta_n)(1 + \delta) - 1$ has modulus at most "
         r"$\gamma_n + u + \gamma_n u$, and $(1 + \theta_n) / (1 + \delta) - 1$ at most "
         r"$(\gamma_n + u) / (1 - u)$; both must be at most $\gamma_{n+1}$, i.e. both differences "
-        "are non-negative:",
+        r"are non-negative. Factored, each is $u^2$ times a ratio whose factors $n u - 1$, "
+        r"$(n + 1) u - 1$ and $u - 1$ are all negative when $(n + 1) u < 1$:",
         tex(
             r"\gamma_{n+1} - (\gamma_n + u + \gamma_n u) = @a \ge 0, \qquad"
             r" \gamma_{n+1} - \frac{\gamma_n + u}{1 - u} = @b \ge 0 \qquad ((n+1) u < 1)",
             claim=induction,
-            a=sp.simplify(mult_gap),
-            b=sp.simplify(div_gap),
+            a=sp.factor(mult_gap),
+            b=sp.factor(div_gap),
         ),
     )
     rec.prove(
