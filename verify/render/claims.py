@@ -263,6 +263,12 @@ def _experiment_results(exp_json, prefixes) -> list[dict]:
 EXPERIMENT_DECIDED = ("agree", "disagree", "mixed")
 
 
+def _experiment_cell(e: dict) -> str:
+    """The verdict and its evidence, the verdict once (the evidence may begin with it)."""
+    ev = e["evidence"]
+    return ev if ev.startswith(f"{e['verdict']}:") else f"{e['verdict']}: {ev}"
+
+
 def _experiment_why(e: dict) -> str:
     name = f"experiment {e['id']}" if e.get("id") else "experiment"
     return f"{name} ({e['claim']}): {e['verdict']} — {e['evidence']}"
@@ -345,7 +351,7 @@ def build(stage: Path, *, records, verification, source_dir: Path) -> dict:
                 r["source"],
                 "; ".join(f"{d['id']} ({d['status']})" for d in r["derivations"]),
                 "; ".join(f"`{p['property']}`: {p['text']}" for p in r["properties"]) or "—",
-                "; ".join(f"{e['verdict']}: {e['evidence']}" for e in r["experiments"]) or "—",
+                "; ".join(_experiment_cell(e) for e in r["experiments"]) or "—",
                 f"**{r['verdict']}**" + (f" — {r['why']}" if r["why"] else ""),
             ]
             for r in rows
