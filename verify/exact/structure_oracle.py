@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from derivations import structure as d15
-from verify.exact.oracle import to_float64, to_mpf_array
+from verify.exact.oracle import _taylor_kernel, to_float64, to_mpf_array
 from verify.spec.kernel import taylor_order
 
 __all__ = ["structured_reference"]
@@ -74,6 +74,7 @@ def structured_reference(
         if causal:
             right = 0
         mask = None if attn_mask is None else np.broadcast_to(np.asarray(attn_mask), (B, H, T, S))
+        kappa = None if order is None else _taylor_kernel(order)  # D1's coefficients
         slopes = None if alibi_slopes is None else [mpmath.mpf(float(m)) for m in alibi_slopes]
         gammas = None if decay is None else [mpmath.mpf(float(g)) for g in decay]
         out = np.empty((B, H, T, V.shape[-1]), dtype=object)
@@ -98,7 +99,7 @@ def structured_reference(
                         if kernel == "sigmoid":
                             w = 1 / (1 + mpmath.exp(-(x + sigmoid_bias)))
                         elif order is not None:
-                            w = mpmath.fsum(x**n / mpmath.factorial(n) for n in range(order + 1))
+                            w = kappa(x)
                         else:
                             w = mpmath.exp(x)
                         if gammas is not None:

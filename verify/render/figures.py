@@ -267,7 +267,6 @@ def draw_ratio_distribution(
 
 #: inputs of the softcap figure (D13)
 CAP_RANGE = (1, 60)
-CAP_MARKED = (20, 30, 50)
 
 
 def softcap_orders_caption() -> str:
@@ -292,7 +291,7 @@ def draw_softcap_orders() -> Drawn:
     for level, style, label in ((1, "C0-", "δ_N(C) < 1"), (1e-3, "C1--", "δ_N(C) < 10⁻³")):
         orders = [d13.smallest_uniform_order(int(c), level) for c in caps]
         ax.plot(caps, orders, style, lw=1.5, label=label)
-        for c in CAP_MARKED:
+        for c in d13.CAPS:  # the caps of the record's table
             n = orders[int(c) - CAP_RANGE[0]]
             ax.plot([c], [n], style[:2] + "o", ms=5)
             ax.annotate(f"N = {n}", (c, n), fontsize=7, xytext=(4, -10), textcoords="offset points")
