@@ -1,7 +1,9 @@
 """Adapters that declare real third-party attention implementations as checked variants.
 
 Each adapter module (:mod:`~verify.adapters.sdpa`, :mod:`~verify.adapters.fla`,
-:mod:`~verify.adapters.performer`) exports
+:mod:`~verify.adapters.performer`, :mod:`~verify.adapters.mha`, :mod:`~verify.adapters.hf`,
+:mod:`~verify.adapters.xtransformers`, :mod:`~verify.adapters.local_attention`,
+:mod:`~verify.adapters.taylor_series`) exports
 
 * ``VARIANTS``: card name -> import spec ``"verify.adapters.<module>:<factory>"`` of a
   zero-argument factory returning an :class:`~verify.spec.variant.AttentionVariant` (pass it to
@@ -13,8 +15,11 @@ Each adapter module (:mod:`~verify.adapters.sdpa`, :mod:`~verify.adapters.fla`,
 ``verify.render.cards.build_cards`` regenerates the committed report cards
 (``reports/variants/<name>.md|json``) from them.
 
-Importing this package is cheap: the third-party packages (fla-core, performer-pytorch) are
-imported by the factories, which raise ImportError when a package is missing.
+Importing this package is cheap: the third-party packages (fla-core, performer-pytorch,
+transformers, x-transformers, local-attention, taylor-series-linear-attention) are imported by
+the factories or on the first forward call (the factories raise ImportError when a package is
+missing). :mod:`~verify.adapters.measure` holds the black-box measurements the modern adapters'
+cards share.
 """
 
 from __future__ import annotations
@@ -22,10 +27,28 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from verify.adapters import fla, performer, sdpa
+from verify.adapters import (
+    fla,
+    hf,
+    local_attention,
+    mha,
+    performer,
+    sdpa,
+    taylor_series,
+    xtransformers,
+)
 
 #: adapter module name -> module, in card order
-MODULES: dict[str, ModuleType] = {"sdpa": sdpa, "fla": fla, "performer": performer}
+MODULES: dict[str, ModuleType] = {
+    "sdpa": sdpa,
+    "fla": fla,
+    "performer": performer,
+    "mha": mha,
+    "hf": hf,
+    "xtransformers": xtransformers,
+    "local_attention": local_attention,
+    "taylor_series": taylor_series,
+}
 
 #: card name -> import spec of the variant's factory
 ADAPTERS: dict[str, str] = {
@@ -37,6 +60,11 @@ REQUIRES: dict[str, str] = {
     "sdpa": "torch",
     "fla": "fla-core (with triton)",
     "performer": "performer-pytorch",
+    "mha": "torch",
+    "hf": "transformers",
+    "xtransformers": "x-transformers",
+    "local_attention": "local-attention",
+    "taylor_series": "taylor-series-linear-attention",
 }
 
 
