@@ -61,6 +61,68 @@ class ClaimOption:
     choices: tuple[str, ...] | None = None
     #: a boolean claim: ``--NAME`` sets True, ``--OFF`` sets False
     off: str | None = None
+    #: a flag ``--FLAG`` that sets the claim to a constant: (flag name, constant)
+    flag: tuple[str, Any] | None = None
+
+
+def _numbers(what: str, check: Callable[[float], bool], want: str) -> Callable[[str], tuple]:
+    """argparse type: comma-separated numbers, each satisfying ``check``."""
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(x) for x in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} as comma-separated numbers, got {text!r}"
+            ) from None
+        bad = [x for x in values if not check(x)]
+        if bad:
+            raise argparse.ArgumentTypeError(f"expected {what} {want}, got {text!r}")
+        return values
+
+    return parse
+
+
+def window(text: str) -> tuple[int, int]:
+    """argparse type of ``--window``: ``LEFT,RIGHT``, ints >= -1 (-1 unbounded), not both -1."""
+    parts = text.split(",")
+    try:
+        left, right = (int(x) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LEFT,RIGHT (ints >= -1, -1 = unbounded), got {text!r}"
+        ) from None
+    if min(left, right) < -1 or (left, right) == (-1, -1):
+        raise argparse.ArgumentTypeError(
+            f"expected LEFT,RIGHT with each >= -1 and not both -1, got {text!r}"
+        )
+    return left, right
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a positive finite number."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def _precision(text: str) -> str:
@@ -76,7 +138,9 @@ def _precision(text: str) -> str:
 
 
 CLAIM_OPTIONS = (
-    ClaimOption("kernel", "kernel", "claimed kernel: softmax | taylor:N | linear:MAP | unknown"),
+    ClaimOption(
+        "kernel", "kernel", "claimed kernel: softmax | taylor:N | linear:MAP | sigmoid | unknown"
+    ),
     ClaimOption("layout", "layout", "tensor layout", choices=LAYOUTS),
     ClaimOption(
         "causal",
@@ -125,6 +189,44 @@ CLAIM_OPTIONS = (
         "what a row with no visible key returns",
         choices=EMPTY_ROW_CONVENTIONS,
     ),
+    # structural claims (D12-D15): what the variant computes beyond its kernel
+    ClaimOption(
+        "kv_heads",
+        "kv-heads",
+        "grouped kv heads: forward also takes k, v with G heads (query head h uses kv head "
+        "h // (H / G), repeat_interleave); G is the kv-head count the GQA checks use",
+        positive_int,
+    ),
+    ClaimOption(
+        "window",
+        "window",
+        "sliding window LEFT,RIGHT (FlashAttention window_size: bottom-right aligned, -1 "
+        "unbounded, causal calls use RIGHT = 0; Hugging Face sliding_window=W is W-1,0)",
+        window,
+    ),
+    ClaimOption("softcap", "softcap", "logit softcap C: scores -> C tanh(s / C)", positive_float),
+    ClaimOption(
+        "alibi_slopes",
+        "alibi-slopes",
+        "ALiBi slopes per head, comma-separated (bias -m_h |t' - s|)",
+        _numbers("ALiBi slopes", lambda x: x > 0, "positive"),
+        flag=("alibi", "reference"),
+    ),
+    ClaimOption(
+        "decay",
+        "decay",
+        "decay gamma per head, comma-separated, in (0, 1] (a causal decayed Taylor or linear RNN)",
+        _numbers("decays", lambda x: 0 < x <= 1, "in (0, 1]"),
+    ),
+    ClaimOption(
+        "sigmoid_bias", "sigmoid-bias", "bias b of --kernel sigmoid: sigma(c q.k + b)", finite_float
+    ),
+    ClaimOption(
+        "key_padding",
+        "key-padding",
+        "forward accepts key_padding_mask (B, S) bool, True = keep",
+        off="no-key-padding",
+    ),
 )
 
 
@@ -133,6 +235,14 @@ def add_claim_options(add: Callable[..., Any], prefix: str = "") -> None:
     ``group.addoption``), named ``--{prefix}{name}``, default None (not claimed)."""
     for opt in CLAIM_OPTIONS:
         dest = _dest(prefix, opt)
+        if opt.flag:
+            add(
+                f"--{prefix}{opt.flag[0]}",
+                action="store_const",
+                const=opt.flag[1],
+                dest=dest,
+                help=f"{opt.help}: {opt.flag[1]} (--{prefix}{opt.name})",
+            )
         if opt.off:
             add(
                 f"--{prefix}{opt.name}", action="store_true", default=None, dest=dest, help=opt.help

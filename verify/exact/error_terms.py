@@ -84,7 +84,40 @@ def _row_max_increasing(fn, a: np.ndarray, b: np.ndarray, vis: np.ndarray) -> np
     return out
 
 
-def terms(
+def terms(family, order, fmap, q, k, vis, c, u, *, transform: dict | None = None, **kw):
+    """:func:`_terms`, then a declared decay (D12) applied to the weights (:func:`decayed`)."""
+    out = _terms(family, order, fmap, q, k, vis, c, u, transform=transform, **kw)
+    if transform and transform.get("decay") is not None:
+        return decayed(out, transform["decay"], vis, u)
+    return out
+
+
+def decayed(out: tuple, gammas: np.ndarray, vis: np.ndarray, u: float) -> tuple:
+    """The :func:`_terms` tuple of decayed weights gamma_h^(t' - s) w_ts (D12).
+
+    The decay factor of a key lag n = t' - s >= 0 is computed from gamma rounded to the working
+    dtype (relative error <= u, so gamma_hat^n has <= gamma_n(u)) by n products (a recurrent
+    state multiplied once per step: gamma_n(u) more) or a power and two products (the parallel
+    and chunked forms, fewer): each weight gains the relative factor (1 + theta), |theta| <=
+    gamma_{2n+2}(u), so with the row's largest lag n_max the per-row coefficients become
+    (1 + rel)(1 + gamma_{2 n_max + 2}(u)) - 1 (the weighted-sum bounds multiply per-term factors,
+    ``derivations.rounding.weighted_sum_relative_bound``). The majorant W is scaled by the exact
+    factor (inflated by 4 float64 roundings)."""
+    w, W, num_rel, den_rel, desc, uf_log = out
+    T, S = vis.shape[-2], vis.shape[-1]
+    lag = np.arange(T)[:, None] + (S - T) - np.arange(S)[None, :]  # (T, S)
+    g = np.asarray(gammas, dtype=np.float64)[:, None, None]  # (H, 1, 1)
+    factor = np.broadcast_to(g ** np.maximum(lag, 0), vis.shape)
+    w = np.where(vis, w * factor, 0.0)
+    W = np.where(vis, inflate(W * factor, 4), 0.0)
+    n_max = np.max(np.where(vis, lag, 0), axis=-1)  # (..., T)
+    extra = vec(lambda n: d10.gamma(2 * int(n) + 2, u), n_max)
+    num_rel = (1 + num_rel) * (1 + extra) - 1
+    den_rel = (1 + den_rel) * (1 + extra) - 1
+    return w, W, num_rel, den_rel, desc + ", decayed by gamma^(t-s) (D12)", uf_log
+
+
+def _terms(
     family: str,
     order: int | None,
     fmap: str | None,

@@ -219,9 +219,12 @@ def attention_error_bound(
             describe softmax kernels (sum denominator, no eps) and are the same as
             ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
         structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
-            ``enable_gqa``, ``softcap``, ``alibi_slopes``, and ``sigmoid_bias`` (kernel
-            ``sigmoid``, denominator ``none``). Softcap and ALiBi change the scores and their
-            error (D16) for ``softmax`` and ``sigmoid`` under the two-level model.
+            ``enable_gqa``, ``softcap``, ``alibi_slopes``, ``sigmoid_bias`` (kernel
+            ``sigmoid``, denominator ``none``) and ``decay`` (causal ``taylor:N``: each weight
+            gamma^(t-s) kappa_N carries the extra relative error gamma_{2(t-s)+2}(u) of its
+            decay factor, :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
+            the scores and their error (D16) for ``softmax`` and ``sigmoid`` under the
+            two-level model.
 
     Returns:
         :class:`ErrorBound` (``bound`` is 0 on rows with no visible key: zeros are required).
@@ -383,9 +386,12 @@ def _setup(
     softcap: float | None = None,
     alibi_slopes: Any = None,
     sigmoid_bias: float | None = None,
+    decay: Any = None,
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
     family, order, fmap = _parse_kernel(kernel)
+    if decay is not None and (family not in ("taylor", "taylor-features") or not causal):
+        raise ValueError("decay: modelled for causal Taylor-N kernels (D12)")
     if (family == "sigmoid") != (sigmoid_bias is not None):
         raise ValueError("sigmoid_bias: given exactly when kernel='sigmoid' (D14)")
     if family == "sigmoid" and denominator != "none":
@@ -425,6 +431,8 @@ def _setup(
         transform["alibi"] = _np64(alibi_slopes, "alibi_slopes").reshape(-1)
     if sigmoid_bias is not None:
         transform["sigmoid_bias"] = float(sigmoid_bias)
+    if decay is not None:
+        transform["decay"] = _np64(decay, "decay").reshape(-1)
     exp_type = family in ("exp", "sigmoid", "taylor", "taylor-features") or fmap == "favor"
     # exp weights are shifted by the row maximum unless the mode sees their absolute size
     # (eps is added to the unshifted denominator or norm, so eps needs it too)

@@ -6,7 +6,8 @@ Groups (one module each, listed in catalogue order): ``domain`` (every input of 
 domain accepted), ``oracle_checks`` (against the mpmath oracle), ``dependence`` (causality,
 prefix invariance, batch and head independence, permutation), ``weights`` (linearity in v,
 determinism, convexity, uniform weights), ``scores`` (the score scale, a single key), ``masks``
-(masks, causal alignment, the causal mismatch), ``forms`` (form agreement and the streaming
+(masks, causal alignment, the causal mismatch), ``claimed_structure`` (the window extent, kv
+head groups and key padding of structural claims), ``forms`` (form agreement and the streaming
 state API), ``kernel`` (kernel identity, positivity, odd orders), ``shift`` (shift invariance),
 ``gradients`` and ``gradient_masks``, ``precision`` (dtype and device agreement), and on the
 built-in implementations' theory ``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8),
@@ -25,6 +26,7 @@ GROUPS = (
     "weights",
     "scores",
     "masks",
+    "claimed_structure",
     "forms",
     "kernel",
     "shift",

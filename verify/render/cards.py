@@ -162,9 +162,47 @@ def _card(name: str, variant, doc, *, quick: bool, isolate: bool) -> tuple[list[
     out.append(card.claims_vs_probes(doc["claims"], suggested, COMPARED_CLAIMS))
     out.append(card.restrictions("Input restrictions (black-box probes, float64)", probe))
     c = _Card(name, doc, probe, facts, quick)
-    out += [section(c) for fact, section in _SECTIONS[module] if fact in facts]
+    if module in _SECTIONS:
+        out += [section(c) for fact, section in _SECTIONS[module] if fact in facts]
+    elif facts:
+        out.append(_measured_facts(c))
     extra.update(facts)
     return out, extra
+
+
+def _measured_facts(c: _Card) -> str:
+    """The adapter module's measured facts (package versions, conventions, findings) as nested
+    bullets, for modules without sections of their own."""
+
+    def lines(value, depth: int) -> list[str]:
+        pad = "  " * depth
+        if isinstance(value, dict):
+            out = []
+            for key, item in value.items():
+                if isinstance(item, (dict, list)) and item:
+                    out.append(f"{pad}- {key}:")
+                    out += lines(item, depth + 1)
+                else:
+                    out.append(f"{pad}- {key}: {_plain(item)}")
+            return out
+        if isinstance(value, list):
+            out = []
+            for item in value:
+                if isinstance(item, (dict, list)):
+                    out += lines(item, depth)
+                else:
+                    out.append(f"{pad}- {_plain(item)}")
+            return out
+        return [f"{pad}- {_plain(value)}"]
+
+    body = "\n".join(lines(c.facts, 0))
+    return f"## Measured conventions and findings\n\n{body}\n"
+
+
+def _plain(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def _write(name: str, doc, sections: list[str], extra: dict, report_dir: Path) -> None:

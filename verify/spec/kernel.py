@@ -2,7 +2,8 @@
 
 Claims name a kernel as ``softmax``, ``taylor:N`` (kappa_N, D1), ``linear:MAP`` (kernel linear
 attention with a feature map, D3: MAP in ``identity``, ``elu1``, ``relu``, ``favor``,
-``taylor:N``) or ``unknown``; the attention functions name feature maps (``elu1``, ``taylor:N``,
+``taylor:N``), ``sigmoid`` (unnormalized sigma(c q.k + b), D14) or ``unknown``; the attention
+functions name feature maps (``elu1``, ``taylor:N``,
 ``favor``, ...); the mpmath oracle calls the softmax kernel ``exp``. :func:`parse`,
 :func:`from_feature_map` and :func:`taylor_order` are the only places these strings are read.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from verify.spec.vocabulary import ELEMENTWISE_MAPS, NAMED_MAPS
 
-FAMILIES = ("softmax", "taylor", "linear", "unknown")
+FAMILIES = ("softmax", "taylor", "linear", "sigmoid", "unknown")
 _TAYLOR = re.compile(r"taylor:(\d+)\Z")
 
 
@@ -29,8 +30,8 @@ def taylor_order(name: object) -> int | None:
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel claim: ``family`` (softmax | taylor | linear | unknown), the truncation ``order``
-    (``taylor:N`` and ``linear:taylor:N``) and the feature ``map`` (linear family)."""
+    """A kernel claim: ``family`` (softmax | taylor | linear | sigmoid | unknown), the truncation
+    ``order`` (``taylor:N`` and ``linear:taylor:N``) and the feature ``map`` (linear family)."""
 
     family: str
     order: int | None = None
@@ -51,7 +52,11 @@ class Kernel:
     def exp_type(self) -> bool:
         """Kernels of the exp family: scores scaled by c (default 1/sqrt(d)), absorbed as
         sqrt(c) on q and k in feature form (softmax, kappa_N, FAVOR+, Taylor features)."""
-        return self.family in ("softmax", "taylor") or self.map == "favor" or self.taylor_map
+        return (
+            self.family in ("softmax", "taylor", "sigmoid")
+            or self.map == "favor"
+            or self.taylor_map
+        )
 
     @property
     def taylor_map(self) -> bool:
@@ -67,7 +72,7 @@ class Kernel:
     def positive(self) -> bool | None:
         """True for positive kernels (exp, even kappa_N, elu1, favor); False for signed or
         vanishing ones (odd kappa_N, identity, relu); None when unknown."""
-        if self.family == "softmax":
+        if self.family in ("softmax", "sigmoid"):
             return True
         if self.order is not None:
             return self.order % 2 == 0
@@ -89,6 +94,8 @@ class Kernel:
         """The kernel name of ``verify.exact.oracle.reference``: ``exp``, ``taylor:N`` or a map."""
         if self.family == "softmax":
             return "exp"
+        if self.family == "sigmoid":
+            return "sigmoid"
         return self.feature_map
 
     def default_scale(self, d: int) -> float:
@@ -122,6 +129,8 @@ def parse(text: object, *, name: str = "kernel") -> Kernel:
         return Kernel("softmax")
     if text == "unknown":
         return UNKNOWN
+    if text == "sigmoid":
+        return Kernel("sigmoid")
     n = taylor_order(text)
     if n is not None:
         return Kernel("taylor", order=n)
@@ -132,7 +141,7 @@ def parse(text: object, *, name: str = "kernel") -> Kernel:
             pass
     raise ValueError(
         f"{name}: expected 'softmax', 'taylor:N', 'linear:MAP' (MAP in "
-        f"{NAMED_MAPS + ('taylor:N',)}) or 'unknown', got {text!r}"
+        f"{NAMED_MAPS + ('taylor:N',)}), 'sigmoid' or 'unknown', got {text!r}"
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verify.spec import kernel as _kernel
+from verify.spec import structure as _structure
 from verify.spec.vocabulary import (
     ALIGNMENTS,
     CAUSAL_SUPPORT,
@@ -68,7 +69,8 @@ class AttentionVariant:
             ``BTHD`` swaps the head and sequence axes. The output dtype must be the input dtype.
         layout: ``"BHTD"`` or ``"BTHD"``.
         kernel: ``"softmax"``, ``"taylor:N"`` (kappa_N of D1), ``"linear:MAP"`` with MAP
-            one of identity, elu1, relu, favor, taylor:N, or ``"unknown"`` (the checker then
+            one of identity, elu1, relu, favor, taylor:N, ``"sigmoid"`` (D14), or
+            ``"unknown"`` (the checker then
             identifies it with probes).
         causal: which ``causal`` values ``forward`` supports: ``"yes"``, ``"no"`` or ``"both"``.
         causal_alignment: for causal calls with T != S, ``"top-left"`` (SDPA) or
@@ -109,6 +111,23 @@ class AttentionVariant:
             and reported, never failed).
         tolerances: per-dtype :class:`Tolerance` overrides (each with its reason).
         description: one line for the report card.
+        kv_heads: grouped key/value heads (GQA, D15): ``forward`` also takes k, v with G heads,
+            G dividing H, query head h using kv head h // (H / G) (``repeat_interleave``, SDPA's
+            ``enable_gqa``); the claim's G is the kv-head count the GQA checks draw (the other
+            properties call with G = H). None: k, v have H heads.
+        window: ``(left, right)`` sliding window, FlashAttention's ``window_size`` (D15):
+            bottom-right aligned, key s visible from query t iff t' - left <= s <= t' + right
+            with t' = t + S - T, -1 unbounded; a causal call has right = 0 (Hugging Face's
+            ``sliding_window=W`` is ``(W - 1, 0)``).
+        softcap: C of the logit softcap C tanh(s / C) on the scaled scores (D13).
+        alibi_slopes: per-head ALiBi slopes m_h (bias -m_h |t' - s|, FlashAttention's order:
+            softcap, bias, mask; D12), a tuple fixing H, or ``"reference"`` (the ALiBi paper's
+            slopes for whatever H a check draws).
+        decay: per-head decay gamma_h in (0, 1] of a causal Taylor or linear RNN (D12: key s of
+            query t weighted by gamma_h^(t - s)); fixes H.
+        sigmoid_bias: b of ``kernel="sigmoid"``: unnormalized sigma(c q.k + b) (D14).
+        key_padding: ``forward`` accepts ``key_padding_mask=`` (B, S) bool, True = keep (SDPA's
+            convention; an adapter flips code that uses the opposite).
 
     Raises:
         ValueError: an unknown layout, kernel, causal, alignment, dtype, or a bad eps/scale.
@@ -141,6 +160,13 @@ class AttentionVariant:
     empty_rows: str | None = None
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     description: str = ""
+    kv_heads: int | None = None
+    window: tuple[int, int] | None = None
+    softcap: float | None = None
+    alibi_slopes: tuple[float, ...] | str | None = None
+    decay: tuple[float, ...] | None = None
+    sigmoid_bias: float = 0.0
+    key_padding: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -199,6 +225,7 @@ class AttentionVariant:
             _one_of("tolerances", dt, DTYPES)
             if not isinstance(tol, Tolerance):
                 raise TypeError(f"tolerances[{dt!r}]: expected a Tolerance(factor, reason)")
+        _structure.check_claims(self)
 
     # -- derived views of the claims ----------------------------------------------------------
     @property
@@ -272,6 +299,13 @@ CLAIM_FIELDS = (
     "precision",
     "empty_rows",
     "exp_library",
+    "kv_heads",
+    "window",
+    "softcap",
+    "alibi_slopes",
+    "decay",
+    "sigmoid_bias",
+    "key_padding",
 )
 
 
@@ -304,6 +338,15 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "precision": v.precision,
         "empty_rows": v.empty_rows,
         "exp_library": v.exp_library,
+        "kv_heads": v.kv_heads,
+        "window": list(v.window) if v.window is not None else None,
+        "softcap": v.softcap,
+        "alibi_slopes": (
+            list(v.alibi_slopes) if isinstance(v.alibi_slopes, tuple) else v.alibi_slopes
+        ),
+        "decay": list(v.decay) if v.decay is not None else None,
+        "sigmoid_bias": v.sigmoid_bias,
+        "key_padding": v.key_padding,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -157,7 +157,9 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     )
     ctx = dataclasses.replace(ctx, compute_dtype=getattr(variant, "compute_dtype", None))
     try:
-        reason = prop.applies(variant, ctx)
+        from verify.properties.support.claims import structure_reason
+
+        reason = prop.applies(variant, ctx) or structure_reason(variant, prop.id)
     except Exception as exc:  # an applicability test that crashes is a bug in the catalogue
         reason = f"applicability check raised {exc!r}"
         return PropertyResult(status="fail", reason=reason, **base)

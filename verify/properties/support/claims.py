@@ -10,6 +10,56 @@ from verify.properties.support.paths import normalized_modes, sum_mode
 #: maps whose linear attention is positively homogeneous (phi(alpha x) = alpha phi(x), D8, D9)
 HOMOGENEOUS_MAPS = ("identity", "relu")
 
+#: the properties that hold, with the same statement, under structural claims (a window, a
+#: softcap, ALiBi, a decay, sigmoid weights: ``verify.spec.structure``): the structural ones
+#: (kernel-free, D11), those whose reference is the modern one (``exact_and_bound``: outputs,
+#: forms, states, dtypes) and the properties of the claims themselves. The others state facts
+#: of the plain kernels (uniform weights at q = k = 0, peaks, shift invariance, the exact
+#: kernel matrix ...) that the claims change, and skip with that reason.
+STRUCTURE_AWARE = (
+    "accepts-inputs",
+    "oracle-agreement",
+    "edge-cases",
+    "causality",
+    "prefix-invariance",
+    "batch-independence",
+    "head-independence",
+    "permutation-equivariance",
+    "linearity-in-v",
+    "determinism",
+    "convex-combination",
+    "masks",
+    "causal-alignment",
+    "causal-mismatch-rejected",
+    "forms-agree",
+    "state-step",
+    "state-split-resume",
+    "gradcheck",
+    "masked-key-gradients",
+    "dtype-agreement",
+    "device-agreement",
+    "window-extent",
+    "head-groups",
+    "key-padding",
+)
+
+
+def structure_reason(variant, property_id: str) -> str | None:
+    """Why ``property_id`` does not apply under the variant's structural claims, or None."""
+    from verify.spec.structure import describe, has_structure, position_dependent
+
+    if not has_structure(variant):
+        return None
+    claims = "; ".join(describe(variant))
+    if property_id == "permutation-equivariance" and position_dependent(variant):
+        return f"position-dependent claims ({claims}): keys are not exchangeable"
+    if property_id in STRUCTURE_AWARE:
+        return None
+    return (
+        f"structural claims ({claims}): a statement about the plain {variant.kernel} kernel "
+        "that they change"
+    )
+
 
 def dtype_reason(variant, ctx) -> str | None:
     """The run's dtype is not among the claimed ``dtypes``."""

@@ -7,7 +7,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from verify.spec.results import NotApplicable
+from verify.spec.structure import describe, has_structure
 
 #: sizes drawn by the catalogue (the mpmath oracle stays well under a second per example)
 MAX_BATCH = 2
@@ -64,7 +67,11 @@ def within_domain(variant, shape):
     already respect ``length_multiple``)."""
     import dataclasses
 
+    from verify.spec.structure import fixed_heads
+
     changes = {}
+    if (heads := fixed_heads(variant)) is not None and shape.H != heads:
+        changes["H"] = heads  # per-head slopes or decays fix the head count
     if variant.dv_equals_d and shape.d_v != shape.d:
         changes["d_v"] = shape.d
     if variant.self_attention_only and shape.S != shape.T:
@@ -112,6 +119,14 @@ def radius_strategy(variant, ctx, *, beyond_overflow: bool = False):
 
     if variant.kernel_family == "taylor" or (variant.order is not None):
         return score_radius(variant.order).map(lambda r: max(r, MIN_RADIUS))
+    if variant.softcap is not None:
+        # scores inside the cap's linear range and beyond the cap (up to 3 C, where C tanh(s/C)
+        # is within 1 % of C): a cap applied to the wrong scores, or not at all, shows
+        cap = float(variant.softcap)
+        return st.one_of(
+            st.floats(MIN_RADIUS, min(8.0, cap), allow_subnormal=False),
+            st.floats(cap, 3.0 * cap, allow_subnormal=False),
+        )
     if variant.kernel_family == "softmax" and beyond_overflow:
         # moderate radii (peaked but typical rows), and radii beyond exp's overflow in the
         # dtype (4 x safe_exp_radius): exact softmax is finite there, so an implementation
@@ -121,7 +136,7 @@ def radius_strategy(variant, ctx, *, beyond_overflow: bool = False):
             st.floats(MIN_RADIUS, 8.0, allow_subnormal=False),
             st.floats(8.0, big, allow_subnormal=False),
         )
-    if variant.kernel_family == "softmax" or variant.linear_map == "favor":
+    if variant.kernel_family in ("softmax", "sigmoid") or variant.linear_map == "favor":
         return st.floats(MIN_RADIUS, 8.0, allow_subnormal=False)
     return st.none()
 
@@ -195,6 +210,11 @@ def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[
     """The oracle's and the error model's keyword arguments for the variant's claims on inputs
     ``x``: causal flag, mask, the claimed score scale (or ``scale``), ``denominator``, the
     declared eps (or ``eps``) and, for FAVOR+, the declared projection at x's dimension."""
+    if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
+        raise NotApplicable(
+            "structural claims (" + "; ".join(describe(variant)) + "): this check has no "
+            "reference for them (the modern reference covers the output)"
+        )
     d = x.q.shape[-1]
     kw: dict[str, Any] = dict(
         causal=x.causal,
@@ -228,6 +248,8 @@ def exact_and_bound(
         raise NotApplicable("kernel unknown: no oracle")
     if variant.linear_map == "favor" and variant.projection is None:
         raise NotApplicable("favor without a declared projection: no exact oracle")
+    if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
+        return _structured(variant, x, ctx, kernel, denominator=denominator, form=form, eps=eps)
     kw = claim_kwargs(variant, x, denominator=denominator, eps=eps)
     why = errors.outside_model(
         kernel,
@@ -245,9 +267,84 @@ def exact_and_bound(
     return ref, _bound(variant, x, ctx, ref, form, kw)
 
 
+@dataclass(frozen=True)
+class StructuredResult:
+    """The modern reference's exact output rounded once to float64 (``float64``, (B, H, T, d_v)):
+    what ``verify.exact.structure_oracle.structured_reference`` returns, in the attribute the
+    generic checks read from an ``OracleResult``."""
+
+    float64: np.ndarray
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.float64, dtype=dtype)
+
+
+def structure_kwargs(variant, x) -> dict[str, Any]:
+    """The structural keywords (window, softcap, ALiBi slopes, decay, sigmoid bias, GQA) of the
+    variant's claims for inputs ``x`` (``verify.spec.structure.reference_kwargs``)."""
+    from verify.spec.structure import reference_kwargs
+
+    return reference_kwargs(variant, x.q.shape[1], enable_gqa=x.k.shape[1] != x.q.shape[1])
+
+
+def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, eps):
+    """(StructuredResult, ErrorBound) of the structural claims (D12-D16): the modern reference
+    and ``attention_error_bound`` with the same keywords."""
+    from verify.exact import errors
+    from verify.exact.structure_oracle import structured_reference
+
+    if variant.kernel_family not in ("softmax", "sigmoid", "taylor"):
+        raise NotApplicable(
+            f"structural claims on {variant.kernel}: the modern reference and error model cover "
+            "softmax, sigmoid and Taylor-N kernels"
+        )
+    want = "none" if variant.kernel_family == "sigmoid" else "sum"
+    used_eps = variant.eps if eps is None else eps
+    if denominator != want or used_eps:
+        raise NotApplicable(
+            f"structural claims are modelled with the {want!r} denominator and no eps "
+            f"(asked: {denominator!r}, eps {used_eps})"
+        )
+    skw = structure_kwargs(variant, x)
+    for name in ("alibi_slopes", "decay"):
+        if name in skw and len(skw[name]) != x.q.shape[1]:
+            raise NotApplicable(
+                f"{name}: {len(skw[name])} per-head values for {x.q.shape[1]} heads (the inputs "
+                "are a subset of the heads)"
+            )
+    scale = variant.score_scale(x.q.shape[-1])
+    ref = StructuredResult(
+        structured_reference(
+            x.q, x.k, x.v, kernel=kernel, causal=x.causal, scale=scale,
+            attn_mask=x.attn_mask, **skw,
+        )
+    )  # fmt: skip
+    precision = precision_of(variant, ctx, denominator=denominator, eps=0.0)
+    transformed = "softcap" in skw or "alibi_slopes" in skw or "sigmoid_bias" in skw
+    if transformed and precision not in (None, "two-level"):
+        raise NotApplicable(
+            f"precision model {precision!r}: D16 extends the two-level model only to softcapped, "
+            "biased and sigmoid scores"
+        )
+    with model_applies():
+        eb = errors.attention_error_bound(
+            kernel, x.q, x.k, x.v, dtype=ctx.model_dtype, exact=ref.float64, causal=x.causal,
+            attn_mask=x.attn_mask, scale=scale, denominator=denominator, eps=0.0, form=form,
+            device=ctx.device, exp_library=variant.exp_library,
+            precision=None if transformed else precision, **skw,
+        )  # fmt: skip
+    return ref, eb
+
+
 def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", scale=None):
     """``attention_error_bound`` for the variant's claims on inputs ``x`` against ``exact``
     (an ``OracleResult``); ``scale`` overrides the claimed scale (candidate scales)."""
+    if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
+        if scale is not None:
+            raise NotApplicable("structural claims: bounds at the claimed scale only")
+        return _structured(
+            variant, x, ctx, kernel_name(variant), denominator=denominator, form=form, eps=None
+        )[1]
     kw = claim_kwargs(variant, x, denominator=denominator, scale=scale)
     return _bound(variant, x, ctx, exact, form, kw)
 
