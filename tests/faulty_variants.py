@@ -373,6 +373,7 @@ fault08_masked_rows_nan = AttentionVariant(
     forward=_softmax_additive_mask,
     kernel="softmax",
     supports_mask=True,
+    empty_rows="zeros",  # the claim the NaN rows contradict
     description="fault class 8: -inf additive mask; a fully masked row returns NaN",
 )
 fault08_sentinel_leak = AttentionVariant(
@@ -382,6 +383,7 @@ fault08_sentinel_leak = AttentionVariant(
     ),
     kernel="softmax",
     supports_mask=True,
+    empty_rows="zeros",  # the claim the leaking rows contradict
     description="fault class 8: finite -1e4 sentinel added to masked scores; 1e10 values leak",
 )
 

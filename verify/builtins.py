@@ -20,8 +20,15 @@ FAVOR_SEED = 1234
 #: chunk sizes of the registered chunked forms: 1, one that divides no small T, one larger
 CHUNK_SIZES = (1, 3, 64)
 
-#: what every built-in supports: masks, every D7 denominator, every dtype and device
-SUPPORTS = dict(supports_mask=True, denominators=DENOMINATORS, dtypes=DTYPES, devices=DEVICES)
+#: what every built-in supports: masks, every D7 denominator, every dtype and device; a row
+#: with no visible key returns zeros
+SUPPORTS = dict(
+    supports_mask=True,
+    denominators=DENOMINATORS,
+    dtypes=DTYPES,
+    devices=DEVICES,
+    empty_rows="zeros",  # the API's convention for a row with no visible key
+)
 
 _REGISTRY: dict[str, Callable[[], AttentionVariant]] = {}
 

@@ -88,6 +88,7 @@ def sdpa_variant() -> AttentionVariant:
         causal_alignment="top-left",
         normalized=True,
         supports_mask=True,
+        empty_rows="zeros",  # measured on the card (measure_conventions: empty_row)
         exp_library=SDPA_EXP_LIBRARY,
         dtypes=("float64", "float32", "bfloat16", "float16"),
         devices=("cpu", "cuda"),

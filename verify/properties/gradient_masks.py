@@ -96,8 +96,20 @@ MASKED_KEY_GRADIENTS = declare(
     "masked-key-gradients", _mask_applies, _mask_examples("dead_key"), _dead_key_check
 )
 
+
+def _empty_row_applies(variant, ctx) -> str | None:
+    if why := _mask_applies(variant, ctx):
+        return why
+    if variant.empty_rows != "zeros":
+        return (
+            f"empty rows return a convention the variant does not declare as zeros "
+            f"(empty_rows={variant.empty_rows!r}); masks reports what they return"
+        )
+    return None
+
+
 EMPTY_ROW_GRADIENTS = declare(
-    "empty-row-gradients", _mask_applies, _mask_examples("empty_row"), _empty_row_check
+    "empty-row-gradients", _empty_row_applies, _mask_examples("empty_row"), _empty_row_check
 )
 
 

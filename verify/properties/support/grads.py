@@ -38,6 +38,20 @@ def backward_grads(out, inputs, g, *, retain_graph: bool = False) -> list:
     return grads
 
 
+def require_zero_rows(variant, x) -> None:
+    """NotApplicable when ``x`` has query rows with no visible key and the variant does not
+    declare the zeros convention for them (``empty_rows``): the reference's gradients (and
+    the exact zeros of ``gradient_masks``) are those of zero rows, and what an undeclared row
+    returns is a convention, reported by ``masks``, never failed here."""
+    if variant.empty_rows == "zeros" or x.attn_mask is None:
+        return
+    if (~x.visible().any(axis=-1)).any():
+        raise NotApplicable(
+            "rows with no visible key: the zeros convention is not declared "
+            f"(empty_rows={variant.empty_rows!r})"
+        )
+
+
 def variant_gradients(variant, form: str, x, mode: str, g):
     """(output, dq, dk, dv) of the variant on canonical inputs, upstream gradient ``g``.
 
@@ -47,6 +61,7 @@ def variant_gradients(variant, form: str, x, mode: str, g):
     """
     import torch
 
+    require_zero_rows(variant, x)
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
     kw = call_kwargs(variant, mode, x.attn_mask)
     out = call(path_callable(variant, form), q, k, v, causal=x.causal, **kw)

@@ -1,0 +1,135 @@
+"""Structural claims in the checker (D12-D15): each correct variant passes, each faulty twin fails
+the property that decides its fault, claims are validated, and the command line reads them."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import tests.modern_variants as mv
+from verify.cli.options import add_claim_options, claims_from
+from verify.properties import get
+from verify.properties.support.base import RunContext, run_property
+from verify.spec.variant import AttentionVariant
+
+#: examples a faulty twin gets (a failing run stops at its first failure)
+TWIN_EXAMPLES = 25
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_shrinking():
+    from verify import profiles
+
+    with profiles.without_shrinking():
+        yield
+
+
+@pytest.mark.parametrize("twin", sorted(mv.TWINS))
+def test_faulty_twin_fails_its_property(twin):
+    _, pid = mv.TWINS[twin]
+    res = run_property(get(pid), getattr(mv, twin), RunContext(max_examples=TWIN_EXAMPLES))
+    assert res.status == "fail", (res.status, res.reason)
+    assert res.counterexample and res.snippet
+
+
+@pytest.mark.parametrize("pair", sorted({v for v in mv.TWINS.values()}))
+def test_correct_variant_passes_the_deciding_property(pair):
+    name, pid = pair
+    res = run_property(get(pid), getattr(mv, name), RunContext(max_examples=10))
+    assert res.status == "pass", (res.status, res.reason, res.counterexample[:2000])
+    assert res.examples > 0
+
+
+OK = ("ok_window", "ok_gqa", "ok_softcap", "ok_alibi", "ok_sigmoid", "ok_padding", "ok_decay")
+
+
+@pytest.mark.parametrize("name", OK)
+def test_correct_variant_passes_the_battery(name):
+    """Every property that applies passes, none errs (no internal error of the checker), and
+    the structural properties and the modern reference actually ran."""
+    from verify.engine.check import check
+
+    res = check(getattr(mv, name), dtypes=("float64",), isolate=False, max_examples=4)
+    bad = [(r.property_id, r.status, r.reason[:300]) for r in res.results if r.status != "pass"
+           and r.status != "skip"]  # fmt: skip
+    assert not bad, bad
+    ran = {r.property_id for r in res.results if r.status == "pass"}
+    assert {"accepts-inputs", "oracle-agreement", "causality", "linearity-in-v"} <= ran
+    own = {
+        "ok_window": "window-extent",
+        "ok_gqa": "head-groups",
+        "ok_padding": "key-padding",
+        "ok_decay": "forms-agree",
+    }.get(name)
+    assert own is None or own in ran
+
+
+def test_position_dependent_claims_turn_off_key_permutation():
+    res = run_property(get("permutation-equivariance"), mv.ok_alibi, RunContext(max_examples=3))
+    assert res.status == "skip" and "not exchangeable" in res.reason
+    # a softcap depends on scores only: the keys stay exchangeable
+    res = run_property(get("permutation-equivariance"), mv.ok_softcap, RunContext(max_examples=3))
+    assert res.status == "pass", res.reason
+
+
+def test_plain_kernel_statements_skip_with_the_claims_named():
+    res = run_property(get("uniform-weights"), mv.ok_window, RunContext(max_examples=3))
+    assert res.status == "skip" and "window (2, 1)" in res.reason
+
+
+def _forward(q, k, v, *, causal):
+    return q
+
+
+@pytest.mark.parametrize(
+    "claims, words",
+    [
+        (dict(window=(1,)), "window"),
+        (dict(window=(-1, -1)), "window"),
+        (dict(window=(2, 0), causal_alignment="top-left"), "bottom-right"),
+        (dict(softcap=0.0), "softcap"),
+        (dict(alibi_slopes=(0.5, -1.0)), "alibi_slopes"),
+        (dict(alibi_slopes=[0.5]), "alibi_slopes"),
+        (dict(decay=(1.5,), causal="yes", kernel="taylor:2"), "decay"),
+        (dict(decay=(0.5,), causal="both", kernel="taylor:2"), "causal"),
+        (dict(decay=(0.5,), causal="yes", kernel="softmax"), "ALiBi"),
+        (dict(kernel="sigmoid"), "normalized=False"),
+        (dict(sigmoid_bias=1.0), "sigmoid"),
+        (dict(kv_heads=0), "kv_heads"),
+        (dict(softcap=30.0, kernel="taylor:2"), "softcap"),
+        (dict(key_padding=1), "key_padding"),
+    ],
+)
+def test_bad_claims_are_rejected_by_name(claims, words):
+    with pytest.raises((ValueError, TypeError), match=words):
+        AttentionVariant("x", _forward, **claims)
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser()
+    add_claim_options(p.add_argument)
+    return claims_from(lambda dest: getattr(p.parse_args(argv), dest))
+
+
+def test_command_line_reads_the_structural_claims():
+    claims = _parse(
+        ["--kv-heads", "2", "--window", "3,0", "--softcap", "30", "--alibi", "--decay", "0.9,1",
+         "--kernel", "sigmoid", "--sigmoid-bias", "-1.5", "--key-padding"]
+    )  # fmt: skip
+    assert claims["kv_heads"] == 2 and claims["window"] == (3, 0) and claims["softcap"] == 30.0
+    assert claims["alibi_slopes"] == "reference" and claims["decay"] == (0.9, 1.0)
+    assert claims["sigmoid_bias"] == -1.5 and claims["key_padding"] is True
+    assert _parse(["--alibi-slopes", "0.5,0.25"])["alibi_slopes"] == (0.5, 0.25)
+    assert _parse([])["window"] is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--window", "3"], ["--window", "-2,0"], ["--window", "-1,-1"], ["--softcap", "-1"],
+     ["--decay", "0.5,2"], ["--alibi-slopes", "a,b"], ["--kv-heads", "0"]],
+)  # fmt: skip
+def test_command_line_rejects_bad_structural_claims(argv, capsys):
+    with pytest.raises(SystemExit):
+        _parse(argv)
+    assert argv[0] in capsys.readouterr().err
