@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verify.probes.positional import window_of  # noqa: F401 (the adapters' import path)
+
 
 def _to_layout(x, layout: str):
     return x.transpose(1, 2) if layout == "BTHD" else x
@@ -57,32 +59,6 @@ def visible_keys(
     args = (_to_layout(x, layout) for x in (q, k, v))
     out = _to_layout(forward(*args, causal=causal, **kwargs), layout)[0, 0]
     return [[s for s in range(S) if bool(out[t, s] > 0)] for t in range(T)]
-
-
-def window_of(vis: list[list[int]], S: int) -> tuple[int, int] | None:
-    """The FlashAttention window ``(left, right)`` (bottom-right aligned, -1 unbounded) whose
-    pattern is exactly ``vis`` (T rows over S keys), the smallest such pair; None when no window
-    gives it (e.g. bucketed local attention).
-
-    ``(-1, -1)`` means every key is visible from every query.
-    """
-    T = len(vis)
-    for left in range(-1, S + T):
-        for right in range(-1, S + T):
-            ok = True
-            for t, row in enumerate(vis):
-                tp = t + S - T
-                want = [
-                    s
-                    for s in range(S)
-                    if (left < 0 or s >= tp - left) and (right < 0 or s <= tp + right)
-                ]
-                if want != row:
-                    ok = False
-                    break
-            if ok:
-                return left, right
-    return None
 
 
 def kv_head_mapping(

@@ -51,6 +51,8 @@ from typing import Any
 from verify.probes.fits import constant_scale
 from verify.probes.identify import identify
 from verify.probes.kernels import CONVENTIONS, FAMILY, MAX_TAYLOR_ORDER, kernel_values
+from verify.probes.positional import probe_positional
+from verify.probes.positional import suggested as positional_claims
 from verify.probes.report import Check, ProbeReport
 from verify.probes.restrictions import (
     SCAN_LENGTHS,
@@ -153,6 +155,7 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         ("rank", lambda: probe_rank(run, report, T8, _modes(report))),
         ("independence", lambda: probe_independence(run, report, T8, causal)),
         ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
+        ("positional", lambda: probe_positional(run, report, T8, _window_mode(report, causal))),
     )
     for name, fn in steps:
         try:
@@ -160,6 +163,12 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         except VariantError as exc:  # a probe that hit a misbehaving call records the reason
             report.notes.append(f"{name}: {exc}")
     return _finish(report, start)
+
+
+def _window_mode(report: ProbeReport, causal: bool) -> bool:
+    """The causal flag the window probe uses: non-causal where supported (both sides of a
+    window show), else causal."""
+    return False if report.causal_support in ("both", "no") else causal
 
 
 def _modes(report: ProbeReport) -> tuple[bool, ...]:
@@ -181,8 +190,9 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     ``scale`` ("default" when the identified convention is the default for the kernel type --
     1/sqrt(d) for exp-type, 1 for element-wise maps -- or a constant fitted float),
     ``length_multiple`` and the restrictions ``dv_equals_d``, ``self_attention_only``,
-    ``compute_dtype``, ``empty_rows``. Never ``causal`` or ``dtypes``: a call that fails is the
-    variant's failure, not a claim.
+    ``compute_dtype``, ``empty_rows``, and the structural claims the positional probes settle
+    exactly (``window``, ``kv_heads``, ``softcap``, ALiBi's reference ``alibi_slopes``). Never
+    ``causal`` or ``dtypes``: a call that fails is the variant's failure, not a claim.
     """
     claims: dict[str, Any] = {}
     kern = report.kernel
@@ -218,4 +228,5 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     for name in ("dv_equals_d", "self_attention_only", "compute_dtype", "empty_rows"):
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]
+    claims.update(positional_claims(report.positional))
     return claims

@@ -62,6 +62,12 @@ class ProbeReport:
             convention seen on rows without keys; absent keys were not found.
         output_precision: the coarsest dtype whose numbers contain every output of a call
             with full-precision values (the precision the bounds use).
+        positional: the structural probes (``verify.probes.positional``): ``window`` (the
+            visible pattern at q = k = 0 and the FlashAttention window reproducing it, or None),
+            ``bias`` (slopes of a bias linear in |t' - s| per head, their residual, whether
+            they are ALiBi's reference slopes), ``kv_heads`` (the kv head each query head reads
+            on a grouped call, its convention), ``cap`` (log(w_1/w_0) against the score x, a
+            softcap C fitted to C tanh(x / C)).
         notes: probes that could not run, with the reason.
         runtime_s: wall time of the probe.
         description: one sentence saying what the variant computes; :func:`verify.probes.probe`
@@ -90,6 +96,7 @@ class ProbeReport:
     dtypes: dict[str, str] = field(default_factory=dict)
     output_precision: str = ""
     restrictions: dict[str, Any] = field(default_factory=dict)
+    positional: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     runtime_s: float = 0.0
     description: str = ""

@@ -132,7 +132,36 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
     rule = lengths.get("rule", "")
     if rule and rule != "any T":
         parts.append(rule)
+    parts += positional_words(r.get("positional", {}))
     return ", ".join(parts)
+
+
+def positional_words(pos: Mapping[str, Any]) -> list[str]:
+    """Phrases for what the positional probes found (``verify.probes.positional``)."""
+    out = []
+    win = pos.get("window", {})
+    if win.get("window") is not None and not win.get("plain"):
+        side = "causal" if win.get("causal") else "non-causal"
+        out.append(f"window {tuple(win['window'])} ({side} calls, FlashAttention convention)")
+    elif "pattern" in win and win.get("window") is None:
+        out.append("visibility that is no FlashAttention window (e.g. bucketed)")
+    bias = pos.get("bias", {})
+    if bias.get("linear"):
+        slopes = ", ".join(f"{m:.4g}" for m in bias["slopes"])
+        ref = " (ALiBi's reference slopes)" if bias.get("reference_slopes") else ""
+        out.append(f"a bias linear in |t - s| with slopes {slopes}{ref}")
+    kv = pos.get("kv_heads", {})
+    if kv.get("accepts") and kv.get("convention") == "repeat_interleave":
+        out.append("grouped kv heads (query head h reads kv head h // (H / G))")
+    elif kv.get("accepts"):
+        heads = kv.get("kv_head_of_query_head")
+        out.append(f"grouped kv heads read as {heads} ({kv.get('convention')}, not h // (H / G))")
+    cap = pos.get("cap", {})
+    if cap.get("kind") == "softcap C tanh(s / C)":
+        out.append(f"scores softcapped at C = {cap['C']:.6g}")
+    elif cap.get("kind") == "saturating, not C tanh(s / C)":
+        out.append(f"weights saturate in the score ({cap['kind']})")
+    return out
 
 
 def probe_json(report: ProbeReport) -> dict[str, Any]:

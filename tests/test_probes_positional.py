@@ -1,0 +1,54 @@
+"""The positional probes (``verify.probes.positional``) read a window, the kv-head map, a softcap
+and an ALiBi bias off a black box, and suggest claims only where the evidence is exact."""
+
+from __future__ import annotations
+
+import pytest
+
+import tests.modern_variants as mv
+from verify import builtins
+from verify.probes import probe, suggested_claims
+from verify.probes.positional import window_of
+from verify.render.probes import describe
+
+STRUCTURAL = ("window", "kv_heads", "softcap", "alibi_slopes")
+
+
+def _found(variant) -> tuple[dict, str]:
+    report = probe(variant)
+    claims = suggested_claims(report)
+    return {k: claims[k] for k in STRUCTURAL if k in claims}, describe(report)
+
+
+@pytest.mark.parametrize(
+    "name, expected, words",
+    [
+        ("ok_window", {"window": (2, 1)}, "window (2, 1)"),
+        ("bad_window", {"window": (3, 1)}, "window (3, 1)"),  # what it computes, not its claim
+        ("ok_gqa", {"kv_heads": 2}, "h // (H / G)"),
+        ("bad_gqa", {}, "repeat, not h // (H / G)"),
+        ("ok_softcap", {"softcap": 5.0}, "softcapped at C = 5"),
+        ("ok_alibi", {"alibi_slopes": "reference"}, "ALiBi's reference slopes"),
+        ("bad_alibi_order", {}, "bias linear in |t - s| with slopes 0.003906"),
+    ],
+)
+def test_positional_probes_find_what_the_variant_computes(name, expected, words):
+    found, sentence = _found(getattr(mv, name))
+    assert found == expected, (found, sentence)
+    assert words in sentence, sentence
+
+
+def test_plain_softmax_suggests_no_structure():
+    found, sentence = _found(builtins.get("softmax"))
+    assert found == {}, found
+    assert "window" not in sentence and "softcap" not in sentence and "bias" not in sentence
+
+
+def test_window_of_reads_flashattention_windows_and_rejects_buckets():
+    # T = S = 4: causal (-1, 0), a sliding window (1, 0), and a bucketed pattern (no window)
+    causal = [[0], [0, 1], [0, 1, 2], [0, 1, 2, 3]]
+    assert window_of(causal, 4) == (-1, 0)
+    assert window_of([[0], [0, 1], [1, 2], [2, 3]], 4) == (1, 0)
+    assert window_of([[0], [0, 1], [2], [2, 3]], 4) is None
+    # bottom-right alignment: T = 2 queries over S = 4 keys, causal
+    assert window_of([[0, 1, 2], [0, 1, 2, 3]], 4) == (-1, 0)
