@@ -27,7 +27,7 @@ import numpy as np
 from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import structural_applies
-from verify.properties.support.common import MAX_HEADS, MAX_LEN, Example
+from verify.properties.support.common import MAX_HEADS, MAX_LEN, Example, claimed_visible
 from verify.properties.support.inputs import (
     by_causal,
     make_inputs,
@@ -205,8 +205,13 @@ def _padding_check(variant, ex: Example, ctx):
     k2, v2 = x.k.masked_fill(dead, p), x.v.masked_fill(dead, -p)
     # rows the variant's own visibility (causal, a window) leaves without a kept key return
     # its empty-row convention: left out (``masks`` reports conventions)
+    # (B, H, T, 1): no weight on a kept key, or not finite
     W = effective_weights(variant, x, kw, causal=x.causal)
-    empty = torch.from_numpy(variant_empty_rows(W)).to(x.device)[..., None]  # (B, H, T, 1)
+    on_kept = np.where(keep.cpu().numpy()[:, None, None, :], np.nan_to_num(np.abs(W)), 0.0)
+    # ... or no key the claims show (causal, a window) is kept
+    claimed = ~claimed_visible(variant, xm).any(-1)
+    empty = variant_empty_rows(W) | (on_kept.sum(-1) == 0) | claimed
+    empty = torch.from_numpy(empty).to(x.device)[..., None]
     q1, k1, v1 = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
     o1 = call(variant, q1, k1, v1, causal=x.causal, allow_nonfinite=True, **kw)
     o2 = call(variant, x.q, k2, v2, causal=x.causal, allow_nonfinite=True, **kw)
@@ -224,8 +229,10 @@ def _padding_check(variant, ex: Example, ctx):
             f"(k = {p:.3g}, v = {-p:.3g}){rows}",
         )
     ]
-    if o1.requires_grad:
-        g = torch.ones_like(o1).masked_fill(empty, 0.0)  # no gradient through empty rows
+    # a row without a kept key returns the variant's convention (NaN rows make every gradient
+    # NaN): the gradient statement is made on calls without such rows
+    if o1.requires_grad and not n_empty:
+        g = torch.ones_like(o1)
         try:
             gk, gv = torch.autograd.grad(o1, (k1, v1), g, allow_unused=True)
         except RuntimeError as exc:
@@ -238,7 +245,7 @@ def _padding_check(variant, ex: Example, ctx):
                 Observation(
                     observed=leak,
                     bound=float(torch.finfo(x.dtype).tiny),
-                    detail=f"largest |{name}| at a dropped key: must be 0{rows}",
+                    detail=f"largest |{name}| at a dropped key: must be 0",
                 )
             )
     from verify.spec.structure import position_dependent

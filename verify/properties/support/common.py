@@ -206,6 +206,19 @@ def tensor_snippet(
     return "".join(f"{line}\n" for line in [*lines, *(f"# {n}" for n in notes)])
 
 
+def claimed_visible(variant, x) -> np.ndarray:
+    """(B, H, T, S) bool: the (query, key) pairs the claims show on inputs ``x``: the causal
+    pattern and mask of ``x`` (``AttentionInputs.visible``), and the claimed window (D15,
+    causal: right = 0)."""
+    vis = x.visible()
+    if variant.window is not None:
+        from verify.attention.structure import effective_window, window_mask
+
+        win = effective_window(tuple(variant.window), x.causal)
+        vis = vis & window_mask(x.shape.T, x.shape.S, win).numpy()
+    return vis
+
+
 def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[str, Any]:
     """The oracle's and the error model's keyword arguments for the variant's claims on inputs
     ``x``: causal flag, mask, the claimed score scale (or ``scale``), ``denominator``, the

@@ -43,9 +43,11 @@ def require_zero_rows(variant, x) -> None:
     declare the zeros convention for them (``empty_rows``): the reference's gradients (and
     the exact zeros of ``gradient_masks``) are those of zero rows, and what an undeclared row
     returns is a convention, reported by ``masks``, never failed here."""
-    if variant.empty_rows == "zeros" or x.attn_mask is None:
+    from verify.properties.support.common import claimed_visible
+
+    if variant.empty_rows == "zeros" or (x.attn_mask is None and variant.window is None):
         return
-    if (~x.visible().any(axis=-1)).any():
+    if (~claimed_visible(variant, x).any(axis=-1)).any():
         raise NotApplicable(
             "rows with no visible key: the zeros convention is not declared "
             f"(empty_rows={variant.empty_rows!r})"
