@@ -236,6 +236,35 @@ bad_decay = AttentionVariant(
     forms={"chunked": lambda q, k, v, *, causal: _decayed_chunked(q, k, v, extra=True)},
 )
 
+# ---------------------------------------------------------------------------- a declared map
+
+
+def hedgehog(x: torch.Tensor) -> torch.Tensor:
+    """Hedgehog's feature map with an identity projection: [softmax(x), softmax(-x)] over the
+    head dimension (Zhang et al. 2024), positive features."""
+    return torch.cat([torch.softmax(x, -1), torch.softmax(-x, -1)], -1)
+
+
+def _hedgehog_forward(q, k, v, *, causal, flip: bool = True):
+    """Normalized linear attention phi(q) phi(k)^T v / sum; ``flip=False`` uses softmax(x)
+    twice (the fault: the negated half dropped)."""
+    phi = hedgehog if flip else (lambda x: torch.cat([torch.softmax(x, -1)] * 2, -1))
+    A = phi(q) @ phi(k).transpose(-1, -2)
+    if causal:
+        A = A.tril()
+    return (A @ v) / A.sum(-1, keepdim=True)
+
+
+ok_hedgehog = AttentionVariant(
+    "ok-hedgehog", _hedgehog_forward, kernel="linear:phi", feature_map=hedgehog
+)
+bad_hedgehog = AttentionVariant(
+    "bad-hedgehog-half-map",
+    lambda q, k, v, *, causal: _hedgehog_forward(q, k, v, causal=causal, flip=False),
+    kernel="linear:phi",
+    feature_map=hedgehog,
+)
+
 #: faulty twin -> (correct variant, the property that must fail on the twin and pass on it)
 TWINS = {
     "bad_window": ("ok_window", "window-extent"),
@@ -246,4 +275,5 @@ TWINS = {
     "bad_sigmoid": ("ok_sigmoid", "oracle-agreement"),
     "bad_padding": ("ok_padding", "key-padding"),
     "bad_decay": ("ok_decay", "forms-agree"),
+    "bad_hedgehog": ("ok_hedgehog", "oracle-agreement"),
 }

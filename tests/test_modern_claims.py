@@ -41,7 +41,16 @@ def test_correct_variant_passes_the_deciding_property(pair):
     assert res.examples > 0
 
 
-OK = ("ok_window", "ok_gqa", "ok_softcap", "ok_alibi", "ok_sigmoid", "ok_padding", "ok_decay")
+OK = (
+    "ok_window",
+    "ok_gqa",
+    "ok_softcap",
+    "ok_alibi",
+    "ok_sigmoid",
+    "ok_padding",
+    "ok_decay",
+    "ok_hedgehog",
+)
 
 
 @pytest.mark.parametrize("name", OK)
@@ -104,6 +113,28 @@ def _forward(q, k, v, *, causal):
 def test_bad_claims_are_rejected_by_name(claims, words):
     with pytest.raises((ValueError, TypeError), match=words):
         AttentionVariant("x", _forward, **claims)
+
+
+def test_feature_map_from_the_command_line_claims_linear_phi():
+    """``--feature-map pkg.mod:phi`` on a plain function: the kernel becomes linear:phi and the
+    oracle runs against phi(q).phi(k) (the twin's half map fails, the right map passes)."""
+    from verify.engine.check import check
+
+    def run(target):
+        res = check(target, dtypes=("float64",), isolate=False, max_examples=10,
+                    select=["oracle-agreement"],
+                    **_parse(["--feature-map", "tests.modern_variants:hedgehog"]))  # fmt: skip
+        (r,) = res.results
+        return res, r
+
+    res, r = run(lambda q, k, v, *, causal: mv._hedgehog_forward(q, k, v, causal=causal))
+    assert res.variant.kernel == "linear:phi" and r.status == "pass", (r.status, r.reason)
+    res, r = run(lambda q, k, v, *, causal: mv._hedgehog_forward(q, k, v, causal=causal, flip=False))
+    assert r.status == "fail", r.reason
+    with pytest.raises(ValueError, match="feature_map_spec"):
+        AttentionVariant("x", _forward, feature_map_spec="tests.modern_variants:no_such_map")
+    with pytest.raises(ValueError, match="linear:phi"):
+        AttentionVariant("x", _forward, kernel="linear:phi")
 
 
 def _parse(argv):

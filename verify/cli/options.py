@@ -222,6 +222,13 @@ CLAIM_OPTIONS = (
         "sigmoid_bias", "sigmoid-bias", "bias b of --kernel sigmoid: sigma(c q.k + b)", finite_float
     ),
     ClaimOption(
+        "feature_map_spec",
+        "feature-map",
+        "pkg.module:phi, the variant's feature map: kernel linear:phi, phi(c q).phi(k) (scale c "
+        "default 1), checked against its exact reference",
+        str,
+    ),
+    ClaimOption(
         "key_padding",
         "key-padding",
         "forward accepts key_padding_mask (B, S) bool, True = keep",

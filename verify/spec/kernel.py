@@ -2,10 +2,11 @@
 
 Claims name a kernel as ``softmax``, ``taylor:N`` (kappa_N, D1), ``linear:MAP`` (kernel linear
 attention with a feature map, D3: MAP in ``identity``, ``elu1``, ``relu``, ``favor``,
-``taylor:N``), ``sigmoid`` (unnormalized sigma(c q.k + b), D14) or ``unknown``; the attention
-functions name feature maps (``elu1``, ``taylor:N``,
-``favor``, ...); the mpmath oracle calls the softmax kernel ``exp``. :func:`parse`,
-:func:`from_feature_map` and :func:`taylor_order` are the only places these strings are read.
+``taylor:N``, or ``phi``: the variant's own declared ``feature_map``), ``sigmoid``
+(unnormalized sigma(c q.k + b), D14) or ``unknown``; the attention functions name feature maps
+(``elu1``, ``taylor:N``, ``favor``, ...); the mpmath oracle calls the softmax kernel ``exp``.
+:func:`parse`, :func:`from_feature_map` and :func:`taylor_order` are the only places these
+strings are read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from verify.spec.vocabulary import ELEMENTWISE_MAPS, NAMED_MAPS
+from verify.spec.vocabulary import ELEMENTWISE_MAPS, NAMED_MAPS, USER_MAP
 
 FAMILIES = ("softmax", "taylor", "linear", "sigmoid", "unknown")
 _TAYLOR = re.compile(r"taylor:(\d+)\Z")
@@ -131,6 +132,8 @@ def parse(text: object, *, name: str = "kernel") -> Kernel:
         return UNKNOWN
     if text == "sigmoid":
         return Kernel("sigmoid")
+    if text == f"linear:{USER_MAP}":
+        return Kernel("linear", map=USER_MAP)
     n = taylor_order(text)
     if n is not None:
         return Kernel("taylor", order=n)
@@ -141,7 +144,8 @@ def parse(text: object, *, name: str = "kernel") -> Kernel:
             pass
     raise ValueError(
         f"{name}: expected 'softmax', 'taylor:N', 'linear:MAP' (MAP in "
-        f"{NAMED_MAPS + ('taylor:N',)}), 'sigmoid' or 'unknown', got {text!r}"
+        f"{NAMED_MAPS + ('taylor:N', USER_MAP)}; {USER_MAP}: the declared feature_map), "
+        f"'sigmoid' or 'unknown', got {text!r}"
     )
 
 

@@ -128,6 +128,12 @@ class AttentionVariant:
         sigmoid_bias: b of ``kernel="sigmoid"``: unnormalized sigma(c q.k + b) (D14).
         key_padding: ``forward`` accepts ``key_padding_mask=`` (B, S) bool, True = keep (SDPA's
             convention; an adapter flips code that uses the opposite).
+        feature_map_spec: ``"pkg.module:object"`` of the variant's feature map phi, imported into
+            ``feature_map`` (the command line's ``--feature-map``); with the kernel unclaimed it
+            claims ``linear:phi``: kappa(q, k) = phi(c q) . phi(k) (c the scale, default 1), the
+            features as phi computes them in the run's dtype taken as exact, everything after
+            them checked against the exact reference and D10's bound of linear attention with
+            the identity map on those features.
 
     Raises:
         ValueError: an unknown layout, kernel, causal, alignment, dtype, or a bad eps/scale.
@@ -167,6 +173,7 @@ class AttentionVariant:
     decay: tuple[float, ...] | None = None
     sigmoid_bias: float = 0.0
     key_padding: bool = False
+    feature_map_spec: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -226,6 +233,22 @@ class AttentionVariant:
             if not isinstance(tol, Tolerance):
                 raise TypeError(f"tolerances[{dt!r}]: expected a Tolerance(factor, reason)")
         _structure.check_claims(self)
+        if self.feature_map_spec is not None:
+            from verify.spec.target import TargetError, load_spec
+
+            try:
+                phi = load_spec(self.feature_map_spec)
+            except TargetError as exc:
+                raise ValueError(str(exc).replace("target:", "feature_map_spec:", 1)) from None
+            if not callable(phi):
+                raise TypeError(f"feature_map_spec: {self.feature_map_spec!r} is not callable")
+            object.__setattr__(self, "feature_map", phi)
+            if self.kernel == "unknown":
+                object.__setattr__(self, "kernel", "linear:phi")
+        if self.linear_map == "phi" and self.feature_map is None:
+            raise ValueError(
+                "kernel: 'linear:phi' needs the variant's feature_map (or --feature-map)"
+            )
 
     # -- derived views of the claims ----------------------------------------------------------
     @property
@@ -306,6 +329,7 @@ CLAIM_FIELDS = (
     "decay",
     "sigmoid_bias",
     "key_padding",
+    "feature_map_spec",
 )
 
 
@@ -347,6 +371,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "decay": list(v.decay) if v.decay is not None else None,
         "sigmoid_bias": v.sigmoid_bias,
         "key_padding": v.key_padding,
+        "feature_map_spec": v.feature_map_spec,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -31,6 +31,8 @@ ELEMENTWISE_MAPS = ("identity", "elu1", "relu")
 NAMED_MAPS = ELEMENTWISE_MAPS + ("favor",)
 #: every feature-map name, as error messages list them
 FEATURE_MAPS = ("identity", "elu1", "relu", "taylor:N", "favor")
+#: the kernel ``linear:phi``: the variant's own declared feature map, kappa(q, k) = phi(c q).phi(k)
+USER_MAP = "phi"
 
 #: the forms of Taylor-N and kernel linear attention (D2, D3)
 FORMS = ("parallel", "recurrent", "chunked")

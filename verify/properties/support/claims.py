@@ -47,7 +47,13 @@ STRUCTURE_AWARE = (
 def structure_reason(variant, property_id: str) -> str | None:
     """Why ``property_id`` does not apply under the variant's structural claims, or None."""
     from verify.spec.structure import describe, has_structure, position_dependent
+    from verify.spec.vocabulary import USER_MAP
 
+    if variant.linear_map == USER_MAP and property_id not in STRUCTURE_AWARE:
+        return (
+            "a declared feature map (kernel linear:phi): the statement is about a named kernel "
+            "or reads the exact weights, which only the output reference covers here"
+        )
     if not has_structure(variant):
         return None
     claims = "; ".join(describe(variant))

@@ -11,6 +11,7 @@ import numpy as np
 
 from verify.spec.results import NotApplicable
 from verify.spec.structure import describe, has_structure
+from verify.spec.vocabulary import USER_MAP
 
 #: sizes drawn by the catalogue (the mpmath oracle stays well under a second per example)
 MAX_BATCH = 2
@@ -228,6 +229,8 @@ def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[
             "structural claims (" + "; ".join(describe(variant)) + "): this check has no "
             "reference for them (the modern reference covers the output)"
         )
+    if variant.linear_map == USER_MAP:
+        raise NotApplicable("a declared feature map (linear:phi): this check has no reference")
     d = x.q.shape[-1]
     kw: dict[str, Any] = dict(
         causal=x.causal,
@@ -261,6 +264,8 @@ def exact_and_bound(
         raise NotApplicable("kernel unknown: no oracle")
     if variant.linear_map == "favor" and variant.projection is None:
         raise NotApplicable("favor without a declared projection: no exact oracle")
+    if variant.linear_map == USER_MAP:
+        return user_map_reference(variant, x, ctx, denominator=denominator, form=form, eps=eps)
     if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
         return _structured(variant, x, ctx, kernel, denominator=denominator, form=form, eps=eps)
     kw = claim_kwargs(variant, x, denominator=denominator, eps=eps)
@@ -349,9 +354,62 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
     return ref, eb
 
 
+def user_features(variant, x):
+    """(phi(c q), phi(k)) of the variant's declared feature map (kernel ``linear:phi``) at the
+    inputs' dtype: the features the kernel claim is about, taken as exact.
+
+    Raises:
+        VariantError: the map raised, or returned a bad shape or dtype, NaN/inf, or a query
+            feature count different from the key one.
+    """
+    from verify.properties.support.calls import feature_map
+    from verify.spec.results import VariantError
+
+    c = variant.score_scale(x.q.shape[-1])
+    fq = feature_map(variant, x.q if c == 1 else x.q * c)
+    fk = feature_map(variant, x.k)
+    if fq.shape[-1] != fk.shape[-1]:
+        raise VariantError(
+            f"feature_map: {fq.shape[-1]} query features vs {fk.shape[-1]} key features"
+        )
+    return fq, fk
+
+
+def user_map_reference(variant, x, ctx, *, denominator: str, form: str = "any", eps=None):
+    """(OracleResult, ErrorBound) of kernel ``linear:phi``: kernel linear attention with the
+    identity map on the declared features phi(c q), phi(k) (``user_features``), exact, and
+    D10's bound of that computation (D3)."""
+    from verify.exact import errors, oracle
+
+    fq, fk = user_features(variant, x)
+    kw: dict[str, Any] = dict(
+        causal=x.causal,
+        attn_mask=x.attn_mask,
+        scale=1.0,
+        denominator=denominator,
+        eps=variant.eps if eps is None else eps,
+    )
+    why = errors.outside_model(
+        "linear:identity", fq, fk, x.v, dtype=ctx.model_dtype, scale=1.0, denominator=denominator
+    )
+    if why:
+        raise NotApplicable(f"declared features: {why}")
+    ref = oracle.reference(fq, fk, x.v, kernel="identity", **kw)
+    with model_applies():
+        eb = errors.attention_error_bound(
+            "linear:identity", fq, fk, x.v, dtype=ctx.model_dtype, exact=ref, form=form,
+            device=ctx.device, **kw,
+        )  # fmt: skip
+    return ref, eb
+
+
 def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", scale=None):
     """``attention_error_bound`` for the variant's claims on inputs ``x`` against ``exact``
     (an ``OracleResult``); ``scale`` overrides the claimed scale (candidate scales)."""
+    if variant.linear_map == USER_MAP:
+        if scale is not None:
+            raise NotApplicable("a declared feature map: bounds at the claimed scale only")
+        return user_map_reference(variant, x, ctx, denominator=denominator, form=form)[1]
     if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
         if scale is not None:
             raise NotApplicable("structural claims: bounds at the claimed scale only")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from verify.exact.reference import reference_attention
 from verify.properties.support.calls import call
 from verify.properties.support.common import (
@@ -115,7 +117,16 @@ def require_defined(variant, x, mode: str) -> None:
     import torch
 
     from verify.spec.structure import has_structure
+    from verify.spec.vocabulary import USER_MAP
 
+    if variant.linear_map == USER_MAP:  # defined where every visible row's kernel sum is not 0
+        from verify.properties.support.common import user_features
+
+        fq, fk = (np.asarray(t.detach().cpu().double()) for t in user_features(variant, x))
+        sums = np.where(x.visible(), np.einsum("bhtm,bhsm->bhts", fq, fk), 0.0).sum(-1)
+        if mode in ("sum",) and (np.abs(sums) == 0).any():
+            raise NotApplicable("the declared features' kernel sum vanishes on a row")
+        return
     if has_structure(variant):  # positive weights: defined wherever a key is visible
         if variant.positive_kernel:
             return
