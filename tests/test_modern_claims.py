@@ -129,7 +129,7 @@ def test_feature_map_from_the_command_line_claims_linear_phi():
 
     res, r = run(lambda q, k, v, *, causal: mv._hedgehog_forward(q, k, v, causal=causal))
     assert res.variant.kernel == "linear:phi" and r.status == "pass", (r.status, r.reason)
-    res, r = run(lambda q, k, v, *, causal: mv._hedgehog_forward(q, k, v, causal=causal, flip=False))
+    res, r = run(lambda q, k, v, *, causal: mv._hedgehog_forward(q, k, v, causal=causal, flip=0))
     assert r.status == "fail", r.reason
     with pytest.raises(ValueError, match="feature_map_spec"):
         AttentionVariant("x", _forward, feature_map_spec="tests.modern_variants:no_such_map")
