@@ -9,6 +9,12 @@ the scores the modern forms use, so the existing weight and output bounds of D10
   (``TANH_ULPS``);
 - ALiBi (D12): fl(x_hat - fl(m |t' - s|)) with bias b = m |t' - s| >= 0:
   |result - (x - b)| <= e_x + u b + u (|x| + e_x + b (1 + u));
+- normalized queries and keys (cosine attention, QK-norm): x = c (q / |q|).(k / |k|) computed as
+  the norm fl(sqrt(sum fl(q_i^2))) (relative error e_n <= max((1 + gamma_d)^(1/2)(1 + u) - 1,
+  1 - (1 - gamma_d)^(1/2)(1 - u))), each coordinate divided by it or multiplied by its rounded
+  reciprocal (e_q = (1 + u)^2 / (1 - e_n) - 1), the dot product of d terms and the product by c:
+  |x_hat - x| <= c ((1 + e_q)^2 (1 + gamma_d)(1 + u) - 1) sum_i |q_i k_i| / (|q| |k|) (at most
+  c ((1 + e_q)^2 (1 + gamma_d)(1 + u) - 1) by Cauchy-Schwarz);
 - sigmoid weight (D14): sigma_lib(fl(x_hat + b)) = 1 / (1 + exp_lib(-a_hat)): with
   |a_hat - a| <= e_a = e_x + u (|x| + e_x + |b|), sigma(a_hat) / sigma(a) lies in
   [e^(-e_a), e^(e_a)], and the exp, add and divide give (1 + r_exp)(1 + u)^2; the relative weight
@@ -19,7 +25,7 @@ arithmetic, tanh and exp evaluated in float64 and rounded: 0.51 ulp), with its l
 observed/bound ratio stated (not vacuous) and a twin that drops a term and is exceeded.
 
 Numeric exports: ``softcap_score_abs_error``, ``alibi_score_abs_error``,
-``sigmoid_weight_relative_bound``, ``TANH_ULPS``.
+``normalized_score_abs_error``, ``sigmoid_weight_relative_bound``, ``TANH_ULPS``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ import random
 from fractions import Fraction
 
 from derivations._record import Derivation
-from derivations.rounding import CitedConstant, check_real, round_to_bits, ulps_to_relative
+from derivations._validate import check_dim
+from derivations.rounding import (
+    CitedConstant,
+    check_real,
+    gamma,
+    round_to_bits,
+    ulps_to_relative,
+)
 
 #: maximum error of tanh in ulps of the exact result (the envelope of the CPU paths PyTorch uses)
 TANH_ULPS = CitedConstant(
@@ -86,6 +99,33 @@ def alibi_score_abs_error(
     a = check_real("score_abs", score_abs, nonneg=True)
     b = check_real("bias_abs", bias_abs, nonneg=True)
     return e + u * b + u * (a + e + b * (1.0 + u))
+
+
+def normalized_score_abs_error(
+    dim: int, scale: float, unit_abs_dot: float, u: float, *, normalization: bool = True
+) -> float:
+    """Bound on |x_hat - c (q/|q|).(k/|k|)| for the score of L2-normalized q and k (D16).
+
+    The computation: |q| = fl(sqrt(sum_i fl(q_i^2))) (d products and d - 1 additions of
+    non-negative terms, then a correctly rounded sqrt), q_i / |q| by a division or a product with
+    the rounded reciprocal, the same for k, the dot product of d terms and the product by c.
+
+    Args:
+        dim: d >= 1. scale: c > 0. unit_abs_dot: sum_i |q_i k_i| / (|q| |k|) (<= 1), or 0 for
+            a zero vector (normalized to 0 exactly). u: unit roundoff.
+        normalization: False treats q/|q| and k/|k| as exact, the plain dot-product bound (the
+            wrong-statement twin).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    d = check_dim("dim", dim)
+    c = check_real("scale", scale, nonneg=True)
+    a = check_real("unit_abs_dot", unit_abs_dot, nonneg=True)
+    g = gamma(d, u)
+    e_n = max(math.sqrt(1 + g) * (1 + u) - 1, 1 - math.sqrt(1 - g) * (1 - u))
+    e_q = (1 + u) ** 2 / (1 - e_n) - 1 if normalization else 0.0
+    return c * ((1 + e_q) ** 2 * (1 + g) * (1 + u) - 1) * a
 
 
 def sigmoid_weight_relative_bound(
@@ -201,7 +241,71 @@ def _check_sigmoid(rec, f) -> None:
     )
 
 
+def _check_normalized(rec, f) -> None:
+    import mpmath
+
+    rng = random.Random(17)
+    ratios, twin_exceeded = [], False
+    ok = True
+    for i in range(1200):
+        d = rng.randint(1, 8) if i % 2 else rng.randint(1, 2)  # small d: the norm's share is large
+        q = [_rnd(Fraction(rng.uniform(-2, 2))) for _ in range(d)]
+        k = [_rnd(Fraction(rng.uniform(-2, 2))) for _ in range(d)]
+        if i % 3 == 0:  # aligned q and k: the norms' error is a common factor of every term
+            k = list(q)
+        c = _rnd(Fraction(rng.choice((1.0, 0.5, 10.0, 1 / math.sqrt(d)))))
+        reciprocal = rng.random() < 0.5
+
+        def unit(x, reciprocal):
+            s = Fraction(0)
+            for xi in x:
+                s = _rnd(s + _rnd(xi * xi))
+            with mpmath.workprec(200):  # the correctly rounded sqrt of the toy format
+                root = mpmath.sqrt(mpmath.mpf(s.numerator) / s.denominator)
+                n = _rnd(Fraction(int(root.man)) * Fraction(2) ** int(root.exp))
+            if reciprocal:
+                r = _rnd(1 / n)
+                return [_rnd(xi * r) for xi in x]
+            return [_rnd(xi / n) for xi in x]
+
+        if not any(q) or not any(k):
+            continue
+        qh, kh = unit(q, reciprocal), unit(k, reciprocal)
+        dot = Fraction(0)
+        for a, b in zip(qh, kh):
+            dot = _rnd(dot + _rnd(a * b))
+        got = _rnd(c * dot)
+        with mpmath.workdps(40):
+
+            def mp(x: Fraction):
+                return mpmath.mpf(x.numerator) / x.denominator
+
+            nq = mpmath.sqrt(sum(mp(z * z) for z in q))
+            nk = mpmath.sqrt(sum(mp(z * z) for z in k))
+            exact = mp(c) * sum(mp(a * b) for a, b in zip(q, k)) / (nq * nk)
+            unit_abs = float(sum(mp(abs(a * b)) for a, b in zip(q, k)) / (nq * nk))
+            err = float(abs(mpmath.mpf(got.numerator) / got.denominator - exact))
+        bound = f["normalized"](d, float(c), unit_abs * (1 + 1e-12), U_TOY)
+        twin = normalized_score_abs_error(d, float(c), unit_abs, U_TOY, normalization=False)
+        twin_exceeded = twin_exceeded or err > twin
+        ratios.append(err / bound if bound else 0.0)
+        ok = ok and err <= bound
+    rec.tables["normalized_toy"] = (
+        ["instances", "max observed/bound", "normalization taken as exact: exceeded"],
+        [[len(ratios), max(ratios), twin_exceeded]],
+    )
+    rec.verify(
+        NORMALIZED,
+        lambda: ok and max(ratios) > 0.05 and twin_exceeded,
+        f"{len(ratios)} instances, d = 1..8 (half with d <= 2, a third with k = q), "
+        f"c in (1, 1/2, 10, 1/sqrt(d)), division or reciprocal "
+        f"product; max observed/bound {max(ratios):.3f}; the plain dot-product bound (q/|q|, k/|k| "
+        f"taken as exact) is exceeded: {twin_exceeded}",
+    )
+
+
 SOFTCAP = "softcap score error bound (toy format, p = 11)"
+NORMALIZED = "normalized q, k score error bound (toy format, p = 11)"
 ALIBI = "ALiBi score error bound (toy format, p = 11)"
 SIGMOID = "sigmoid weight relative error bound (toy format, p = 11)"
 
@@ -209,8 +313,8 @@ SIGMOID = "sigmoid weight relative error bound (toy format, p = 11)"
 def derive(**wrong) -> Derivation:
     """Build the D16 record: rounding of capped, biased and sigmoid scores.
 
-    Keyword overrides (wrong-statement tests): ``softcap``, ``alibi``, ``sigmoid`` (callables
-    replacing the exported bounds).
+    Keyword overrides (wrong-statement tests): ``softcap``, ``alibi``, ``sigmoid``,
+    ``normalized`` (callables replacing the exported bounds).
 
     Raises:
         TypeError: an unknown override name.
@@ -223,9 +327,12 @@ def derive(**wrong) -> Derivation:
             "softcap": softcap_score_abs_error,
             "alibi": alibi_score_abs_error,
             "sigmoid": sigmoid_weight_relative_bound,
+            "normalized": normalized_score_abs_error,
         },
     )
-    rec = Derivation("D16", "Rounding of transformed scores: softcap, ALiBi bias, sigmoid")
+    rec = Derivation(
+        "D16", "Rounding of transformed scores: softcap, ALiBi bias, normalized q and k, sigmoid"
+    )
     from derivations._latex import tex
 
     rec.statement["softcap"] = tex(
@@ -240,6 +347,14 @@ def derive(**wrong) -> Derivation:
         r"\qquad (\lvert \hat x - x \rvert \le e_x,\ m \ge 0,\ "
         r"\hat y = \mathrm{fl}(\hat x - \mathrm{fl}(m\lvert t' - s \rvert)))",
         claim=ALIBI,
+    )
+    rec.statement["normalized"] = tex(
+        r"|\hat x - c\,\tilde q \cdot \tilde k| \le c\bigl((1+e_q)^2(1+\gamma_d)(1+u) - 1\bigr)"
+        r"\sum_i |\tilde q_i \tilde k_i|,\quad e_q = \frac{(1+u)^2}{1-e_n} - 1,\quad "
+        r"e_n = \max\bigl(\sqrt{1+\gamma_d}\,(1+u) - 1,\ 1 - \sqrt{1-\gamma_d}\,(1-u)\bigr) "
+        r"\qquad \bigl(\tilde q = q / \lVert q \rVert,\ \tilde k = k / \lVert k \rVert,\ "
+        r"q, k \ne 0\bigr)",
+        claim=NORMALIZED,
     )
     rec.statement["sigmoid"] = tex(
         r"\frac{|\hat\sigma - \sigma(x+b)|}{\sigma(x+b)} \le e^{e_a}(1+r_{\exp})(1+u)^2 - 1,"
@@ -258,6 +373,15 @@ def derive(**wrong) -> Derivation:
         r"$|\mathrm{fl}(\hat x - \hat b) - (x - b)| \le e_x + u b + u |\hat x - \hat b|$.",
     )
     rec.step(
+        r"normalized q, k: the sum of the $d$ squares has $\lvert\theta_d\rvert \le \gamma_d$ "
+        r"(non-negative terms), the correctly rounded square root halves it and adds $u$, so "
+        r"the computed norm is $\lVert q \rVert (1 + \epsilon)$ with "
+        r"$\lvert\epsilon\rvert \le e_n$; a division (or a product with the rounded "
+        r"reciprocal) gives each $\tilde q_i$ with relative error $\le e_q$; the dot product "
+        r"of $d$ products and the product by $c$ multiply every term by at most "
+        r"$(1 + e_q)^2 (1 + \gamma_d)(1 + u)$.",
+    )
+    rec.step(
         r"sigmoid: $\sigma(a + \tau) / \sigma(a) = (1 + e^{-a}) / (1 + e^{-a-\tau})$ lies in "
         r"$[e^{-\lvert\tau\rvert}, e^{\lvert\tau\rvert}]$ (numerator and denominator each "
         r"move by at most the factor $e^{\lvert\tau\rvert}$); the computed "
@@ -268,6 +392,7 @@ def derive(**wrong) -> Derivation:
     _check_softcap(rec, f)
     _check_alibi(rec, f)
     _check_sigmoid(rec, f)
+    _check_normalized(rec, f)
     rec.cite(
         "tanh within 2.5 ulps of the exact result on the CPU paths",
         TANH_ULPS.source,
@@ -276,6 +401,7 @@ def derive(**wrong) -> Derivation:
     rec.exports = [
         "softcap_score_abs_error",
         "alibi_score_abs_error",
+        "normalized_score_abs_error",
         "sigmoid_weight_relative_bound",
         "TANH_ULPS",
     ]

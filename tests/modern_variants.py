@@ -236,6 +236,36 @@ bad_decay = AttentionVariant(
     forms={"chunked": lambda q, k, v, *, causal: _decayed_chunked(q, k, v, extra=True)},
 )
 
+# ---------------------------------------------------------------------------- cosine attention
+
+TEMPERATURE = 10.0
+
+
+def cosine_forward(q, k, v, *, causal, normalize_k: bool = True):
+    """Softmax of tau (q/|q|).(k/|k|) (cosine attention, QK-norm; ``F.normalize``);
+    ``normalize_k=False`` normalizes q only (the fault)."""
+    import torch.nn.functional as F
+
+    qn = F.normalize(q, dim=-1)
+    kn = F.normalize(k, dim=-1) if normalize_k else k
+    s = TEMPERATURE * (qn @ kn.transpose(-1, -2))
+    if causal:
+        T, S = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
+    return torch.softmax(s, -1) @ v
+
+
+ok_cosine = AttentionVariant(
+    "ok-cosine", cosine_forward, kernel="softmax", qk_norm=True, scale=TEMPERATURE
+)
+bad_cosine = AttentionVariant(
+    "bad-cosine-q-only",
+    lambda q, k, v, *, causal: cosine_forward(q, k, v, causal=causal, normalize_k=False),
+    kernel="softmax",
+    qk_norm=True,
+    scale=TEMPERATURE,
+)
+
 # ---------------------------------------------------------------------------- a declared map
 
 
@@ -276,4 +306,5 @@ TWINS = {
     "bad_padding": ("ok_padding", "key-padding"),
     "bad_decay": ("ok_decay", "forms-agree"),
     "bad_hedgehog": ("ok_hedgehog", "oracle-agreement"),
+    "bad_cosine": ("ok_cosine", "oracle-agreement"),
 }

@@ -21,8 +21,16 @@ def _failed(rec):
 def test_record_holds_and_is_tight():
     rec = d16.derive()
     assert rec.id == "D16" and not _failed(rec)
-    for name in ("softcap_toy", "alibi_toy", "sigmoid_toy"):
+    for name in ("softcap_toy", "alibi_toy", "sigmoid_toy", "normalized_toy"):
         assert 0.3 < rec.tables[name][1][0][1] <= 1.0, name
+    assert rec.tables["normalized_toy"][1][0][2] is True  # the exact-normalization twin fails
+
+
+def test_normalized_bound_taking_the_normalization_as_exact_fails():
+    def exact_normalization(d, c, a, u):
+        return d16.normalized_score_abs_error(d, c, a, u, normalization=False)
+
+    assert any("normalized" in n for n in _failed(d16.derive(normalized=exact_normalization)))
 
 
 def test_softcap_bound_without_the_propagated_score_error_fails():

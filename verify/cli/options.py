@@ -222,6 +222,13 @@ CLAIM_OPTIONS = (
         "sigmoid_bias", "sigmoid-bias", "bias b of --kernel sigmoid: sigma(c q.k + b)", finite_float
     ),
     ClaimOption(
+        "qk_norm",
+        "qk-norm",
+        "q and k are L2-normalized before the score: c (q/|q|).(k/|k|), c the --scale "
+        "(cosine attention's temperature, QK-norm)",
+        off="no-qk-norm",
+    ),
+    ClaimOption(
         "feature_map_spec",
         "feature-map",
         "pkg.module:phi, the variant's feature map: kernel linear:phi, phi(c q).phi(k) (scale c "

@@ -150,6 +150,8 @@ def _terms(
     abs_dot = inflate(abs_dot, d + 2)
     x = c * np.einsum("...ti,...si->...ts", q, k)
     e_x = d10.gamma(d + SCALE_ROUNDINGS, u) * abs_dot
+    if transform and transform.get("qk_norm"):
+        x, e_x, abs_dot = normalized_scores(q, k, c, u)
     if transform:
         x, e_x = transformed_scores(x, e_x, transform, u)
 
@@ -306,6 +308,27 @@ def _terms(
     num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
     den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
+
+
+def normalized_scores(q: np.ndarray, k: np.ndarray, c: float, u: float):
+    """Scores x = c q~.k~ with q~ = q / max(|q|, eps) (``QK_NORM_EPS``, F.normalize's rule),
+    their error bound (D16's ``normalized_score_abs_error``: max(n, eps) is within the norm's
+    relative error of max(n_hat, eps); plus the float64 evaluation of x here, gamma_{2d+6}(u64)
+    c sum |q~||k~|) and the majorant c sum_i |q~_i k~_i|, each (..., T, S)."""
+    from verify.spec.vocabulary import QK_NORM_EPS
+
+    d = q.shape[-1]
+
+    def unit(a):
+        n = np.sqrt(np.einsum("...i,...i->...", a, a))[..., None]
+        return a / np.maximum(n, QK_NORM_EPS)
+
+    qn, kn = unit(q), unit(k)
+    unit_abs = inflate(np.einsum("...ti,...si->...ts", np.abs(qn), np.abs(kn)), 2 * d + 6)
+    x = c * np.einsum("...ti,...si->...ts", qn, kn)
+    e_x = vec(lambda a: d16.normalized_score_abs_error(d, c, a, u), unit_abs)
+    e_x = e_x + d10.gamma(2 * d + 6, _U64) * c * unit_abs
+    return x, e_x, inflate(c * unit_abs, 1)
 
 
 def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float):

@@ -220,7 +220,8 @@ def attention_error_bound(
             ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
         structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
             ``enable_gqa``, ``softcap``, ``alibi_slopes``, ``sigmoid_bias`` (kernel
-            ``sigmoid``, denominator ``none``) and ``decay`` (causal ``taylor:N``: each weight
+            ``sigmoid``, denominator ``none``), ``qk_norm`` (q and k L2-normalized before the
+            score, D16's normalized-score error) and ``decay`` (causal ``taylor:N``: each weight
             gamma^(t-s) kappa_N carries the extra relative error gamma_{2(t-s)+2}(u) of its
             decay factor, :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
             the scores and their error (D16) for ``softmax`` and ``sigmoid`` under the
@@ -387,6 +388,7 @@ def _setup(
     alibi_slopes: Any = None,
     sigmoid_bias: float | None = None,
     decay: Any = None,
+    qk_norm: bool = False,
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
     family, order, fmap = _parse_kernel(kernel)
@@ -433,6 +435,10 @@ def _setup(
         transform["sigmoid_bias"] = float(sigmoid_bias)
     if decay is not None:
         transform["decay"] = _np64(decay, "decay").reshape(-1)
+    if qk_norm:
+        if family not in ("exp", "sigmoid"):
+            raise ValueError("qk_norm: modelled for the softmax and sigmoid kernels (D16)")
+        transform["qk_norm"] = True
     exp_type = family in ("exp", "sigmoid", "taylor", "taylor-features") or fmap == "favor"
     # exp weights are shifted by the row maximum unless the mode sees their absolute size
     # (eps is added to the unshifted denominator or norm, so eps needs it too)

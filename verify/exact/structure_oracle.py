@@ -17,6 +17,7 @@ import numpy as np
 from derivations import structure as d15
 from verify.exact.oracle import _taylor_kernel, to_float64, to_mpf_array
 from verify.spec.kernel import taylor_order
+from verify.spec.vocabulary import QK_NORM_EPS
 
 __all__ = ["structured_reference"]
 
@@ -38,6 +39,7 @@ def structured_reference(
     alibi_slopes: Any = None,
     decay: Any = None,
     sigmoid_bias: float = 0.0,
+    qk_norm: bool = False,
     dps: int = 50,
 ) -> np.ndarray:
     """Exact attention output of a modern form, rounded once to float64, (B, H, T, d_v).
@@ -51,6 +53,8 @@ def structured_reference(
         scale: c, default 1/sqrt(d).
         attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
         window, softcap, alibi_slopes, decay, sigmoid_bias: as ``verify.attention``.
+        qk_norm: score c q~.k~ with q~ = q / max(|q|, eps) (cosine attention, QK-norm;
+            ``verify.spec.vocabulary.QK_NORM_EPS``, F.normalize's default).
         dps: decimal digits.
 
     Raises:
@@ -92,6 +96,9 @@ def structured_reference(
                         if mask is not None and not mask[b, h, t, s]:
                             continue
                         x = c * mpmath.fdot(Q[b, h, t], K[b, g, s])
+                        if qk_norm:  # x / max(|x|, eps), F.normalize's rule
+                            nq = max(mpmath.norm(Q[b, h, t]), QK_NORM_EPS)
+                            x = x / (nq * max(mpmath.norm(K[b, g, s]), QK_NORM_EPS))
                         if softcap is not None:
                             x = softcap * mpmath.tanh(x / softcap)
                         if slopes is not None:

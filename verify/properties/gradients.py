@@ -299,6 +299,11 @@ def _analytic_jacobian(out, inputs, form: str):
     return jac
 
 
+#: q/k rows shorter than this are too close to normalization's kink at 0 for central
+#: differences (gradcheck's step is 1e-6 per coordinate; 1e-3 leaves three orders of margin)
+GRADCHECK_NORM_FLOOR = 1e-3
+
+
 def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     import torch
 
@@ -309,6 +314,13 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     kw = call_kwargs(variant, mode, x.attn_mask)
     if _reference_applies(variant, ctx) is None:
         require_defined(variant, x, mode)
+    if getattr(variant, "qk_norm", False):
+        norms = [float(t.double().norm(dim=-1).min()) for t in (x.q, x.k)]
+        if min(norms) < GRADCHECK_NORM_FLOOR:
+            raise NotApplicable(
+                f"QK-norm: x / max(|x|, eps) has a kink at a zero vector (a row of norm "
+                f"{min(norms):.3g} < {GRADCHECK_NORM_FLOOR}): not differentiable there"
+            )
     # near a vanishing denominator or norm a finite-difference step may leave the domain (an
     # unknown kernel may be signed: its non-finite outputs make the example inapplicable)
     singular = variant.positive_kernel is not True or mode in ("l2", "rms", "layernorm")

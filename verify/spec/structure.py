@@ -21,7 +21,8 @@ REFERENCE_SLOPES = "reference"
 
 
 def check_claims(v) -> None:
-    """Validate the structural claims of variant ``v``.
+    """Validate the structural claims of variant ``v`` (``qk_norm``: q and k L2-normalized before
+    the score, D16).
 
     Raises:
         TypeError, ValueError: a bad ``kv_heads``, ``window``, ``softcap``, ``alibi_slopes``,
@@ -92,6 +93,10 @@ def check_claims(v) -> None:
         )
     if not isinstance(v.key_padding, bool):
         raise TypeError(f"key_padding: expected a bool, got {v.key_padding!r}")
+    if not isinstance(v.qk_norm, bool):
+        raise TypeError(f"qk_norm: expected a bool, got {v.qk_norm!r}")
+    if v.qk_norm and v.kernel_family not in ("softmax", "sigmoid", "unknown"):
+        raise ValueError(f"qk_norm: claimed for softmax and sigmoid kernels, got {v.kernel!r}")
 
 
 def _positive(x: Any) -> bool:
@@ -108,6 +113,7 @@ def has_structure(v) -> bool:
         or v.alibi_slopes is not None
         or v.decay is not None
         or v.kernel_family == "sigmoid"
+        or v.qk_norm
     )
 
 
@@ -151,6 +157,8 @@ def reference_kwargs(v, heads: int, *, enable_gqa: bool = False) -> dict[str, An
         kw["decay"] = [float(g) for g in v.decay]
     if v.kernel_family == "sigmoid":
         kw["sigmoid_bias"] = float(v.sigmoid_bias)
+    if v.qk_norm:
+        kw["qk_norm"] = True
     return kw
 
 
@@ -175,4 +183,6 @@ def describe(v) -> list[str]:
         out.append(f"sigmoid bias b = {v.sigmoid_bias:g}")
     if v.key_padding:
         out.append("key_padding_mask (B, S), True = keep")
+    if v.qk_norm:
+        out.append("q and k L2-normalized (cosine attention, QK-norm)")
     return out

@@ -128,6 +128,9 @@ class AttentionVariant:
         sigmoid_bias: b of ``kernel="sigmoid"``: unnormalized sigma(c q.k + b) (D14).
         key_padding: ``forward`` accepts ``key_padding_mask=`` (B, S) bool, True = keep (SDPA's
             convention; an adapter flips code that uses the opposite).
+        qk_norm: q and k are L2-normalized before the score, c q~.k~ with q~ = q / max(|q|,
+            1e-12) (``F.normalize``'s rule) and c the scale (cosine attention's temperature,
+            QK-norm; D16 bounds the computed score).
         feature_map_spec: ``"pkg.module:object"`` of the variant's feature map phi, imported into
             ``feature_map`` (the command line's ``--feature-map``); with the kernel unclaimed it
             claims ``linear:phi``: kappa(q, k) = phi(c q) . phi(k) (c the scale, default 1), the
@@ -174,6 +177,7 @@ class AttentionVariant:
     sigmoid_bias: float = 0.0
     key_padding: bool = False
     feature_map_spec: str | None = None
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -330,6 +334,7 @@ CLAIM_FIELDS = (
     "sigmoid_bias",
     "key_padding",
     "feature_map_spec",
+    "qk_norm",
 )
 
 
@@ -372,6 +377,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "sigmoid_bias": v.sigmoid_bias,
         "key_padding": v.key_padding,
         "feature_map_spec": v.feature_map_spec,
+        "qk_norm": v.qk_norm,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -31,6 +31,9 @@ ELEMENTWISE_MAPS = ("identity", "elu1", "relu")
 NAMED_MAPS = ELEMENTWISE_MAPS + ("favor",)
 #: every feature-map name, as error messages list them
 FEATURE_MAPS = ("identity", "elu1", "relu", "taylor:N", "favor")
+#: q and k normalization (``qk_norm``): x / max(|x|, QK_NORM_EPS), the default of
+#: ``torch.nn.functional.normalize`` (a vector shorter than it is divided by it, not by its norm)
+QK_NORM_EPS = 1e-12
 #: the kernel ``linear:phi``: the variant's own declared feature map, kappa(q, k) = phi(c q).phi(k)
 USER_MAP = "phi"
 

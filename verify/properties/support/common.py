@@ -338,7 +338,7 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
         )
     )  # fmt: skip
     precision = precision_of(variant, ctx, denominator=denominator, eps=0.0)
-    transformed = "softcap" in skw or "alibi_slopes" in skw or "sigmoid_bias" in skw
+    transformed = any(key in skw for key in ("softcap", "alibi_slopes", "sigmoid_bias", "qk_norm"))
     if transformed and precision not in (None, "two-level"):
         raise NotApplicable(
             f"precision model {precision!r}: D16 extends the two-level model only to softcapped, "
