@@ -266,6 +266,34 @@ bad_cosine = AttentionVariant(
     scale=TEMPERATURE,
 )
 
+# ---------------------------------------------------------------------------- score bias
+
+
+def bias_forward(q, k, v, *, causal, attn_bias=None, scaled_bias: bool = False):
+    """Softmax of c q.k + bias (SDPA's float attn_mask); ``scaled_bias`` adds the bias before
+    the scale, c (q.k + bias) (the fault)."""
+    s = q @ k.transpose(-1, -2)
+    c = 1.0 / math.sqrt(q.shape[-1])
+    if attn_bias is not None:
+        s = c * (s + attn_bias) if scaled_bias else c * s + attn_bias
+    else:
+        s = c * s
+    if causal:
+        T, S = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
+    return torch.softmax(s, -1) @ v
+
+
+ok_bias = AttentionVariant("ok-score-bias", bias_forward, kernel="softmax", score_bias=True)
+bad_bias = AttentionVariant(
+    "bad-score-bias-scaled",
+    lambda q, k, v, *, causal, attn_bias=None: bias_forward(
+        q, k, v, causal=causal, attn_bias=attn_bias, scaled_bias=True
+    ),
+    kernel="softmax",
+    score_bias=True,
+)
+
 # ---------------------------------------------------------------------------- a declared map
 
 
@@ -307,4 +335,5 @@ TWINS = {
     "bad_decay": ("ok_decay", "forms-agree"),
     "bad_hedgehog": ("ok_hedgehog", "oracle-agreement"),
     "bad_cosine": ("ok_cosine", "oracle-agreement"),
+    "bad_bias": ("ok_bias", "score-bias"),
 }

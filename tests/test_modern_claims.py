@@ -51,6 +51,7 @@ OK = (
     "ok_decay",
     "ok_hedgehog",
     "ok_cosine",
+    "ok_bias",
 )
 
 
@@ -71,6 +72,7 @@ def test_correct_variant_passes_the_battery(name):
         "ok_gqa": "head-groups",
         "ok_padding": "key-padding",
         "ok_decay": "forms-agree",
+        "ok_bias": "score-bias",
     }.get(name)
     assert own is None or own in ran
 
@@ -147,12 +149,13 @@ def _parse(argv):
 def test_command_line_reads_the_structural_claims():
     claims = _parse(
         ["--kv-heads", "2", "--window", "3,0", "--softcap", "30", "--alibi", "--decay", "0.9,1",
-         "--kernel", "sigmoid", "--sigmoid-bias", "-1.5", "--key-padding", "--qk-norm"]
+         "--kernel", "sigmoid", "--sigmoid-bias", "-1.5", "--key-padding", "--qk-norm",
+         "--score-bias"]
     )  # fmt: skip
     assert claims["kv_heads"] == 2 and claims["window"] == (3, 0) and claims["softcap"] == 30.0
     assert claims["alibi_slopes"] == "reference" and claims["decay"] == (0.9, 1.0)
     assert claims["sigmoid_bias"] == -1.5 and claims["key_padding"] is True
-    assert claims["qk_norm"] is True
+    assert claims["qk_norm"] is True and claims["score_bias"] is True
     assert _parse(["--alibi-slopes", "0.5,0.25"])["alibi_slopes"] == (0.5, 0.25)
     assert _parse([])["window"] is None
 

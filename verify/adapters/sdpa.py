@@ -47,7 +47,7 @@ EXP_COMPARISON_DTYPES = ("float32", "bfloat16")
 VARIANTS: dict[str, str] = {"torch-sdpa": "verify.adapters.sdpa:sdpa_variant"}
 
 
-def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
+def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None, attn_bias=None):
     """``scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)``.
 
     Args:
@@ -55,6 +55,9 @@ def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
         causal: SDPA's ``is_causal`` (top-left aligned when T != S).
         attn_mask: optional bool (B, H, T, S), True = keep. With ``causal`` it is combined
             with the top-left causal mask (SDPA's documented way to ask for both).
+        attn_bias: optional float bias broadcastable to (B, H, T, S), added to the scaled
+            scores: SDPA's float ``attn_mask`` (hidden keys, boolean mask or causal, become
+            -inf in it).
 
     Returns:
         (B, H, T, d_v) tensor of q's dtype.
@@ -67,6 +70,13 @@ def sdpa_forward(q, k, v, *, causal: bool, attn_mask=None):
     if attn_mask is not None and causal:
         attn_mask = attn_mask & causal_mask(q.shape[-2], k.shape[-2], attn_mask.device)
         causal = False
+    if attn_bias is not None:
+        keep = attn_mask
+        if causal:
+            keep = causal_mask(q.shape[-2], k.shape[-2], attn_bias.device)
+            causal = False
+        bias = attn_bias.to(q.dtype)
+        attn_mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
 
 
@@ -88,6 +98,7 @@ def sdpa_variant() -> AttentionVariant:
         causal_alignment="top-left",
         normalized=True,
         supports_mask=True,
+        score_bias=True,  # a float attn_mask is added to the scaled scores
         empty_rows="zeros",  # measured on the card (measure_conventions: empty_row)
         exp_library=SDPA_EXP_LIBRARY,
         dtypes=("float64", "float32", "bfloat16", "float16"),

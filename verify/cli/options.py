@@ -229,6 +229,12 @@ CLAIM_OPTIONS = (
         off="no-qk-norm",
     ),
     ClaimOption(
+        "score_bias",
+        "score-bias",
+        "forward accepts attn_bias, a float (B|1, H|1, T, S) bias added to the scaled scores",
+        off="no-score-bias",
+    ),
+    ClaimOption(
         "feature_map_spec",
         "feature-map",
         "pkg.module:phi, the variant's feature map: kernel linear:phi, phi(c q).phi(k) (scale c "

@@ -332,7 +332,9 @@ def normalized_scores(q: np.ndarray, k: np.ndarray, c: float, u: float):
 
 
 def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float):
-    """Scores (..., T, S) and their error bound after softcapping, then the ALiBi bias (D16).
+    """Scores (..., T, S) and their error bound after softcapping, then a given additive bias
+    (D16's ALiBi bound with b = |bias|: one rounded addition; its u b term, the rounding of
+    fl(m d), only adds margin for an exact bias), then the ALiBi bias.
 
     The bias is -m_h |t' - s| with t' = t + S - T (``verify.attention.structure``).
     """
@@ -344,6 +346,13 @@ def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float
             np.abs(x),
         )
         x = cap * np.tanh(x / cap)
+    given = transform.get("bias")
+    if given is not None:  # an additive score bias given exactly: one rounded addition
+        b = np.broadcast_to(np.asarray(given, dtype=np.float64), x.shape)
+        e_x = vec(
+            lambda ex, xa, ba: d16.alibi_score_abs_error(ex, xa, ba, u), e_x, np.abs(x), np.abs(b)
+        )
+        x = x + b
     slopes = transform.get("alibi")
     if slopes is not None:
         T, S = x.shape[-2], x.shape[-1]

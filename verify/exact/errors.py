@@ -221,9 +221,11 @@ def attention_error_bound(
         structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
             ``enable_gqa``, ``softcap``, ``alibi_slopes``, ``sigmoid_bias`` (kernel
             ``sigmoid``, denominator ``none``), ``qk_norm`` (q and k L2-normalized before the
-            score, D16's normalized-score error) and ``decay`` (causal ``taylor:N``: each weight
-            gamma^(t-s) kappa_N carries the extra relative error gamma_{2(t-s)+2}(u) of its
-            decay factor, :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
+            score, D16's normalized-score error), ``score_bias`` (an additive bias broadcastable
+            to (B, H, T, S), added after the scale and the softcap, before ALiBi) and
+            ``decay`` (causal ``taylor:N``: each weight gamma^(t-s) kappa_N carries the extra
+            relative error gamma_{2(t-s)+2}(u) of its decay factor,
+            :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
             the scores and their error (D16) for ``softmax`` and ``sigmoid`` under the
             two-level model.
 
@@ -389,6 +391,7 @@ def _setup(
     sigmoid_bias: float | None = None,
     decay: Any = None,
     qk_norm: bool = False,
+    score_bias: Any = None,
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
     family, order, fmap = _parse_kernel(kernel)
@@ -435,6 +438,10 @@ def _setup(
         transform["sigmoid_bias"] = float(sigmoid_bias)
     if decay is not None:
         transform["decay"] = _np64(decay, "decay").reshape(-1)
+    if score_bias is not None:
+        if family not in ("exp", "sigmoid"):
+            raise ValueError("score_bias: modelled for the softmax and sigmoid kernels (D16)")
+        transform["bias"] = _np64(score_bias, "score_bias")
     if qk_norm:
         if family not in ("exp", "sigmoid"):
             raise ValueError("qk_norm: modelled for the softmax and sigmoid kernels (D16)")

@@ -40,6 +40,7 @@ def structured_reference(
     decay: Any = None,
     sigmoid_bias: float = 0.0,
     qk_norm: bool = False,
+    score_bias: Any = None,
     dps: int = 50,
 ) -> np.ndarray:
     """Exact attention output of a modern form, rounded once to float64, (B, H, T, d_v).
@@ -53,6 +54,8 @@ def structured_reference(
         scale: c, default 1/sqrt(d).
         attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
         window, softcap, alibi_slopes, decay, sigmoid_bias: as ``verify.attention``.
+        score_bias: an additive bias broadcastable to (B, H, T, S), added after the scale and
+            the softcap (before ALiBi), taken exactly.
         qk_norm: score c q~.k~ with q~ = q / max(|q|, eps) (cosine attention, QK-norm;
             ``verify.spec.vocabulary.QK_NORM_EPS``, F.normalize's default).
         dps: decimal digits.
@@ -78,6 +81,12 @@ def structured_reference(
         if causal:
             right = 0
         mask = None if attn_mask is None else np.broadcast_to(np.asarray(attn_mask), (B, H, T, S))
+        bias = None
+        if score_bias is not None:
+            raw = score_bias
+            if hasattr(raw, "detach"):
+                raw = raw.detach().cpu().double().numpy()
+            bias = np.broadcast_to(np.asarray(raw, dtype=np.float64), (B, H, T, S))
         kappa = None if order is None else _taylor_kernel(order)  # D1's coefficients
         slopes = None if alibi_slopes is None else [mpmath.mpf(float(m)) for m in alibi_slopes]
         gammas = None if decay is None else [mpmath.mpf(float(g)) for g in decay]
@@ -101,6 +110,8 @@ def structured_reference(
                             x = x / (nq * max(mpmath.norm(K[b, g, s]), QK_NORM_EPS))
                         if softcap is not None:
                             x = softcap * mpmath.tanh(x / softcap)
+                        if bias is not None:
+                            x = x + mpmath.mpf(float(bias[b, h, t, s]))
                         if slopes is not None:
                             x = x - slopes[h] * abs(tp - s)
                         if kernel == "sigmoid":

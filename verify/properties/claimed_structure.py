@@ -273,6 +273,52 @@ def _padding_check(variant, ex: Example, ctx):
 
 KEY_PADDING = declare("key-padding", _padding_applies, _padding_examples, _padding_check)
 
-PROPERTIES = [WINDOW_EXTENT, HEAD_GROUPS, KEY_PADDING]
+
+# --------------------------------------------------------------------------- score bias
+
+
+def _bias_applies(variant, ctx):
+    if not variant.score_bias:
+        return "no score bias claimed (score_bias=False)"
+    if variant.kernel_family not in ("softmax", "sigmoid"):
+        return f"kernel {variant.kernel}: the biased reference covers softmax and sigmoid"
+    return structural_applies(variant, ctx)
+
+
+def _bias_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    from verify.properties.support.inputs import values
+
+    def with_bias(x):
+        s = x.shape
+        shapes = ((1, 1, s.T, s.S), (s.B, 1, s.T, s.S), (s.B, s.H, s.T, s.S))
+        return st.sampled_from(shapes).flatmap(
+            lambda shp: values(shp, x.dtype, bound=4.0).map(
+                lambda b: Example(x, {"bias_shape": shp, "_bias": b})
+            )
+        )
+
+    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c)).flatmap(with_bias)
+
+
+def _bias_check(variant, ex: Example, ctx):
+    from verify.exact.errors import compare
+    from verify.properties.support.common import biased_reference
+    from verify.properties.support.inputs import tensor_like
+
+    x = ex.inputs
+    bias = tensor_like(ex.choices["_bias"], x)
+    mode = convention_mode(variant)
+    ref, eb = biased_reference(variant, x, ctx, bias, denominator=mode, form=form_kind(FORWARD))
+    o = call(variant, x.q, x.k, x.v, causal=x.causal, attn_bias=bias, **call_kwargs(variant, mode))
+    return compare(
+        o, eb, ref, what=f"attn_bias of shape {ex.choices['bias_shape']} added to the scores"
+    )
+
+
+SCORE_BIAS = declare("score-bias", _bias_applies, _bias_examples, _bias_check)
+
+PROPERTIES = [WINDOW_EXTENT, HEAD_GROUPS, KEY_PADDING, SCORE_BIAS]
 
 __all__ = ["PROPERTIES", "NotApplicable", "claimed_visibility"]

@@ -93,6 +93,10 @@ def check_claims(v) -> None:
         )
     if not isinstance(v.key_padding, bool):
         raise TypeError(f"key_padding: expected a bool, got {v.key_padding!r}")
+    if not isinstance(v.score_bias, bool):
+        raise TypeError(f"score_bias: expected a bool, got {v.score_bias!r}")
+    if v.score_bias and v.kernel_family not in ("softmax", "sigmoid", "unknown"):
+        raise ValueError(f"score_bias: claimed for softmax and sigmoid kernels, got {v.kernel!r}")
     if not isinstance(v.qk_norm, bool):
         raise TypeError(f"qk_norm: expected a bool, got {v.qk_norm!r}")
     if v.qk_norm and v.kernel_family not in ("softmax", "sigmoid", "unknown"):
@@ -185,4 +189,6 @@ def describe(v) -> list[str]:
         out.append("key_padding_mask (B, S), True = keep")
     if v.qk_norm:
         out.append("q and k L2-normalized (cosine attention, QK-norm)")
+    if v.score_bias:
+        out.append("attn_bias (an additive score bias)")
     return out

@@ -131,6 +131,9 @@ class AttentionVariant:
         qk_norm: q and k are L2-normalized before the score, c q~.k~ with q~ = q / max(|q|,
             1e-12) (``F.normalize``'s rule) and c the scale (cosine attention's temperature,
             QK-norm; D16 bounds the computed score).
+        score_bias: ``forward`` accepts ``attn_bias=``, a float tensor broadcastable to
+            (B, H, T, S) added to the scaled (and softcapped) scores before ALiBi and the mask
+            (SDPA's float ``attn_mask``, T5-style relative biases); checked by ``score-bias``.
         feature_map_spec: ``"pkg.module:object"`` of the variant's feature map phi, imported into
             ``feature_map`` (the command line's ``--feature-map``); with the kernel unclaimed it
             claims ``linear:phi``: kappa(q, k) = phi(c q) . phi(k) (c the scale, default 1), the
@@ -178,6 +181,7 @@ class AttentionVariant:
     key_padding: bool = False
     feature_map_spec: str | None = None
     qk_norm: bool = False
+    score_bias: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -335,6 +339,7 @@ CLAIM_FIELDS = (
     "key_padding",
     "feature_map_spec",
     "qk_norm",
+    "score_bias",
 )
 
 
@@ -378,6 +383,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "key_padding": v.key_padding,
         "feature_map_spec": v.feature_map_spec,
         "qk_norm": v.qk_norm,
+        "score_bias": v.score_bias,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -41,6 +41,7 @@ STRUCTURE_AWARE = (
     "window-extent",
     "head-groups",
     "key-padding",
+    "score-bias",
 )
 
 

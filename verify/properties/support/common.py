@@ -305,9 +305,10 @@ def structure_kwargs(variant, x) -> dict[str, Any]:
     return reference_kwargs(variant, x.q.shape[1], enable_gqa=x.k.shape[1] != x.q.shape[1])
 
 
-def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, eps):
+def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, eps, **extra):
     """(StructuredResult, ErrorBound) of the structural claims (D12-D16): the modern reference
-    and ``attention_error_bound`` with the same keywords."""
+    and ``attention_error_bound`` with the same keywords (``extra``: more of them, e.g. a
+    drawn ``score_bias``)."""
     from verify.exact import errors
     from verify.exact.structure_oracle import structured_reference
 
@@ -323,7 +324,7 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
             f"structural claims are modelled with the {want!r} denominator and no eps "
             f"(asked: {denominator!r}, eps {used_eps})"
         )
-    skw = structure_kwargs(variant, x)
+    skw = {**structure_kwargs(variant, x), **extra}
     for name in ("alibi_slopes", "decay"):
         if name in skw and len(skw[name]) != x.q.shape[1]:
             raise NotApplicable(
@@ -338,7 +339,9 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
         )
     )  # fmt: skip
     precision = precision_of(variant, ctx, denominator=denominator, eps=0.0)
-    transformed = any(key in skw for key in ("softcap", "alibi_slopes", "sigmoid_bias", "qk_norm"))
+    transformed = any(
+        key in skw for key in ("softcap", "alibi_slopes", "sigmoid_bias", "qk_norm", "score_bias")
+    )
     if transformed and precision not in (None, "two-level"):
         raise NotApplicable(
             f"precision model {precision!r}: D16 extends the two-level model only to softcapped, "
@@ -401,6 +404,17 @@ def user_map_reference(variant, x, ctx, *, denominator: str, form: str = "any", 
             device=ctx.device, **kw,
         )  # fmt: skip
     return ref, eb
+
+
+def biased_reference(variant, x, ctx, bias, *, denominator: str, form: str = "any"):
+    """(StructuredResult, ErrorBound) of the variant's claims with an additive score ``bias``
+    (broadcastable to (B, H, T, S); D16): the modern reference and its bound."""
+    kernel = kernel_name(variant)
+    if kernel is None:
+        raise NotApplicable("kernel unknown: no reference for a biased score")
+    return _structured(
+        variant, x, ctx, kernel, denominator=denominator, form=form, eps=None, score_bias=bias
+    )
 
 
 def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", scale=None):
