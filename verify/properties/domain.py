@@ -77,7 +77,9 @@ def _finite_by_theory(variant, x, ctx, fn, kw, path) -> np.ndarray:
     (the model promises a finite result; a 0/0 of a sign-indefinite map, or an overflow the
     model charges, is no failure); with the kernel
     unknown, causal rows the non-causal call on the same inputs computes finitely (the causal
-    mask, not the kernel, made them NaN). Empty rows (a window's) are a convention either way."""
+    mask, not the kernel, made them NaN) and, for a normalized variant, with values 1 too (a
+    vanishing kernel sum gives NaN whatever the values). Empty rows (a window's) are a
+    convention either way."""
     if variant.parsed_kernel.known:
         try:
             ref, eb = exact_and_bound(
@@ -89,7 +91,15 @@ def _finite_by_theory(variant, x, ctx, fn, kw, path) -> np.ndarray:
     if not x.causal or not variant.supports_causal(False):
         return np.zeros(x.shape.out[:3], dtype=bool)
     free = np64(call(fn, x.q, x.k, x.v, causal=False, allow_nonfinite=True, **kw))
-    return np.isfinite(free).all(-1)
+    rows = np.isfinite(free).all(-1)
+    if variant.normalized:
+        # a normalized row returns sum_s w_s v_s / sum_s w_s: with v = 1 it is 1 unless its
+        # kernel sum vanishes (0/0: a row whose visible keys all have kernel 0, e.g. a key at
+        # 0 under a squared kernel), a convention of the kernel, not a rejected input
+        ones = x.v.new_ones(x.v.shape)
+        unit = np64(call(fn, x.q, x.k, ones, causal=True, allow_nonfinite=True, **kw))
+        rows &= np.isfinite(unit).all(-1)
+    return rows
 
 
 ACCEPTS_INPUTS = declare("accepts-inputs", _applies, _examples, _check)
