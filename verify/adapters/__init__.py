@@ -55,6 +55,21 @@ ADAPTERS: dict[str, str] = {
     name: spec for module in MODULES.values() for name, spec in module.VARIANTS.items()
 }
 
+#: adapters checked by ``attn-theory check`` and the tests but without a committed card: what
+#: their card would show is on another card (the report's time budget, 12 minutes, pays for
+#: the others), name -> the card that shows it
+NO_CARD: dict[str, str] = {
+    "hf-eager-gqa": "hf-sdpa-gqa (GQA) and hf-eager-sliding-window (eager, GQA and a window)",
+    "hf-sdpa-sliding-window": "hf-eager-sliding-window (the same mask utilities and GQA)",
+    "local-attention-LocalAttention-causal-exact": (
+        "local-attention-LocalAttention-exact (exact windows) and hf-eager-sliding-window "
+        "(a causal window)"
+    ),
+}
+
+#: the adapters with a committed report card (``reports/variants``), in card order
+CARDS: tuple[str, ...] = tuple(name for name in ADAPTERS if name not in NO_CARD)
+
 #: the package each adapter module needs (for skip messages)
 REQUIRES: dict[str, str] = {
     "sdpa": "torch",
@@ -89,4 +104,4 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
     return MODULES[module_of(name)].card_facts(name, quick=quick, isolate=isolate)
 
 
-__all__ = ["ADAPTERS", "MODULES", "REQUIRES", "card_facts", "module_of"]
+__all__ = ["ADAPTERS", "CARDS", "MODULES", "NO_CARD", "REQUIRES", "card_facts", "module_of"]

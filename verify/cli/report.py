@@ -104,7 +104,8 @@ def build(
     from verify.render.cards import build_cards
 
     progress("third-party variants")
-    cards = build_cards(stage / "variants", quick=quick)
+    # a quick run checks in this process (no worker start-up per card): smoke-sized, as tests do
+    cards = build_cards(stage / "variants", quick=quick, isolate=not quick)
 
     from verify.render import faults
 

@@ -1,6 +1,6 @@
 """Report cards of the third-party adapters: ``reports/variants/<name>.md`` and ``.json``.
 
-:func:`build_cards` is one loop over :data:`verify.adapters.ADAPTERS`: for each adapter it runs
+:func:`build_cards` is one loop over :data:`verify.adapters.CARDS`: for each adapter it runs
 :func:`verify.engine.check.check` (profile ``ci``, float64 and float32, plus bfloat16 where the
 adapter claims it), the black-box probes (``verify.probes``) for the input restrictions and what
 the variant computes, and the adapter module's ``card_facts`` (SDPA's conventions, fla's
@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from verify.adapters import ADAPTERS, card_facts, module_of
+from verify.adapters import ADAPTERS, CARDS, card_facts, module_of
 from verify.adapters.card_settings import (
+    CARD_EXAMPLES,
     CARD_TIMEOUT,
     PROFILE,
     QUICK_EXAMPLES,
@@ -62,7 +63,8 @@ def build_cards(
         report_dir: directory of the cards (created if missing).
         quick: a small run for tests (``QUICK_SELECT``, ``QUICK_EXAMPLES`` examples, float64,
             smaller measurements); the cards say so.
-        names: a subset of :data:`ADAPTERS` (default all).
+        names: a subset of :data:`ADAPTERS` (default :data:`verify.adapters.CARDS`, those with
+            a committed card).
         isolate: run the checks in worker processes under the watchdog (False: in this
             process, as tests do; the results are the same).
         progress: called with one line per finished card.
@@ -82,7 +84,7 @@ def build_cards(
     from verify.engine.check import check
     from verify.spec.target import TargetError, as_variant
 
-    chosen = list(ADAPTERS) if names is None else list(names)
+    chosen = list(CARDS) if names is None else list(names)
     for n in chosen:
         if n not in ADAPTERS:
             raise KeyError(f"names: unknown adapter {n!r}; known: {sorted(ADAPTERS)}")
@@ -107,7 +109,7 @@ def build_cards(
                 profile=PROFILE,
                 seed=SEED,
                 select=list(QUICK_SELECT) if quick else None,
-                max_examples=QUICK_EXAMPLES if quick else None,
+                max_examples=QUICK_EXAMPLES if quick else CARD_EXAMPLES,
                 isolate=isolate,
                 timeout=CARD_TIMEOUT,
             )
@@ -225,7 +227,8 @@ def _findings(doc, probe_description: str, quick: bool) -> str:
         ]
     lines.append(f"- Black-box probes (claims ignored): {probe_description}.")
     lines.append(
-        f"- Checked with `attn-theory check {doc['target']}` (profile {PROFILE}, seed {SEED}); "
+        f"- Checked with `attn-theory check {doc['target']} --max-examples {CARD_EXAMPLES}` "
+        f"(profile {PROFILE}, seed {SEED}); "
         f"this card: `{COMMAND}`."
     )
     by_prop: dict[str, list[str]] = {}
