@@ -168,11 +168,12 @@ def _cap(run: Runner) -> dict[str, Any]:
         out["kind"] = "exp (no cap)"
         return out
     C = float(L[-1])
-    for _ in range(60):  # fixed point of C = L(x_max) / tanh(x_max / C)
-        C = float(L[-1] / math.tanh(xs[-1] / C))
-    fit = C * np.tanh(xs / C)
+    with np.errstate(divide="ignore", invalid="ignore"):  # L = 0: no fit (residual nan)
+        for _ in range(60):  # fixed point of C = L(x_max) / tanh(x_max / C)
+            C = float(L[-1] / math.tanh(xs[-1] / C))
+        fit = C * np.tanh(xs / C)
+        out["max_relative_residual"] = float(np.max(np.abs(fit - L) / np.abs(L)))
     out["C"] = C
-    out["max_relative_residual"] = float(np.max(np.abs(fit - L) / np.abs(L)))
     flat = L[-1] - L[-2] < 1e-3 * abs(L[-1])  # no growth from x_max / 2 to x_max
     out["kind"] = (
         "softcap C tanh(s / C)"

@@ -77,6 +77,8 @@ def _window_check(variant, ex: Example, ctx):
     vis = claimed_visibility(variant, x)
     tiny = float(torch.finfo(x.dtype).tiny)  # an underflowed weight carries nothing
     Wa = np.where(np.isfinite(W), np.abs(W), np.inf)
+    # a row the window leaves without a key returns the variant's empty-row convention
+    Wa = np.where(vis.any(-1)[:, None], Wa, 0.0)
     outside = np.where(vis, 0.0, Wa)
     worst = np.unravel_index(int(np.argmax(outside)), outside.shape)
     obs = [

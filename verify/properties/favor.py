@@ -16,9 +16,8 @@ import math
 import numpy as np
 
 from verify.properties.support.base import declare
-from verify.properties.support.calls import feature_map
 from verify.properties.support.claims import dtype_reason
-from verify.properties.support.common import Example
+from verify.properties.support.common import Example, feature_map
 from verify.properties.support.inputs import interval, rounded
 from verify.properties.support.observe import DPS, U64
 from verify.spec.results import Observation, VariantError

@@ -22,13 +22,13 @@ from fractions import Fraction
 import numpy as np
 
 from verify.properties.support.base import declare
-from verify.properties.support.calls import feature_map
 from verify.properties.support.claims import dtype_reason, positivity_reason
 from verify.properties.support.common import (
     MAX_DIM,
     MIN_RADIUS,
     Example,
     exact_and_bound,
+    feature_map,
     tensor_snippet,
 )
 from verify.properties.support.inputs import (

@@ -8,38 +8,13 @@ A target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
 from __future__ import annotations
 
 import inspect
-import os
-import pkgutil
-import sys
 from dataclasses import replace
 from typing import Any
 
+from verify.spec.imports import TargetError, load_spec
 from verify.spec.variant import AttentionVariant
 
-
-class TargetError(Exception):
-    """The target cannot be imported or is not an attention variant (CLI exit code 2)."""
-
-
-def load_spec(spec: str) -> Any:
-    """Import ``pkg.module:object`` (``object`` may be dotted); the current directory is
-    importable, as with ``python -m``.
-
-    Raises:
-        TargetError: malformed spec, module not importable, attribute missing.
-    """
-    if not isinstance(spec, str) or spec.count(":") != 1 or "" in spec.split(":"):
-        raise TargetError(f"target: expected 'pkg.module:object', got {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        return pkgutil.resolve_name(spec)
-    except AttributeError as exc:
-        raise TargetError(f"target: {spec!r}: {exc}") from exc
-    except Exception as exc:
-        raise TargetError(
-            f"target: cannot import {spec.split(':')[0]!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+__all__ = ["TargetError", "apply_claims", "as_variant", "load_spec"]
 
 
 def _is_factory(obj: Any) -> bool:

@@ -242,7 +242,7 @@ class AttentionVariant:
                 raise TypeError(f"tolerances[{dt!r}]: expected a Tolerance(factor, reason)")
         _structure.check_claims(self)
         if self.feature_map_spec is not None:
-            from verify.spec.target import TargetError, load_spec
+            from verify.spec.imports import TargetError, load_spec
 
             try:
                 phi = load_spec(self.feature_map_spec)

@@ -103,31 +103,6 @@ def unrepresentable(variant, q, k, mode: str | None, visible=None) -> None:
         )
 
 
-def feature_map(variant, x):
-    """``variant.feature_map(x)`` validated: a (..., m) tensor of x's dtype, finite.
-
-    Raises:
-        VariantError: it raised, or returned a non-tensor, a wrong shape or dtype, or NaN/inf.
-    """
-    import torch
-
-    try:
-        out = variant.feature_map(x)
-    except Exception as exc:
-        raise VariantError(f"feature_map raised {type(exc).__name__}: {exc}") from exc
-    if not isinstance(out, torch.Tensor):
-        raise VariantError(f"feature_map returned {type(out).__name__}, expected a tensor")
-    if out.dim() != x.dim() or tuple(out.shape[:-1]) != tuple(x.shape[:-1]):
-        raise VariantError(
-            f"feature_map: output shape {tuple(out.shape)}, expected {tuple(x.shape[:-1])} + (m,)"
-        )
-    if out.dtype != x.dtype:
-        raise VariantError(f"feature_map: output dtype {out.dtype}, expected {x.dtype}")
-    if not torch.isfinite(out).all():
-        raise VariantError("feature_map: output has NaN/inf")
-    return out
-
-
 # --------------------------------------------------------------------------- state API
 
 

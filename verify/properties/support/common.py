@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.spec.results import NotApplicable
+from verify.spec.results import NotApplicable, VariantError
 from verify.spec.structure import describe, has_structure
 from verify.spec.vocabulary import USER_MAP
 
@@ -357,6 +357,31 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
     return ref, eb
 
 
+def feature_map(variant, x):
+    """``variant.feature_map(x)`` validated: a (..., m) tensor of x's dtype, finite.
+
+    Raises:
+        VariantError: it raised, or returned a non-tensor, a wrong shape or dtype, or NaN/inf.
+    """
+    import torch
+
+    try:
+        out = variant.feature_map(x)
+    except Exception as exc:
+        raise VariantError(f"feature_map raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, torch.Tensor):
+        raise VariantError(f"feature_map returned {type(out).__name__}, expected a tensor")
+    if out.dim() != x.dim() or tuple(out.shape[:-1]) != tuple(x.shape[:-1]):
+        raise VariantError(
+            f"feature_map: output shape {tuple(out.shape)}, expected {tuple(x.shape[:-1])} + (m,)"
+        )
+    if out.dtype != x.dtype:
+        raise VariantError(f"feature_map: output dtype {out.dtype}, expected {x.dtype}")
+    if not torch.isfinite(out).all():
+        raise VariantError("feature_map: output has NaN/inf")
+    return out
+
+
 def user_features(variant, x):
     """(phi(c q), phi(k)) of the variant's declared feature map (kernel ``linear:phi``) at the
     inputs' dtype: the features the kernel claim is about, taken as exact.
@@ -365,9 +390,6 @@ def user_features(variant, x):
         VariantError: the map raised, or returned a bad shape or dtype, NaN/inf, or a query
             feature count different from the key one.
     """
-    from verify.properties.support.calls import feature_map
-    from verify.spec.results import VariantError
-
     c = variant.score_scale(x.q.shape[-1])
     fq = feature_map(variant, x.q if c == 1 else x.q * c)
     fk = feature_map(variant, x.k)
