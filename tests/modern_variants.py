@@ -32,6 +32,14 @@ def _scores(q, k):
     return (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
 
 
+def _causal(s, causal: bool):
+    """Scores with the causal mask applied (-inf above the diagonal, T == S) when ``causal``."""
+    if not causal:
+        return s
+    T, S = s.shape[-2], s.shape[-1]
+    return s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
+
+
 def _gqa(k, v, heads: int, *, interleave: bool = True):
     g = k.shape[1]
     if g == heads:
@@ -118,10 +126,7 @@ def alibi_forward(q, k, v, *, causal, sign: float = 1.0, reverse: bool = False):
     T, S = q.shape[-2], k.shape[-2]
     dist = (torch.arange(T)[:, None] + (S - T) - torch.arange(S)[None, :]).abs()
     bias = torch.tensor(slopes, dtype=q.dtype)[:, None, None] * dist.to(q.dtype)
-    s = _scores(q, k) - sign * bias
-    if causal:
-        s = s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
-    return torch.softmax(s, -1) @ v
+    return torch.softmax(_causal(_scores(q, k) - sign * bias, causal), -1) @ v
 
 
 ok_alibi = AttentionVariant("ok-alibi", alibi_forward, kernel="softmax", alibi_slopes="reference")
@@ -249,10 +254,7 @@ def cosine_forward(q, k, v, *, causal, normalize_k: bool = True):
     qn = F.normalize(q, dim=-1)
     kn = F.normalize(k, dim=-1) if normalize_k else k
     s = TEMPERATURE * (qn @ kn.transpose(-1, -2))
-    if causal:
-        T, S = s.shape[-2], s.shape[-1]
-        s = s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
-    return torch.softmax(s, -1) @ v
+    return torch.softmax(_causal(s, causal), -1) @ v
 
 
 ok_cosine = AttentionVariant(
@@ -278,10 +280,7 @@ def bias_forward(q, k, v, *, causal, attn_bias=None, scaled_bias: bool = False):
         s = c * (s + attn_bias) if scaled_bias else c * s + attn_bias
     else:
         s = c * s
-    if causal:
-        T, S = s.shape[-2], s.shape[-1]
-        s = s.masked_fill(~torch.ones(T, S).tril().bool(), -math.inf)
-    return torch.softmax(s, -1) @ v
+    return torch.softmax(_causal(s, causal), -1) @ v
 
 
 ok_bias = AttentionVariant("ok-score-bias", bias_forward, kernel="softmax", score_bias=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from verify.adapters.card_settings import CARD_TIMEOUT, PROFILE, SEED
+from verify.adapters.measure import row_kind
 from verify.spec.variant import AttentionVariant
 
 #: the exp SDPA's fused CPU kernel calls in float32 / bf16 / fp16 (see the module docstring)
@@ -109,18 +110,6 @@ def sdpa_variant() -> AttentionVariant:
 
 
 # -- conventions measured for the report card ---------------------------------------------------
-def _row_kind(row) -> str:
-    import torch
-
-    if torch.isnan(row).all():
-        return "NaN"
-    if torch.isnan(row).any():
-        return "partly NaN"
-    if (row == 0).all():
-        return "zeros"
-    return "finite, nonzero"
-
-
 def measure_conventions(dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16")) -> dict:
     """What SDPA does where conventions differ between libraries (fault classes 7 and 8),
     measured.
@@ -144,14 +133,14 @@ def measure_conventions(dtypes: tuple[str, ...] = ("float64", "float32", "bfloat
         mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
         mask[..., 1, :] = False
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        out["empty_row"][name] = _row_kind(o[0, 0, 1])
+        out["empty_row"][name] = row_kind(o[0, 0, 1])
         mask2 = torch.ones(1, 1, 3, 3, dtype=torch.bool)
         mask2[..., 2] = False  # key 2 hidden from every query
         k2, v2 = k.clone(), v.clone()
         k2[..., 2, :] = float("nan")
         v2[..., 2, :] = float("nan")
         o2 = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask2)
-        out["nan_in_masked_key"][name] = _row_kind(o2[0, 0, 0])
+        out["nan_in_masked_key"][name] = row_kind(o2[0, 0, 0])
     q1 = torch.randn(1, 1, 1, 4, generator=gen, dtype=torch.float64)
     k2 = torch.randn(1, 1, 2, 4, generator=gen, dtype=torch.float64)
     eye = torch.eye(2, dtype=torch.float64).view(1, 1, 2, 2)
