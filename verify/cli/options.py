@@ -17,6 +17,7 @@ from verify.spec.vocabulary import (
     CAUSAL_SUPPORT,
     DTYPES,
     EMPTY_ROW_CONVENTIONS,
+    EPS_MODES,
     LAYOUTS,
 )
 
@@ -155,7 +156,14 @@ CLAIM_OPTIONS = (
     ClaimOption(
         "scale", "scale", "'default' (1/sqrt(d) for whatever d a check uses) or a number", scale
     ),
-    ClaimOption("eps", "eps", "constant the variant adds to its denominator", float),
+    ClaimOption("eps", "eps", "constant in the variant's sum denominator (see --eps-mode)", float),
+    ClaimOption(
+        "eps_mode",
+        "eps-mode",
+        "how --eps enters the sum denominator: add, N/(D + eps) (default), or floor, "
+        "N/max(D, eps) (a denominator clamped at eps, D.clamp(min=eps))",
+        choices=EPS_MODES,
+    ),
     # the closed list of input restrictions (found by the probes when not stated)
     ClaimOption(
         "dv_equals_d",

@@ -385,12 +385,12 @@ def _weighted_sums(st: dict, u: float):
 def output_majorant(st: dict) -> np.ndarray:
     """An upper bound on |o_j| from float64 quantities: A/|D| (sum), A/n (count), A (none),
     and the norm of the normalized vector (1 for l2, sqrt(d_v) for rms and layernorm)."""
-    _, A, B, D_low = _weighted_sums(st, _U64)
+    t, A, B, D_low = _weighted_sums(st, _U64)
     v, vis, denominator, eps = st["v"], st["vis"], st["denominator"], st["eps"]
     d_v = v.shape[-1]
     n_vis = vis.sum(-1)
     if denominator == "sum":
-        D_low = D_low + eps
+        D_low = _sum_divisor(st, t[0], t[3], B, D_low)[2]
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(D_low[..., None] > 0, A / D_low[..., None], np.inf)
     if denominator == "count":
@@ -398,6 +398,22 @@ def output_majorant(st: dict) -> np.ndarray:
     if denominator == "none":
         return A
     return np.full(A.shape, 1.0 if denominator == "l2" else math.sqrt(d_v))
+
+
+def _sum_divisor(st: dict, w, den_rel, B: np.ndarray, D_low: np.ndarray, u: float = _U64):
+    """(relative error of the computed divisor, its majorant, a lower bound on it) for the
+    ``sum`` denominator: D + eps adds one rounding relative to B + eps; the floor max(D, eps)
+    (``verify.exact.eps_floor``) is exact, so it keeps D's error den_rel B and is at least
+    max(D_f - gamma_S B, eps). ``w``, ``den_rel``: the weights and the denominator's relative
+    coefficient of :func:`terms`."""
+    from verify.exact.eps_floor import floor_low
+
+    eps = st["eps"]
+    if st.get("eps_floor"):
+        S = max(st["k"].shape[-2], 1)
+        return den_rel, B, floor_low(w.sum(-1), B, eps, d10.gamma(S, _U64))
+    # eps is added to the computed D: one more rounding, relative to B + eps
+    return ((1 + den_rel) * (1 + u) - 1 if eps else den_rel), B + eps, D_low + eps
 
 
 def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
@@ -431,8 +447,7 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
     if o_abs is None:
         o_abs = output_majorant(st)
     if denominator == "sum":
-        # eps is added to the computed D: one more rounding, relative to B + eps
-        den_rel_e = (1 + den_rel) * (1 + u) - 1 if eps else den_rel
+        den_rel_e, B_e, D_low_e = _sum_divisor(st, w, den_rel, B, D_low, u)
         bound = vec(
             lambda en, ed, a, b, dd, oa: d10.kernel_attention_output_bound(
                 num_rel=en,
@@ -446,12 +461,12 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
             num_rel[..., None],
             den_rel_e[..., None],
             A,
-            (B + eps)[..., None],
-            (D_low + eps)[..., None],
+            B_e[..., None],
+            D_low_e[..., None],
             np.minimum(o_abs, 1e300),
         )
         with np.errstate(divide="ignore", invalid="ignore"):  # inf * 0 (empty rows): nan
-            margin = (D_low + eps - den_rel_e * (B + eps) - uf_D)[..., None]
+            margin = (D_low_e - den_rel_e * B_e - uf_D)[..., None]
             under = np.where(
                 margin > 0,
                 (uf_N + o_abs * uf_D[..., None]) / np.where(margin > 0, margin, 1.0),

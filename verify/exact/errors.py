@@ -39,7 +39,7 @@ from derivations import structure as d15
 from verify.exact import error_terms, models
 from verify.spec.kernel import parse as parse_kernel
 from verify.spec.visibility import visible
-from verify.spec.vocabulary import DENOMINATORS
+from verify.spec.vocabulary import DENOMINATORS, EPS_MODES
 from verify.spec.vocabulary import FORMS as FORM_NAMES
 
 ACCUMULATION = {
@@ -190,6 +190,7 @@ def attention_error_bound(
     exp_library: str | None = None,
     div_library: str | None = None,
     precision: str | None = None,
+    eps_mode: str = "add",
     **structure: Any,
 ) -> ErrorBound:
     """Elementwise bound on |o_hat - o| for kernel attention computed in ``dtype``.
@@ -218,6 +219,8 @@ def attention_error_bound(
             for bf16/fp16 inputs; None = ``two-level``. Models other than ``two-level``
             describe softmax kernels (sum denominator, no eps) and are the same as
             ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
+        eps_mode: ``add`` (N/(D + eps)) or ``floor`` (N/max(D, eps), ``sum`` only: the exact max
+            keeps the denominator's error bound, ``verify.exact.eps_floor``).
         structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
             ``enable_gqa``, ``softcap``, ``alibi_slopes``, ``sigmoid_bias`` (kernel
             ``sigmoid``, denominator ``none``), ``qk_norm`` (q and k L2-normalized before the
@@ -255,6 +258,7 @@ def attention_error_bound(
         device=device,
         exp_library=exp_library,
         div_library=div_library,
+        eps_mode=eps_mode,
         **structure,
     )
     acc = ACCUMULATION[dtype]
@@ -392,6 +396,7 @@ def _setup(
     decay: Any = None,
     qk_norm: bool = False,
     score_bias: Any = None,
+    eps_mode: str = "add",
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
     family, order, fmap = _parse_kernel(kernel)
@@ -407,6 +412,11 @@ def _setup(
         raise ValueError("softcap, alibi_slopes: modelled for the softmax and sigmoid kernels")
     if denominator not in DENOMINATORS:
         raise ValueError(f"denominator: expected one of {DENOMINATORS}, got {denominator!r}")
+    if eps_mode not in EPS_MODES or (eps_mode == "floor" and (denominator != "sum" or not eps > 0)):
+        raise ValueError(
+            f"eps_mode: expected one of {EPS_MODES} ('floor' with the sum denominator and "
+            f"eps > 0), got {eps_mode!r} (denominator {denominator!r}, eps {eps!r})"
+        )
     if form not in FORMS:
         raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
     dev = "cuda" if str(device).startswith("cuda") else "cpu"
@@ -468,6 +478,7 @@ def _setup(
         shifted=shifted,
         denominator=denominator,
         eps=float(eps),
+        eps_floor=eps_mode == "floor",
     )
 
 
@@ -483,6 +494,7 @@ def float64_reference(
     denominator: str = "sum",
     eps: float = 0.0,
     projection: Any = None,
+    eps_mode: str = "add",
     **structure: Any,
 ) -> np.ndarray:
     """Kernel attention evaluated directly in float64 numpy: the reference of ``exact=None``.
@@ -491,14 +503,16 @@ def float64_reference(
     maximum (unshifted for ``none``/``count`` and whenever ``eps`` > 0), kappa_N on the scores
     by Horner (also for ``linear:taylor:N``), phi(q).phi(k) for the other feature maps; masked
     weights exactly 0. Then N = w v, D = sum_s w and the D7 mode as ``verify.exact.oracle``
-    defines it (sum: N/(D + eps); none: N; count: N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms:
-    N/sqrt(mean N^2 + eps); layernorm: (N - mean)/sqrt(mean (N - mean)^2 + eps)). Rows with no
-    visible key are 0. Its own error is the float64 bound of the parallel form, which
-    ``attention_error_bound(..., exact=None)`` adds (D10, recipe 6).
+    defines it (sum: N/(D + eps), or N/max(D, eps) with ``eps_mode="floor"``; none: N; count:
+    N/(n + eps); l2: N/sqrt(|N|^2 + eps); rms: N/sqrt(mean N^2 + eps); layernorm:
+    (N - mean)/sqrt(mean (N - mean)^2 + eps)). Rows with no visible key are 0. Its own error is
+    the float64 bound of the parallel form, which ``attention_error_bound(..., exact=None)`` adds
+    (D10, recipe 6).
 
     Args:
-        kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection, structure:
-            as :func:`attention_error_bound`; q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v).
+        kernel, q, k, v, causal, attn_mask, scale, denominator, eps, projection, eps_mode,
+            structure: as :func:`attention_error_bound`; q (B, H, T, d), k (B, H, S, d),
+            v (B, H, S, d_v).
 
     Returns:
         (B, H, T, d_v) float64 array (inf/nan where the arithmetic gives them, e.g. a vanishing
@@ -510,7 +524,7 @@ def float64_reference(
     st = _setup(
         kernel, q, k, v, causal=causal, attn_mask=attn_mask, scale=scale,
         denominator=denominator, eps=eps, projection=projection, form="parallel", basis=None,
-        device="cpu", exp_library=None, div_library=None, **structure,
+        device="cpu", exp_library=None, div_library=None, eps_mode=eps_mode, **structure,
     )  # fmt: skip
     family = "taylor" if st["family"] == "taylor-features" else st["family"]
     vis = st["vis"]
@@ -523,7 +537,9 @@ def float64_reference(
     n = vis.sum(-1)[..., None]
     eps = st["eps"]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if denominator == "sum":
+        if denominator == "sum" and st["eps_floor"]:
+            out = N / np.maximum(w.sum(-1)[..., None], eps)
+        elif denominator == "sum":
             out = N / (w.sum(-1)[..., None] + eps)
         elif denominator == "count":
             out = N / (n + eps)

@@ -39,7 +39,7 @@ import numpy as np
 
 from verify.spec.kernel import from_feature_map, parse_name, taylor_order
 from verify.spec.visibility import visible
-from verify.spec.vocabulary import DENOMINATORS, FEATURE_MAPS
+from verify.spec.vocabulary import DENOMINATORS, EPS_MODES, FEATURE_MAPS, one_of
 
 __all__ = [
     "DEFAULT_DPS",
@@ -704,11 +704,20 @@ def reference(
 ) -> OracleResult:
     """Dispatch on a kernel name: ``"exp"`` or ``"softmax"`` -> :func:`softmax_reference`,
     ``"taylor:N"`` -> :func:`taylor_reference`, a feature-map name or callable ->
-    :func:`linear_reference` (``"linear:<map>"`` is accepted too). Keyword arguments pass through.
+    :func:`linear_reference` (``"linear:<map>"`` is accepted too). Keyword arguments pass through,
+    but ``eps_mode="floor"`` (the ``sum`` denominator as N/max(D, eps), ``verify.exact.eps_floor``).
 
     Raises:
-        ValueError: an unknown kernel name; TypeError: ``kernel`` neither str nor callable.
+        ValueError: an unknown kernel name or eps_mode; TypeError: ``kernel`` neither str nor
+            callable.
     """
+    eps_mode = kwargs.pop("eps_mode", "add")
+    one_of("eps_mode", eps_mode, EPS_MODES)
+    if eps_mode == "floor":  # N/max(D, eps): the eps-free result, floored
+        from verify.exact.eps_floor import floored
+
+        eps = kwargs.pop("eps", 0.0)
+        return floored(reference(q, k, v, kernel=kernel, eps=0.0, **kwargs), eps)
     if callable(kernel) and not isinstance(kernel, str):
         return linear_reference(q, k, v, feature_map=kernel, **kwargs)
     if not isinstance(kernel, str):

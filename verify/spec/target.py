@@ -8,13 +8,12 @@ A target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 from typing import Any
 
 from verify.spec.imports import TargetError, load_spec
 from verify.spec.variant import AttentionVariant
 
-__all__ = ["TargetError", "apply_claims", "as_variant", "load_spec"]
+__all__ = ["TargetError", "apply_claims", "apply_suggestions", "as_variant", "load_spec"]
 
 
 def _is_factory(obj: Any) -> bool:
@@ -59,10 +58,23 @@ def as_variant(target: Any, *, name: str | None = None) -> AttentionVariant:
 
 
 def apply_claims(variant: AttentionVariant, claims: dict[str, Any]) -> AttentionVariant:
-    """Replace the variant's claims with the given ones (None values are ignored).
+    """Replace the variant's claims with the given ones (None values are ignored); the given
+    ones join the variant's declared fields (``AttentionVariant.declared``), which the checker's
+    probes never overwrite.
 
     Raises:
         ValueError, TypeError: an invalid claim (named by AttentionVariant's validation).
     """
     given = {k: v for k, v in claims.items() if v is not None}
-    return replace(variant, **given) if given else variant
+    return variant.with_claims(**given) if given else variant
+
+
+def apply_suggestions(variant: AttentionVariant, suggested: dict[str, Any]) -> AttentionVariant:
+    """The variant with the probes' ``suggested`` claims on its undeclared fields only (a
+    declared field keeps its value, whatever the probes found); the suggestions do not become
+    declared.
+
+    Raises:
+        ValueError, TypeError: an invalid suggestion (named by AttentionVariant's validation).
+    """
+    return variant.with_found(**{k: v for k, v in suggested.items() if v is not None})

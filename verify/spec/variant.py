@@ -8,10 +8,11 @@ apply. The project's own implementations are registered in ``verify.builtins``.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from verify.spec import kernel as _kernel
@@ -23,6 +24,7 @@ from verify.spec.vocabulary import (
     DEVICES,
     DTYPES,
     EMPTY_ROW_CONVENTIONS,
+    EPS_MODES,
     FEATURE_SCALES,
     LAYOUTS,
 )
@@ -77,7 +79,8 @@ class AttentionVariant:
             ``"bottom-right"`` (FlashAttention >= 2.1); ``None`` means T != S is not supported
             when causal.
         normalized: divides by the kernel sum (True) or returns the numerator (False).
-        eps: a constant the variant adds to its denominator (declared convention, e.g. 1e-6).
+        eps: a constant in the variant's ``sum`` denominator (declared convention, e.g. 1e-6),
+            entering as ``eps_mode`` says.
         scale: ``"default"`` (1/sqrt(d) for exp-type kernels, 1 for element-wise maps, whatever d
             a check uses) or a float.
         dtypes, devices: what the variant supports.
@@ -140,6 +143,14 @@ class AttentionVariant:
             features as phi computes them in the run's dtype taken as exact, everything after
             them checked against the exact reference and D10's bound of linear attention with
             the identity map on those features.
+        eps_mode: how ``eps`` enters the ``sum`` denominator: ``"add"`` N/(D + eps), or
+            ``"floor"`` N/max(D, eps) (a denominator clamped at eps, ``D.clamp(min=eps)``; the
+            max is exact, so the floor changes the denominator's value, not its D10 error).
+            ``"floor"`` needs eps > 0 and no denominator mode other than ``sum``/``none``.
+
+    Which fields were declared (passed to the constructor or given as claims by
+    :meth:`with_claims`) is kept in :attr:`declared`: the checker never replaces a declared
+    field with what the probes suggest.
 
     Raises:
         ValueError: an unknown layout, kernel, causal, alignment, dtype, or a bad eps/scale.
@@ -182,6 +193,7 @@ class AttentionVariant:
     feature_map_spec: str | None = None
     qk_norm: bool = False
     score_bias: bool = False
+    eps_mode: str = "add"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -199,6 +211,14 @@ class AttentionVariant:
             raise TypeError(f"normalized: expected a bool, got {self.normalized!r}")
         if not (isinstance(self.eps, (int, float)) and self.eps >= 0 and math.isfinite(self.eps)):
             raise ValueError(f"eps: expected a finite number >= 0, got {self.eps!r}")
+        _one_of("eps_mode", self.eps_mode, EPS_MODES)
+        if self.eps_mode == "floor" and not self.eps > 0:
+            raise ValueError(f"eps_mode: 'floor' (max(D, eps)) needs eps > 0, got eps {self.eps!r}")
+        if self.eps_mode == "floor" and set(self.denominators) - {"sum", "none"}:
+            raise ValueError(
+                "eps_mode: 'floor' is defined for the sum denominator, got denominators "
+                f"{self.denominators!r}"
+            )
         if self.scale != "default" and not (
             isinstance(self.scale, (int, float)) and self.scale > 0 and math.isfinite(self.scale)
         ):
@@ -300,9 +320,50 @@ class AttentionVariant:
     def supports_causal(self, causal: bool) -> bool:
         return self.causal == "both" or (self.causal == "yes") == causal
 
+    @property
+    def declared(self) -> frozenset[str]:
+        """The fields declared for this variant: passed to its constructor, or given as claims
+        (:meth:`with_claims`, ``verify.spec.target.apply_claims``). A declared ``feature_map_spec``
+        declares the kernel it implies. The checker's probes fill only undeclared fields."""
+        names = getattr(self, "_declared", None)
+        if names is None:  # built without the constructor (e.g. copied): everything counts
+            names = frozenset(f.name for f in fields(self))
+        if self.feature_map_spec is not None:
+            names = names | {"kernel"}
+        return names
+
     def with_claims(self, **claims: Any) -> AttentionVariant:
-        """A copy with some claims replaced (validated again)."""
-        return replace(self, **claims)
+        """A copy with some claims replaced (validated again); they join :attr:`declared`."""
+        out = replace(self, **claims)
+        object.__setattr__(out, "_declared", self.declared | frozenset(claims))
+        return out
+
+    def with_found(self, **found: Any) -> AttentionVariant:
+        """A copy with what the probes found on the fields not declared (declared ones keep
+        their values); the found values do not become declared."""
+        given = {k: v for k, v in found.items() if k not in self.declared}
+        if not given:
+            return self
+        out = replace(self, **given)
+        object.__setattr__(out, "_declared", self.declared)
+        return out
+
+
+def _record_declared(cls):
+    """Wrap the dataclass constructor so each instance records which fields it was given."""
+    init = cls.__init__
+    names = [f.name for f in fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        object.__setattr__(self, "_declared", frozenset((*names[: len(args)], *kwargs)))
+
+    cls.__init__ = __init__
+    return cls
+
+
+_record_declared(AttentionVariant)
 
 
 def sanitize_name(name: str) -> str:
@@ -340,6 +401,7 @@ CLAIM_FIELDS = (
     "feature_map_spec",
     "qk_norm",
     "score_bias",
+    "eps_mode",
 )
 
 
@@ -357,6 +419,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "causal_alignment": v.causal_alignment,
         "normalized": v.normalized,
         "eps": v.eps,
+        "eps_mode": v.eps_mode,
         "scale": v.scale,
         "dtypes": list(v.dtypes),
         "devices": list(v.devices),

@@ -46,6 +46,10 @@ BASES = ("symmetric", "tensor")
 #: values, or anything else
 EMPTY_ROW_CONVENTIONS = ("zeros", "nan", "uniform", "other")
 
+#: how a declared eps enters the ``sum`` denominator: ``add`` N/(D + eps) (this project's API),
+#: or ``floor`` N/max(D, eps) (a clamp at eps, e.g. ``D.clamp(min=eps)``; the max is exact)
+EPS_MODES = ("add", "floor")
+
 #: what a user variant's ``feature_map`` absorbs (``sqrt``: the default exp scale on q and k)
 FEATURE_SCALES = ("sqrt", "none")
 
