@@ -147,6 +147,107 @@ def test_equivalence_p_by_hand():
         sx.equivalence_p([0.1], 0.0)
 
 
+def test_beyond_margin_p_four_pairs_counted_by_hand():
+    # d = (0.05, 0.03, -0.01, 0.04), margin 0.02, "above": the shifted d - 0.02 is
+    # (0.03, 0.01, -0.03, 0.02), observed sum 0.03. In hundredths, the 16 sign patterns of the
+    # magnitudes (3, 1, 3, 2) sum to
+    #   ++++ 9   +++- 5   ++-+ 3   ++-- -1   +-++ 7   +-+- 3   +--+ 1   +--- -3
+    #   -+++ 3   -++- -1  -+-+ -3  -+-- -7   --++ 1   --+- -3  ---+ -5  ---- -9
+    # and 6 of them are >= 3 (9, 5, 3, 7, 3, 3): p = 6/16.
+    d = [0.05, 0.03, -0.01, 0.04]
+    assert sx.beyond_margin_p(d, 0.02, "above") == 6 / 16
+    # the mirrored sample, "below": the same count with every sign reversed
+    assert sx.beyond_margin_p([-x for x in d], 0.02, "below") == 6 / 16
+    # d + 0.02 = (-0.01, -0.03, -0.02, -0.04): every shifted difference negative, so only the
+    # observed pattern is as low: 1/16; the same sample is nowhere near "above" (16/16)
+    low = [-0.03, -0.05, -0.04, -0.06]
+    assert sx.beyond_margin_p(low, 0.02, "below") == 1 / 16
+    assert sx.beyond_margin_p(low, 0.02, "above") == 1.0
+    with pytest.raises(ValueError, match="direction"):
+        sx.beyond_margin_p(d, 0.02, "beyond")
+    with pytest.raises(ValueError, match="margin"):
+        sx.beyond_margin_p(d, -0.02, "above")
+
+
+def _brute_p(units: list[int], shift: int, alternative: str) -> float:
+    """Independent exact p-value (integer units, no rounding): fraction of the 2^n sign patterns
+    of |u_i + shift| whose sum is <= (less) or >= (greater) the observed sum."""
+    import itertools
+
+    x = [u + shift for u in units]
+    obs = sum(x)
+    sums = [
+        sum(s * abs(v) for s, v in zip(signs, x))
+        for signs in itertools.product((1, -1), repeat=len(x))
+    ]
+    hits = sum(t <= obs for t in sums) if alternative == "less" else sum(t >= obs for t in sums)
+    return hits / len(sums)
+
+
+#: per-seed differences (linear - exp, in thousandths) whose mean, -0.023, is beyond the margin
+#: -0.02 and whose signs all agree (two-sided p = 2/1024), but which do not show a difference
+#: beyond the margin (TOST p ~ 0.74, the case of P4 linear-relu-eps - softmax)
+NOT_BEYOND = [-3, -10, -12, -15, -18, -22, -25, -30, -50, -45]
+
+
+def test_a_mean_beyond_the_margin_is_not_a_difference_beyond_it():
+    d = [u / 1000 for u in NOT_BEYOND]
+    assert sx.mean(d) < -sm.MARGIN and sx.sign_flip_p(d) == 2 / 1024
+    tost = max(_brute_p(NOT_BEYOND, 20, "greater"), _brute_p(NOT_BEYOND, -20, "less"))
+    assert 0.7 < tost < 0.8 and sx.equivalence_p(d, sm.MARGIN) == pytest.approx(tost)
+    below = _brute_p(NOT_BEYOND, 20, "less")
+    assert below > sx.ALPHA and sx.beyond_margin_p(d, sm.MARGIN, "below") == pytest.approx(below)
+    # the faulty twin, the earlier rule: the two-sided test decides and the point estimate lies
+    # beyond the margin -- it calls this sample "below by more than the margin"
+    assert sx.sign_flip_p(d) <= sx.ALPHA and sx.mean(d) < -sm.MARGIN
+
+
+def _pair_runs(diffs: list[float], a: str = "linear-elu1", b: str = "softmax", base=0.95):
+    return _runs("A", {b: lambda s: base, a: lambda s: base + diffs[s]}, seeds=range(len(diffs)))
+
+
+def _outcome(diffs: list[float]) -> str:
+    results = _pair_runs(diffs)
+    tests = sm.adjust(sm.comparison(results, "A", "linear-elu1", "softmax"))
+    return sm.outcome(tests)
+
+
+def test_e3_counts_below_by_more_than_the_margin_only_when_its_shifted_test_decides():
+    # the sample above: a mean of -0.023 on 10 of 10 seeds is undecided, not below the margin
+    not_beyond = [u / 1000 for u in NOT_BEYOND]
+    assert _outcome(not_beyond) == sm.UNDECIDED
+    by, _ = _claims(_pair_runs(not_beyond), [("A", ["softmax", "linear-elu1"], True)])
+    assert by["E3"]["verdict"] == sm.UNDECIDED  # the earlier rule read "agree"
+    # clearly below by more than the margin: every shifted difference d + 0.02 negative
+    clearly = [-0.05 - 0.001 * s for s in range(10)]
+    assert _outcome(clearly) == sm.BELOW
+    by, _ = _claims(_pair_runs(clearly), [("A", ["softmax", "linear-elu1"], True)])
+    assert by["E3"]["verdict"] == sm.SUPPORTED
+    # the symmetric cases, above: the mirrored samples
+    assert _outcome([-x for x in not_beyond]) == sm.UNDECIDED
+    above = [-x for x in clearly]
+    assert _outcome(above) == sm.ABOVE
+    by, _ = _claims(_pair_runs(above), [("A", ["softmax", "linear-elu1"], True)])
+    assert by["E3"]["verdict"] == sm.NOT_SUPPORTED  # a linear form above: against "lags"
+    # and within the margin: equivalent, also against "lags"
+    within = [0.001 * ((-1) ** s) for s in range(10)]
+    assert _outcome(within) == sm.EQUIVALENT
+
+
+def test_outcome_reads_only_one_comparisons_adjusted_margin_tests():
+    results = _pair_runs([0.05] * 10)
+    raw = sm.comparison(results, "A", "linear-elu1", "softmax")
+    assert [t["kind"] for t in raw] == list(sm.MARGIN_KINDS)
+    with pytest.raises(ValueError, match="Holm-adjusted"):
+        sm.outcome(raw)
+    with pytest.raises(ValueError, match="tests"):
+        sm.outcome(sm.adjust(raw)[:2])
+    with pytest.raises(ValueError, match="kind"):
+        sm.compare(results, "A", "linear-elu1", "softmax", kind="beyond")
+    missing = sm.adjust(sm.comparison(results, "A", "linear-elu1", "exp-l2"))
+    assert sm.outcome(missing) == sm.NOT_MEASURED
+
+
 def test_holm_by_hand():
     # sorted 0.01, 0.03, 0.04: 3 x 0.01 = 0.03; 2 x 0.03 = 0.06; 1 x 0.04 -> max(0.06, 0.04)
     assert sx.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
@@ -375,12 +476,14 @@ def test_claim_verdicts_follow_the_tests():
     results = _runs("A", accs, eps_forms=("linear-relu",))
     results += _runs("N", {"softmax": accs["softmax"], "exp-none": lambda s: 0.981})
     by, summ = _claims(results, [("A", list(accs), True), ("N", ["softmax", "exp-none"], False)])
-    assert by["E1"]["verdict"] == "mixed"  # exp-l2 equivalent, exp-rms differs by > 0.02
-    assert by["E2"]["verdict"] == "mixed" and by["E2"]["setups"] == {"A": "mixed"}
-    assert by["E3"]["verdict"] == "agree"  # relu not measured (missing eps), the rest below
-    relu = [t for t in by["E3"]["tests"] if t["b"] == "linear-relu"][0]
+    assert by["E1"]["verdict"] == sm.MIXED  # exp-l2 equivalent, exp-rms below by > 0.02
+    assert by["E2"]["verdict"] == sm.MIXED and by["E2"]["setups"] == {"A": sm.MIXED}
+    assert by["E3"]["verdict"] == sm.SUPPORTED  # relu not measured (missing eps), the rest below
+    relu = [t for t in by["E3"]["tests"] if t["a"] == "linear-relu"][0]
     assert relu["p"] is None and relu["n"] == 0
-    assert by["E4"]["verdict"] == "disagree"  # exp-none equivalent to softmax without LN
+    assert by["E4"]["verdict"] == sm.NOT_SUPPORTED  # exp-none equivalent to softmax without LN
+    # exp-none at 0.981 and softmax at 0.98: both at the ceiling, and the verdict says so
+    assert by["E4"]["qualifier"].startswith("at the ceiling") and not by["E3"]["qualifier"]
     assert by["E4"]["setups"]["A"] == sm.NOT_TESTABLE
     for c in by.values():
         assert c["verdict"] in sm.VERDICTS and c["summary"].startswith(
@@ -402,12 +505,14 @@ def test_without_a_no_layernorm_set_up_the_norm_claim_is_not_testable():
 
 
 def test_few_seeds_leave_everything_undecided():
-    # five seeds, every difference of one sign: p = 0.0625 > 0.05 before any correction
+    # five seeds, every difference of one sign: one-sided p = 1/32, and Holm over the
+    # comparison's three tests makes it 3/32 > 0.05 (two-sided: 0.0625 before any correction)
     accs = {"softmax": lambda s: 0.9, "linear-elu1": lambda s: 0.1}
     results = _runs("A", accs, seeds=range(5))
     by, summ = _claims(results, [("A", list(accs), True)])
-    t = by["E3"]["tests"][0]
-    assert t["p"] == 0.0625 and not t["decided"] and by["E3"]["verdict"] == "undecided"
+    t = [t for t in by["E3"]["tests"] if t["kind"] == "below"][0]
+    assert t["p"] == 1 / 32 and t["p_holm"] == 3 / 32 and not t["decided"]
+    assert by["E3"]["verdict"] == sm.UNDECIDED
     order = sm.ordering(summ, results, "A")
     assert order["line"] == "softmax 0.900 ~ linear-elu1 0.100"
 
@@ -445,7 +550,7 @@ def test_quick_writes_to_a_scratch_directory_and_prints_no_verdicts(tmp_path, mo
     assert code == 0
     out = capsys.readouterr().out
     assert "no verdicts" in out
-    for word in ("[agree]", "[disagree]", "[mixed]", "[undecided]", " > ", " ~ "):
+    for word in ("[supported", "[not supported", "[mixed", "[undecided]", " > ", " ~ "):
         assert word not in out
     assert (work / "reports" / "experiments.md").read_text() == "committed\n"
     assert sorted(p.name for p in (work / "reports").rglob("*")) == ["experiments.md", "figures"]
@@ -454,6 +559,7 @@ def test_quick_writes_to_a_scratch_directory_and_prints_no_verdicts(tmp_path, mo
     assert len(docs) == 1
     doc = json.loads(docs[0].read_text())
     assert doc["quick"] is True and doc["claims"] == [] and doc["orderings"] == []
+    assert doc["rules_fixed"].startswith("fixed before the runs")
     assert [s["name"] for s in doc["setups"]] == ["P8", "P4"]
     for r in doc["runs"]:
         assert set(r) == RUN_KEYS
@@ -507,6 +613,33 @@ def test_from_runs_rewrites_the_report_without_training(tmp_path, capsys):
     assert main(["experiment", "recall", "--from-runs", str(tmp_path / "nope.json")]) == 2
 
 
+def test_from_runs_on_a_document_keeps_its_runs_environment_and_states_when_rules_were_fixed(
+    tmp_path, capsys
+):
+    from verify.cli import experiment as cli
+
+    accs = {"softmax": lambda s: 0.9, "linear-elu1": lambda s: 0.5}
+    results = _runs("P8", accs, seeds=range(3))
+    setups = [st for st in default_setups(list(accs)) if st.name == "P8"]
+    doc = pl.payload(
+        setups, [0, 1, 2], results, quick=False, workers=1, total_seconds=1.0, command="test"
+    )
+    doc["environment"] = {**doc["environment"], "torch_cpu_capability": "where the runs ran"}
+    saved = tmp_path / "experiments.json"
+    saved.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    argv = ["experiment", "recall", "--from-runs", str(saved), "--out", str(out), "--quiet"]
+    assert main([*argv, "--note", "rule X changed after the runs"]) == 0
+    new = json.loads((out / "experiments.json").read_text())
+    assert new["environment"]["torch_cpu_capability"] == "where the runs ran"
+    assert new["runs"] == doc["runs"] and new["note"] == "rule X changed after the runs"
+    assert new["rules_fixed"].startswith(cli.RULES_AFTER) and "note" in new["rules_fixed"]
+    md = (out / "experiments.md").read_text()
+    assert "fixed in `verify/experiments/summary.py` before the runs" not in md
+    assert f"(`verify/experiments/summary.py`; {new['rules_fixed']}):" in md
+    assert "**at this scale** only: 1-layer models" in md
+
+
 def test_cli_rejects_unknown_forms(tmp_path, capsys):
     assert main(["experiment", "recall", "--forms", "softmax,bogus", "--out",
                  str(tmp_path)]) == 2  # fmt: skip
@@ -522,10 +655,14 @@ def test_claims_page_takes_experiment_verdicts_without_counting_the_undecided():
     untestable = {"id": "E4", "claim": "exp …", "verdict": sm.NOT_TESTABLE, "evidence": "LN"}
     verdict, why = cl._verdict(claim, ders, [], [untestable])
     assert verdict == "confirmed" and "not decided by the experiment: experiment E4" in why
-    against = dict(untestable, verdict="disagree", evidence="equivalent")
+    against = dict(untestable, verdict=sm.NOT_SUPPORTED, evidence="equivalent")
     verdict, why = cl._verdict(claim, ders, [], [against])
-    assert verdict == "refuted (in this experiment)"
-    assert why == "experiment E4 (exp …): disagree — equivalent"
+    assert verdict == "not supported at this scale (in this experiment)"
+    assert why == "experiment E4 (exp …): not supported at this scale — equivalent"
+    # the claims page knows every decided verdict of the experiment's vocabulary
+    assert set(cl.EXPERIMENT_DECIDED) == {sm.SUPPORTED, sm.NOT_SUPPORTED, sm.MIXED}
+    mixed = dict(untestable, verdict=sm.MIXED, evidence="both")
+    assert cl._verdict(claim, ders, [], [mixed])[0] == "confirmed with conditions"
     assert math.isfinite(len(why))
 
 

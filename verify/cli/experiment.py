@@ -21,6 +21,12 @@ from pathlib import Path
 from verify.cli.options import positive_int, seed
 from verify.experiments import DEFAULT_SEEDS, QUICK_FORMS, QUICK_SEEDS
 
+#: when the verdict rules were fixed, as the report states it (``rules_fixed`` of the document)
+RULES_BEFORE = "fixed before the runs: the code that trained them computed these verdicts"
+RULES_AFTER = (
+    "applied after the runs, to the saved runs, by `attn-theory experiment recall --from-runs`"
+)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", choices=["recall"], help="which experiment (recall: MQAR)")
@@ -71,6 +77,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="no training: recompute the statistics, orderings and verdicts from the runs of an "
         "experiments.json (or of the runs log a run writes, one JSON line per run; there only "
         "the seeds with every run are kept) and rewrite the report",
+    )
+    p.add_argument(
+        "--note",
+        default=None,
+        help="with --from-runs: the report's note, replacing the saved one (say what changed "
+        "after the runs and why; it is printed at the top of experiments.md)",
     )
     p.add_argument(
         "--wall-seconds",
@@ -163,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         setups, seeds, results, quick=args.quick, workers=args.workers,
         total_seconds=total, command=command, load_average=load,
     )  # fmt: skip
+    doc["rules_fixed"] = RULES_BEFORE
     _write(out, doc)
     log.unlink(missing_ok=True)
     if not args.quiet:
@@ -186,7 +199,8 @@ def _print(doc: dict) -> None:
     for o in doc["orderings"]:
         print(f"{o['setup']}: {o['line']}")
     for c in doc["claims"]:
-        print(f"  [{c['verdict']}] {c['id']}: {c['claim']}")
+        qualifier = f"; {c['qualifier'].split(':')[0]}" if c.get("qualifier") else ""
+        print(f"  [{c['verdict']}{qualifier}] {c['id']}: {c['claim']}")
 
 
 def _from_runs(args: argparse.Namespace) -> int:
@@ -234,10 +248,20 @@ def _from_runs(args: argparse.Namespace) -> int:
                     " CPU-minutes"
                 )
         else:
-            doc = payload.recompute(json.loads(text))
+            saved = json.loads(text)
+            doc = payload.recompute(saved)
+            # the runs' environment, not this process's (the report describes where they ran)
+            doc["environment"] = saved.get("environment", doc["environment"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"--from-runs: cannot read runs from {path}: {exc}", file=sys.stderr)
         return 2
+    if args.note is not None:
+        doc["note"] = args.note
+    doc["rules_fixed"] = RULES_AFTER + (
+        "; the note at the top says which rules changed after results had been seen"
+        if doc.get("note")
+        else ""
+    )
     out = args.out or "reports"
     _write(out, doc)
     if not args.quiet:

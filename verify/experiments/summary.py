@@ -7,12 +7,21 @@ scores 0: the model failed. A run whose divergence is a *missing eps* (``recall.
 0/0 or x/0 in the denominator) is excluded -- it says nothing about the form, only about calling
 it without eps -- and reported as such; it is never counted as evidence.
 
-Tests (``verify.experiments.stats``). Two forms of one set-up are compared on the seeds where
-both have a score, by the exact paired sign-flip permutation test of the mean per-seed
-difference (two-sided), or for an equivalence its TOST form with margin ``MARGIN``. Each claim's
-tests form one family and each set-up's ordering another; p-values are Holm-adjusted within the
-family and a test decides when its adjusted p-value is <= ``ALPHA``. The rules below are fixed
-here, before any run is read.
+Tests (``verify.experiments.stats``). Two forms a and b of one set-up are compared on the seeds
+where both have a score, through the per-seed differences d = score(a) - score(b). An ordering
+joins neighbours by the two-sided sign-flip test of mean d = 0. A claim's comparison is decided
+by three tests with one margin ``MARGIN``: *above* (mean d > +MARGIN: one-sided test of
+d - MARGIN), *below* (mean d < -MARGIN: one-sided test of d + MARGIN) and *equivalent*
+(|mean d| < MARGIN: TOST). Its outcome (``outcome``) is the one whose Holm-adjusted p-value is
+<= ``ALPHA``, else undecided: a point estimate beyond the margin decides nothing by itself. All
+three tests of every comparison of a claim form one Holm family, and every claim maps the same
+outcomes to support or against.
+
+Verdicts (``VERDICTS``) hold at the scale of this experiment only (one-layer models, T <= 24, at
+most a few hundred steps): "supported / not supported / mixed at this scale" say what these runs
+show, never that a paper's claim holds or fails at the scale the paper addresses. When each rule
+was fixed relative to the runs is stated in the report (``rules_fixed`` and the note of the
+document), not here.
 """
 
 from __future__ import annotations
@@ -21,18 +30,31 @@ import statistics as st
 from dataclasses import dataclass
 
 from verify.experiments.recall import Form, RunResult
-from verify.experiments.stats import ALPHA, equivalence_p, holm, mean, sample_std, sign_flip_p
+from verify.experiments.stats import (
+    ALPHA,
+    beyond_margin_p,
+    equivalence_p,
+    holm,
+    mean,
+    sample_std,
+    sign_flip_p,
+)
 
-#: equivalence margin of accuracy (TOST): two forms are "equivalent" when the mean per-seed
-#: difference is shown to lie within +- MARGIN
+#: the margin of accuracy of every claim's comparison: "above" / "below" mean beyond +-MARGIN
+#: (one-sided tests of the shifted differences), "equivalent" within +-MARGIN (TOST)
 MARGIN = 0.02
 #: a pair whose mean accuracies are both at least CEILING is flagged "at the ceiling": an
 #: equivalence there says both solve the task, not that the forms are alike elsewhere
 CEILING = 0.97
 
+SUPPORTED = "supported at this scale"
+NOT_SUPPORTED = "not supported at this scale"
+MIXED = "mixed at this scale"
+UNDECIDED = "undecided"
 NOT_TESTABLE = "not testable in this set-up"
-#: the verdict vocabulary of the experiment's claims
-VERDICTS = ("agree", "disagree", "mixed", "undecided", NOT_TESTABLE, "not measured")
+NOT_MEASURED = "not measured"
+#: the verdict vocabulary of the experiment's claims (decided verdicts name the scale)
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, MIXED, UNDECIDED, NOT_TESTABLE, NOT_MEASURED)
 
 
 def score(r: RunResult) -> float | None:
@@ -126,6 +148,17 @@ def summarize(setups: list[tuple[str, list[Form]]], results: list[RunResult]) ->
 
 # ----------------------------------------------------------------------------- paired tests
 
+_TEST_NAMES = {
+    "difference": "exact paired sign-flip permutation test, two-sided (H0: mean d = 0)",
+    "above": f"one-sided exact sign-flip test of d − {MARGIN:g} (H0: mean d ≤ +{MARGIN:g})",
+    "below": f"one-sided exact sign-flip test of d + {MARGIN:g} (H0: mean d ≥ −{MARGIN:g})",
+    "equivalence": f"TOST of two one-sided exact sign-flip tests (H0: |mean d| ≥ {MARGIN:g})",
+}
+#: the three tests of a claim's comparison, in the order ``comparison`` returns them
+MARGIN_KINDS = ("above", "below", "equivalence")
+#: the decided outcomes of a claim's comparison a − b
+ABOVE, BELOW, EQUIVALENT = "above", "below", "equivalent"
+
 
 def paired(results: list[RunResult], setup: str, a: str, b: str) -> tuple[list[int], list[float]]:
     """Seeds where both forms scored in ``setup``, and the differences score(a) - score(b)."""
@@ -136,19 +169,17 @@ def paired(results: list[RunResult], setup: str, a: str, b: str) -> tuple[list[i
 
 
 def compare(results, setup: str, a: str, b: str, *, kind: str = "difference") -> dict:
-    """One paired test of forms ``a`` and ``b`` in ``setup`` (unadjusted; see ``adjust``).
+    """One paired test of d = score(a) - score(b) in ``setup`` (unadjusted; see ``adjust``).
 
-    ``kind``: ``difference`` (two-sided sign-flip test of mean d = 0) or ``equivalence`` (TOST,
-    |mean d| < MARGIN). ``p`` is None when no seed has both scores.
+    ``kind``: ``difference`` (two-sided, H0 mean d = 0), ``above`` (H0 mean d <= +MARGIN),
+    ``below`` (H0 mean d >= -MARGIN) or ``equivalence`` (TOST, H0 |mean d| >= MARGIN); any
+    other value raises ValueError. ``p`` is None when no seed has both scores.
     """
+    if kind not in _TEST_NAMES:
+        raise ValueError(f"kind: expected one of {', '.join(_TEST_NAMES)}, got {kind!r}")
     seeds, d = paired(results, setup, a, b)
     rec = {
-        "setup": setup, "a": a, "b": b, "kind": kind, "n": len(d),
-        "test": (
-            "exact paired sign-flip permutation test, two-sided"
-            if kind == "difference"
-            else f"TOST of two one-sided exact sign-flip tests, margin ±{MARGIN:g}"
-        ),
+        "setup": setup, "a": a, "b": b, "kind": kind, "n": len(d), "test": _TEST_NAMES[kind],
         "mean_diff": mean(d) if d else None,
         "min_diff": min(d) if d else None,
         "max_diff": max(d) if d else None,
@@ -157,8 +188,20 @@ def compare(results, setup: str, a: str, b: str, *, kind: str = "difference") ->
         "p": None, "p_holm": None, "decided": False,
     }  # fmt: skip
     if d:
-        rec["p"] = sign_flip_p(d) if kind == "difference" else equivalence_p(d, MARGIN)
+        if kind == "difference":
+            rec["p"] = sign_flip_p(d)
+        elif kind == "equivalence":
+            rec["p"] = equivalence_p(d, MARGIN)
+        else:
+            rec["p"] = beyond_margin_p(d, MARGIN, kind)
     return rec
+
+
+def comparison(results, setup: str, a: str, b: str) -> list[dict]:
+    """The three margin tests of a − b in ``setup`` (``MARGIN_KINDS`` order), unadjusted:
+    Holm-adjust them with the rest of their claim's family (``adjust``), then read them with
+    ``outcome``."""
+    return [compare(results, setup, a, b, kind=k) for k in MARGIN_KINDS]
 
 
 def adjust(tests: list[dict]) -> list[dict]:
@@ -172,26 +215,56 @@ def adjust(tests: list[dict]) -> list[dict]:
     return tests
 
 
+def outcome(tests: list[dict]) -> str:
+    """The outcome of one comparison from its Holm-adjusted margin tests (``comparison``, then
+    ``adjust``): ``above`` / ``below`` (by more than MARGIN) or ``equivalent`` (within
+    +-MARGIN) -- the one whose test decided; ``undecided`` when none did (or, which the exact
+    tests make impossible but is guarded, more than one); ``not measured`` without a common
+    seed. ValueError when ``tests`` are not one comparison's three adjusted margin tests."""
+    if sorted(t["kind"] for t in tests) != sorted(MARGIN_KINDS):
+        raise ValueError(
+            f"tests: expected the tests {', '.join(MARGIN_KINDS)} of one comparison, got "
+            f"{[t['kind'] for t in tests]}"
+        )
+    if all(t["p"] is None for t in tests):
+        return NOT_MEASURED
+    if any(t["p_holm"] is None for t in tests):
+        raise ValueError("tests: expected Holm-adjusted tests (adjust), got unadjusted ones")
+    won = [t["kind"] for t in tests if t["decided"]]
+    if len(won) != 1:
+        return UNDECIDED
+    return {"above": ABOVE, "below": BELOW, "equivalence": EQUIVALENT}[won[0]]
+
+
 def _fmt_p(p: float | None) -> str:
     if p is None:
         return "—"
     return f"{p:.2g}" if p < 0.01 else f"{p:.3f}"
 
 
-def describe(t: dict) -> str:
-    """One test in words: the pair, n, mean difference, p and Holm-adjusted p, the decision."""
+def _words(tests: list[dict]) -> str:
+    t = tests[0]
+    return {
+        ABOVE: f"{t['a']} above {t['b']} by more than {MARGIN:g}",
+        BELOW: f"{t['a']} below {t['b']} by more than {MARGIN:g}",
+        EQUIVALENT: f"equivalent within ±{MARGIN:g}",
+        UNDECIDED: f"undecided (neither beyond ±{MARGIN:g} nor equivalent shown)",
+        NOT_MEASURED: NOT_MEASURED,
+    }[outcome(tests)]
+
+
+def describe(tests: list[dict]) -> str:
+    """One comparison in words: the pair, n, mean and range of d, seeds a > b / a < b, the
+    Holm-adjusted p of each margin test, and the outcome."""
+    t = tests[0]
     if t["p"] is None:
         return f"{t['a']} vs {t['b']} ({t['setup']}): not measured (no seed with both scores)"
-    if t["kind"] == "equivalence":
-        what = f"equivalent within ±{MARGIN:g}" if t["decided"] else "equivalence not shown"
-    elif t["decided"]:
-        what = f"{t['a']} > {t['b']}" if t["mean_diff"] > 0 else f"{t['a']} < {t['b']}"
-    else:
-        what = "difference not resolved"
+    what = _words(tests)
+    ps = ", ".join(f"{x['kind']} {_fmt_p(x['p_holm'])}" for x in tests)
     return (
         f"{t['a']} − {t['b']} ({t['setup']}, n={t['n']}): mean {t['mean_diff']:+.3f} "
-        f"[{t['min_diff']:+.3f}, {t['max_diff']:+.3f}], p={_fmt_p(t['p'])}, "
-        f"Holm p={_fmt_p(t['p_holm'])}: {what}"
+        f"[{t['min_diff']:+.3f}, {t['max_diff']:+.3f}], seeds a > b / a < b "
+        f"{t['a_better']}/{t['b_better']}, Holm p {ps}: {what}"
     )
 
 
@@ -202,7 +275,8 @@ def ordering(summaries: list[FormSummary], results: list[RunResult], setup: str)
     """Forms of ``setup`` by mean score, best first, each neighbour pair tested (two-sided
     sign-flip, Holm over the set-up's neighbour pairs). The line joins neighbours by ``>`` when
     the adjusted p-value is <= ALPHA and by ``~`` (not resolved) otherwise; ``~`` never claims
-    equality. Forms with no score (every run a missing-eps divergence) are listed apart.
+    equality, and ``>`` claims a non-zero difference, not one beyond the claims' margin. Forms
+    with no score (every run a missing-eps divergence) are listed apart.
     """
     mine = [s for s in summaries if s.setup == setup]
     measured = sorted((s for s in mine if s.mean is not None), key=lambda s: -s.mean)
@@ -233,46 +307,70 @@ def ordering(summaries: list[FormSummary], results: list[RunResult], setup: str)
 # ----------------------------------------------------------------------------- claims
 
 
-def _material(diff: dict, eq: dict) -> str:
-    """Outcome of a directional comparison (a above b claimed): support when the difference is
-    decided and larger than MARGIN; against when a and b are shown equivalent within MARGIN or
-    a is decided below b; undecided otherwise (a decided difference within the margin included);
-    not measured without a common seed."""
-    if diff["p"] is None:
-        return "not measured"
-    if diff["decided"] and diff["mean_diff"] > MARGIN:
+def _family(results, comps: list[tuple[str, str, str]]) -> tuple[list[dict], list[list[dict]]]:
+    """The margin tests of the comparisons ``comps`` ((set-up, a, b), each a − b), Holm-adjusted
+    as one family: the flat list and the three tests of each comparison."""
+    groups = [comparison(results, s, a, b) for s, a, b in comps]
+    tests = adjust([t for g in groups for t in g])
+    return tests, groups
+
+
+def _rate(got: str, support: str) -> str:
+    """A comparison's outcome for a claim: ``support`` when it is the claimed outcome, against
+    when it is another decided outcome (above, below, equivalent), else as it is (undecided,
+    not measured). The same for every claim: only the claimed outcome differs."""
+    if got == support:
         return "support"
-    if eq["decided"] or (diff["decided"] and diff["mean_diff"] < 0):
-        return "against"
-    return "undecided"
+    return "against" if got in (ABOVE, BELOW, EQUIVALENT) else got
 
 
 def _verdict(outcomes: list[str]) -> str:
-    """agree: every measured comparison supports; disagree: every one is against; mixed: some
-    support and some against; undecided: otherwise; not measured: nothing measured."""
-    got = [o for o in outcomes if o != "not measured"]
+    """supported: every measured comparison supports; not supported: every one is against;
+    mixed: some support and some against; undecided: otherwise; not measured: nothing
+    measured (all at this scale)."""
+    got = [o for o in outcomes if o != NOT_MEASURED]
     if not got:
-        return "not measured"
+        return NOT_MEASURED
     if all(o == "support" for o in got):
-        return "agree"
+        return SUPPORTED
     if all(o == "against" for o in got):
-        return "disagree"
+        return NOT_SUPPORTED
     if "support" in got and "against" in got:
-        return "mixed"
-    return "undecided"
+        return MIXED
+    return UNDECIDED
+
+
+def _at_ceiling(by: dict, t: dict) -> bool:
+    a, b = by.get((t["setup"], t["a"])), by.get((t["setup"], t["b"]))
+    return bool(a and b and a.mean is not None and b.mean is not None) and (
+        min(a.mean, b.mean) >= CEILING
+    )
 
 
 def _ceiling(by: dict, t: dict) -> str:
-    a, b = by.get((t["setup"], t["a"])), by.get((t["setup"], t["b"]))
-    if a and b and a.mean is not None and b.mean is not None and min(a.mean, b.mean) >= CEILING:
-        return " (both at the ceiling)"
-    return ""
+    return " (both at the ceiling)" if _at_ceiling(by, t) else ""
 
 
-def _entry(cid, claim, source, verdict, evidence, tests, rule, setups=None, summary="") -> dict:
+def _qualifier(by: dict, groups: list[list[dict]], verdict: str) -> str:
+    """'at the ceiling ...' when the verdict is decided and every measured comparison of the
+    claim is between two forms at the ceiling (the task does not separate them), else ''."""
+    measured = [g[0] for g in groups if g[0]["p"] is not None]
+    if verdict not in (SUPPORTED, NOT_SUPPORTED, MIXED) or not measured:
+        return ""
+    if not all(_at_ceiling(by, t) for t in measured):
+        return ""
+    return (
+        f"at the ceiling: every form compared scores ≥ {CEILING:g} on average (accuracy ≈ 1), "
+        "so this says that all of them solve the task, not that they are alike where it is hard"
+    )
+
+
+def _entry(cid, claim, source, verdict, evidence, tests, rule, setups=None, summary="",
+           qualifier="") -> dict:  # fmt: skip
     return {
-        "id": cid, "claim": claim, "source": source, "verdict": verdict, "summary": summary,
-        "evidence": evidence, "tests": tests, "rule": rule, "setups": setups or {},
+        "id": cid, "claim": claim, "source": source, "verdict": verdict,
+        "qualifier": qualifier, "summary": summary, "evidence": evidence, "tests": tests,
+        "rule": rule, "setups": setups or {},
     }  # fmt: skip
 
 
@@ -281,14 +379,50 @@ def _tally(outcomes: list[str], support: str, against: str) -> str:
     parts = [
         f"{outcomes.count('support')} {support}",
         f"{outcomes.count('against')} {against}",
-        f"{outcomes.count('undecided')} undecided",
+        f"{outcomes.count(UNDECIDED)} undecided",
     ]
-    if "not measured" in outcomes:
-        parts.append(f"{outcomes.count('not measured')} not measured")
+    if NOT_MEASURED in outcomes:
+        parts.append(f"{outcomes.count(NOT_MEASURED)} not measured")
     return f"of {len(outcomes)} comparisons: " + ", ".join(parts)
 
 
-_TESTS = "exact paired sign-flip tests over seeds, Holm within the claim; see experiments.md"
+def _scale(setups: list[dict]) -> str:
+    """The scale of the runs in words (layers, sequence lengths, step cap), from the set-ups'
+    configurations; '' when they carry none."""
+    cfg = [s["config"] for s in setups if s.get("config")]
+    if not cfg:
+        return ""
+    layers = sorted({c["model"]["n_layers"] for c in cfg})
+    lengths = sorted({c["task"]["seq_len"] for c in cfg})
+    steps = max(c["train"]["max_steps"] for c in cfg)
+    return (
+        f"at this scale: {'/'.join(map(str, layers))}-layer models, "
+        f"T = {', '.join(map(str, lengths))}, at most {steps} steps"
+    )
+
+
+def _how(scale: str) -> str:
+    return (
+        f"exact paired sign-flip tests over seeds: beyond ±{MARGIN:g} one-sided, equivalence "
+        "TOST, Holm within the claim" + (f"; {scale}" if scale else "") + "; see experiments.md"
+    )
+
+
+_RULE_COMPARISON = (
+    f"Each comparison a − b is decided by three exact sign-flip tests of the per-seed "
+    f"differences d, Holm-adjusted with all the claim's tests: above by more than {MARGIN:g} "
+    f"(one-sided, d − {MARGIN:g}), below by more than {MARGIN:g} (one-sided, d + {MARGIN:g}), "
+    f"equivalent within ±{MARGIN:g} (TOST); its outcome is the one decided, else undecided"
+)
+
+
+def _rule(claimed: str) -> str:
+    return (
+        f"{_RULE_COMPARISON}. A comparison supports the claim when its outcome is {claimed} and "
+        "goes against it when it is another decided outcome; supported at this scale when "
+        "every measured comparison supports, not supported at this scale when every one goes "
+        "against, mixed at this scale when both occur, undecided otherwise"
+    )
 
 
 def claims(
@@ -296,12 +430,15 @@ def claims(
 ) -> list[dict]:
     """The papers' qualitative claims, each with its tests, a verdict and the evidence.
 
-    ``setups``: dicts with ``name`` and ``layernorm`` (bool). Verdicts (``VERDICTS``) follow from
-    the Holm-adjusted tests by the rule stated in each entry's ``rule``.
+    ``setups``: dicts with ``name``, ``layernorm`` (bool) and optionally ``config`` (a set-up's
+    configuration as ``ExperimentConfig.to_dict``, for the scale named in the summaries).
+    Verdicts (``VERDICTS``) follow from the Holm-adjusted margin tests by the rule stated in each
+    entry's ``rule``; ``qualifier`` says when every comparison is at the ceiling.
     """
     by = {(s.setup, s.form): s for s in summaries}
     ln = [s["name"] for s in setups if s["layernorm"]]
     no_ln = [s["name"] for s in setups if not s["layernorm"]]
+    how = _how(_scale(setups))
 
     def has(setup, *forms):
         return all((setup, f) in by for f in forms)
@@ -311,69 +448,41 @@ def claims(
     # E1 -- the denominator acts as a norm: exp with L2 / RMS in its place ~ softmax
     claim = "softmax ≈ exp with the denominator replaced by a norm (L2, RMS)"
     src = "Mongaras & Larson 2025 (D7)"
-    pairs = [(s, n, "softmax") for s in ln for n in ("exp-l2", "exp-rms") if has(s, n, "softmax")]
-    tests = []
-    for s, a, b in pairs:
-        tests += [compare(results, s, a, b, kind="equivalence"), compare(results, s, a, b)]
-    adjust(tests)
-    outcomes, notes = [], []
-    for eq, diff in zip(tests[0::2], tests[1::2]):
-        if eq["p"] is None:
-            outcomes.append("not measured")
-        elif eq["decided"]:
-            outcomes.append("support")
-        elif diff["decided"] and abs(diff["mean_diff"]) > MARGIN:
-            outcomes.append("against")
-        else:
-            outcomes.append("undecided")
-        notes.append(describe(eq) + _ceiling(by, eq) + "; " + describe(diff))
+    comps = [(s, n, "softmax") for s in ln for n in ("exp-l2", "exp-rms") if has(s, n, "softmax")]
+    tests, groups = _family(results, comps)
+    outcomes = [_rate(outcome(g), EQUIVALENT) for g in groups]
+    notes = [describe(g) + _ceiling(by, g[0]) for g in groups]
     v = _verdict(outcomes)
+    qual = _qualifier(by, groups, v)
     out.append(
         _entry(
             "E1", claim, src, v, "; ".join(notes) or "forms missing", tests,
-            f"agree when every exp-norm form is shown equivalent to softmax within ±{MARGIN:g} "
-            "accuracy (TOST, Holm); disagree when each differs by more than the margin "
-            "(two-sided test, Holm); mixed when both occur; undecided otherwise",
-            summary=f"{v}: exp-l2 and exp-rms against softmax in {', '.join(ln)}, "
-            + _tally(outcomes, f"equivalent within ±{MARGIN:g}", "differ by more")
-            + f" ({_TESTS})",
+            _rule("equivalent (exp-l2 and exp-rms against softmax)"),
+            summary=f"{v}: " + (f"{qual}; " if qual else "")
+            + f"exp-l2 and exp-rms against softmax in {', '.join(ln)}, "
+            + _tally(outcomes, f"equivalent within ±{MARGIN:g}", "beyond the margin")
+            + f" ({how})",
+            qualifier=qual,
         )
     )  # fmt: skip
 
     # E2 -- Taylor-N improves with N
     claim = "Taylor-N attention improves with the order N"
     src = "Mongaras & Larson 2025 (D2, D4)"
-    tests, per = [], {}
+    per = {}
     for s in ln:
-        orders = sorted(
-            (x.order for x in summaries if x.setup == s and x.family == "taylor"),
-        )
+        orders = sorted(x.order for x in summaries if x.setup == s and x.family == "taylor")
         if len(orders) < 2:
             continue
-        mine = [
-            compare(results, s, f"taylor-{b}", f"taylor-{a}") for a, b in zip(orders, orders[1:])
-        ]
-        mine.append(compare(results, s, f"taylor-{orders[-1]}", f"taylor-{orders[0]}"))
-        per[s] = mine
-        tests += mine
-    adjust(tests)
-    verdicts = {}
-    for s, mine in per.items():
-        steps, overall = mine[:-1], mine[-1]
-        rises = overall["decided"] and overall["mean_diff"] > 0
-        drops = [t for t in steps if t["decided"] and t["mean_diff"] < 0]
-        if overall["p"] is None:
-            verdicts[s] = "not measured"
-        elif rises and not drops:
-            verdicts[s] = "agree"
-        elif rises:
-            verdicts[s] = "mixed"
-        elif overall["decided"] or drops:
-            verdicts[s] = "disagree"
-        else:
-            verdicts[s] = "undecided"
-    notes = []
-    for s, mine in per.items():
+        per[s] = [(s, f"taylor-{b}", f"taylor-{a}") for a, b in zip(orders, orders[1:])]
+        per[s].append((s, f"taylor-{orders[-1]}", f"taylor-{orders[0]}"))
+    tests, groups = _family(results, [c for cs in per.values() for c in cs])
+    outcomes = [_rate(outcome(g), ABOVE) for g in groups]
+    verdicts, notes, start = {}, [], 0
+    for s, comps in per.items():
+        mine = slice(start, start + len(comps))
+        start += len(comps)
+        verdicts[s] = _verdict(outcomes[mine])
         neg = [
             f"N={x.order}: {100 * x.neg_D_fraction:.0f}%"
             for x in summaries
@@ -381,28 +490,25 @@ def claims(
         ]
         notes.append(
             f"{s}: {verdicts[s]} — "
-            + "; ".join(describe(t) for t in mine)
+            + "; ".join(describe(g) for g in groups[mine])
             + (
                 "; rows with D_t < 0 at the end of training: " + ", ".join(neg)
                 if neg
                 else "; no D_t < 0 at the end of training"
             )
         )
-    v = _combine(list(verdicts.values()))
+    v = _verdict(outcomes)
     out.append(
         _entry(
             "E2", claim, src, v, " | ".join(notes) or "fewer than two orders", tests,
-            "per set-up: agree when the highest order beats the lowest (two-sided test, Holm) "
-            "and no step N → N+1 is a decided decrease; mixed when it beats the lowest but some "
-            "step decreases; disagree when it does not beat the lowest and some test decides "
-            "against; undecided otherwise. Across set-ups: the common verdict, else mixed "
-            "(agree/disagree disagreeing) or undecided",
+            _rule("above (each order N + 1 above N, and the highest above the lowest)")
+            + "; the same rule per set-up gives the set-up's verdict",
             verdicts,
             summary=f"{v}: "
             + ", ".join(f"{k} {x}" for k, x in verdicts.items())
-            + " (highest against lowest order and each step N → N+1; "
-            + _TESTS
-            + ")",
+            + "; "
+            + _tally(outcomes, f"above by more than {MARGIN:g}", "equivalent or below")
+            + f" (each step N → N+1 and highest against lowest order; {how})",
         )
     )  # fmt: skip
 
@@ -413,41 +519,36 @@ def claims(
     )
     src = "Deng, Song & Zhou 2023; Mongaras & Larson 2025 (D3, D8)"
     matched = (
-        ("softmax", "linear-elu1"),
-        ("softmax", "linear-relu"),
-        ("softmax", "linear-relu-eps"),
-        ("exp-l2", "linear-identity-l2"),
+        ("linear-elu1", "softmax"),
+        ("linear-relu", "softmax"),
+        ("linear-relu-eps", "softmax"),
+        ("linear-identity-l2", "exp-l2"),
     )
-    tests = []
-    for s in ln:
-        for a, b in matched:
-            if has(s, a, b):
-                tests += [compare(results, s, a, b), compare(results, s, a, b, kind="equivalence")]
-    adjust(tests)
-    outcomes = [_material(diff, eq) for diff, eq in zip(tests[0::2], tests[1::2])]
+    comps = [(s, a, b) for s in ln for a, b in matched if has(s, a, b)]
+    tests, groups = _family(results, comps)
+    outcomes = [_rate(outcome(g), BELOW) for g in groups]
     notes = []
-    for diff, eq in zip(tests[0::2], tests[1::2]):
-        text = describe(diff) + ("" if eq["p"] is None else "; " + describe(eq) + _ceiling(by, eq))
-        lin = by.get((diff["setup"], diff["b"]))
+    for g in groups:
+        text = describe(g) + _ceiling(by, g[0])
+        lin = by.get((g[0]["setup"], g[0]["a"]))
         if lin is not None and lin.missing_eps:
             text += (
-                f" ({lin.missing_eps}/{lin.runs} runs of {diff['b']} were missing-eps "
+                f" ({lin.missing_eps}/{lin.runs} runs of {g[0]['a']} were missing-eps "
                 "divergences, excluded)"
             )
         notes.append(text)
     v = _verdict(outcomes)
+    qual = _qualifier(by, groups, v)
     out.append(
         _entry(
             "E3", claim, src, v, "; ".join(notes) or "forms missing", tests,
-            "a comparison supports the claim when the linear form is below its exp counterpart "
-            f"by more than {MARGIN:g} (two-sided test, Holm) and goes against it when it is "
-            f"equivalent (TOST ±{MARGIN:g}, Holm) or decided above; agree when every measured "
-            "comparison supports, disagree when every one goes against, mixed when both occur, "
-            "undecided otherwise. Missing-eps divergences are excluded (a form with no score is "
-            "not measured)",
-            summary=f"{v}: linear forms against their exp counterpart in {', '.join(ln)}, "
+            _rule("below (the linear form below its exp counterpart)")
+            + ". Missing-eps divergences are excluded (a form with no score is not measured)",
+            summary=f"{v}: " + (f"{qual}; " if qual else "")
+            + f"linear forms against their exp counterpart in {', '.join(ln)}, "
             + _tally(outcomes, f"below by more than {MARGIN:g}", "equivalent or above")
-            + f"; missing-eps divergences excluded ({_TESTS})",
+            + f"; missing-eps divergences excluded ({how})",
+            qualifier=qual,
         )
     )  # fmt: skip
 
@@ -460,17 +561,15 @@ def claims(
         "every form is normalized downstream"
     )
     setups_verdict = {s: NOT_TESTABLE for s in ln}
-    tests = []
-    for s in no_ln:
-        for a in ("softmax", "exp-rms", "exp-l2"):
-            if has(s, a, "exp-none"):
-                tests += [compare(results, s, a, "exp-none"),
-                          compare(results, s, a, "exp-none", kind="equivalence")]  # fmt: skip
-    adjust(tests)
-    outcomes, notes = [], []
-    for diff, eq in zip(tests[0::2], tests[1::2]):
-        outcomes.append(_material(diff, eq))
-        notes.append(describe(diff) + "; " + describe(eq))
+    comps = [
+        (s, "exp-none", a)
+        for s in no_ln
+        for a in ("softmax", "exp-rms", "exp-l2")
+        if has(s, a, "exp-none")
+    ]
+    tests, groups = _family(results, comps)
+    outcomes = [_rate(outcome(g), BELOW) for g in groups]
+    notes = [describe(g) for g in groups]
     for s in no_ln:
         raw = by.get((s, "exp-none"))
         if raw is not None:
@@ -478,43 +577,38 @@ def claims(
                 f"{s}: {raw.diverged}/{raw.runs} runs of exp-none diverged (scored 0), "
                 f"{raw.missing_eps} missing-eps"
             )
-        setups_verdict[s] = _verdict(outcomes)
+        setups_verdict[s] = _verdict(
+            [o for o, g in zip(outcomes, groups) if g[0]["setup"] == s] or [NOT_MEASURED]
+        )
     verdict = _verdict(outcomes) if no_ln else NOT_TESTABLE
+    qual = _qualifier(by, groups, verdict)
     evidence = f"LayerNorm set-ups ({', '.join(ln)}): {NOT_TESTABLE} — {why_ln}" + (
         f". No-LayerNorm set-up: {'; '.join(notes)}" if notes else ""
     )
     out.append(
         _entry(
             "E4", claim, src, verdict, evidence, tests,
-            f"{NOT_TESTABLE} in the LayerNorm set-ups; in the set-up without LayerNorms, agree "
-            "when exp-none scores below each normalized exp form run there (softmax; exp-rms, "
-            f"exp-l2 if run) by more than {MARGIN:g} (two-sided test, Holm; a genuine divergence "
-            "scores 0), disagree "
-            f"when it is equivalent (TOST ±{MARGIN:g}) or above, mixed when both occur, "
-            "undecided otherwise",
+            f"{NOT_TESTABLE} in the LayerNorm set-ups. In the set-up without LayerNorms, each "
+            "normalized exp form run there (softmax; exp-rms, exp-l2 if run) is compared with "
+            "exp-none (a genuine divergence scores 0). " + _rule("below (exp-none below it)"),
             setups_verdict,
             summary=f"{NOT_TESTABLE} with LayerNorms ({', '.join(ln)}): they rescale the "
             "attention output for every form"
             + (
                 f"; without LayerNorms ({', '.join(no_ln)}): {verdict}, "
-                + _tally(outcomes, "exp-none below", "exp-none equivalent or above")
-                + f" ({_TESTS})"
+                + (f"{qual}; " if qual else "")
+                + _tally(outcomes, "exp-none below by more than the margin",
+                         "exp-none equivalent or above")
+                + "".join(
+                    f"; exp-none − {g[0]['b']}: mean {g[0]['mean_diff']:+.3f}, exp-none lower "
+                    f"on {g[0]['b_better']}/{g[0]['n']} seeds, {_words(g)}"
+                    for g in groups if g[0]["p"] is not None
+                )
+                + f" ({how})"
                 if no_ln
                 else ""
             ),
+            qualifier=qual,
         )
     )  # fmt: skip
     return out
-
-
-def _combine(verdicts: list[str]) -> str:
-    """One verdict from per-set-up verdicts: the common one; mixed when agree and disagree (or a
-    mixed) occur; undecided otherwise; not measured when nothing was measured."""
-    got = [v for v in verdicts if v != "not measured"]
-    if not got:
-        return "not measured"
-    if len(set(got)) == 1:
-        return got[0]
-    if "mixed" in got or ("agree" in got and "disagree" in got):
-        return "mixed"
-    return "undecided"

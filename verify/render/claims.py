@@ -6,10 +6,13 @@ catalogue properties that check it numerically, and the experiment claims
 (``reports/experiments.json``) that probe it in training. The verdict follows stated
 rules from that evidence:
 
-- **refuted** -- a linked derivation failed, a linked property failed on the built-in
-  implementations, or a linked experiment result disagrees (then "in this experiment");
+- **refuted** -- a linked derivation failed, or a linked property failed on the built-in
+  implementations;
+- **not supported at this scale (in this experiment)** -- everything linked holds, but a linked
+  experiment result is "not supported at this scale": the small experiment (one layer, short
+  sequences) does not show it, which neither confirms nor refutes the claim at the paper's scale;
 - **confirmed with conditions** -- everything linked holds, but the claim holds only under the
-  stated conditions (or an experiment result is mixed);
+  stated conditions (or an experiment result is mixed at this scale);
 - **confirmed** -- everything linked holds without conditions;
 - **not checkable here** -- nothing linked could be run here (the reason is given).
 """
@@ -260,7 +263,11 @@ def _experiment_results(exp_json, prefixes) -> list[dict]:
 
 #: experiment verdicts that decide something (the others -- undecided, not testable in this
 #: set-up, not measured -- are reported with the claim and never counted for or against it)
-EXPERIMENT_DECIDED = ("agree", "disagree", "mixed")
+EXPERIMENT_DECIDED = (
+    "supported at this scale",
+    "not supported at this scale",
+    "mixed at this scale",
+)
 
 
 def _experiment_cell(e: dict) -> str:
@@ -280,13 +287,13 @@ def _verdict(claim: Claim, ders, props, exps) -> tuple[str, str]:
     run_p = [p for p in props if p["passed"] or p["failed"]]
     if failed_d or failed_p:
         return "refuted", "failed: " + ", ".join(failed_d + failed_p)
-    disagree = [e for e in exps if e["verdict"] == "disagree"]
-    if disagree:
-        why = "; ".join(_experiment_why(e) for e in disagree)
-        return "refuted (in this experiment)", why
+    against = [e for e in exps if e["verdict"] == "not supported at this scale"]
+    if against:
+        why = "; ".join(_experiment_why(e) for e in against)
+        return "not supported at this scale (in this experiment)", why
     if not ders and not run_p and not exps:
         return "not checkable here", "no derivation, property or experiment could run"
-    mixed = [e for e in exps if e["verdict"] == "mixed"]
+    mixed = [e for e in exps if e["verdict"] == "mixed at this scale"]
     open_ = "; ".join(_experiment_why(e) for e in exps if e["verdict"] not in EXPERIMENT_DECIDED)
     conditions = claim.resolved_conditions()
     if conditions or mixed:
@@ -367,9 +374,11 @@ def build(stage: Path, *, records, verification, source_dir: Path) -> dict:
             "and the training experiment ([experiments.md](experiments.md), committed results of "
             "`attn-theory experiment recall`).",
             "",
-            "Verdict rules: **refuted** when a linked derivation or property fails, or an "
-            'experiment disagrees ("in this experiment"); **confirmed with conditions** when '
-            "everything holds but only under the stated conditions (or an experiment is mixed); "
+            "Verdict rules: **refuted** when a linked derivation or property fails; **not "
+            "supported at this scale (in this experiment)** when the experiment (small models, "
+            "short sequences) does not support it, which does not refute it at the paper's "
+            "scale; **confirmed with conditions** when everything holds but only under the "
+            "stated conditions (or an experiment is mixed at this scale); "
             "**confirmed** otherwise; **not checkable here** when nothing could run.",
             "",
             table,

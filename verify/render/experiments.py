@@ -175,13 +175,27 @@ def _p(p) -> str:
     return f"{p:.2g}" if p < 0.01 else f"{p:.3f}"
 
 
+#: the test column of a test's row, by kind (``verify.experiments.summary.compare``)
+_KIND = {
+    "difference": "two-sided",
+    "above": "above +margin (one-sided)",
+    "below": "below −margin (one-sided)",
+    "equivalence": "TOST ±margin",
+}
+_SHOWN = {
+    "above": "**above by more than the margin**",
+    "below": "**below by more than the margin**",
+    "equivalence": "**equivalent**",
+}
+
+
 def _test_rows(tests: list[dict]) -> list[list]:
     rows = []
     for t in tests:
         if t["p"] is None:
             decision = "not measured"
-        elif t["kind"] == "equivalence":
-            decision = "equivalent" if t["decided"] else "not shown"
+        elif t["kind"] in _SHOWN:
+            decision = _SHOWN[t["kind"]] if t["decided"] else "not shown"
         elif t["decided"]:
             decision = f"**{t['a']} {'>' if t['mean_diff'] > 0 else '<'} {t['b']}**"
         else:
@@ -189,7 +203,7 @@ def _test_rows(tests: list[dict]) -> list[list]:
         rows.append(
             [
                 t["setup"], f"{t['a']} − {t['b']}",
-                "TOST ±margin" if t["kind"] == "equivalence" else "two-sided",
+                _KIND.get(t["kind"], t["kind"]),
                 t["n"], _f(t["mean_diff"], "+.3f"),
                 "—" if t["min_diff"] is None else f"[{t['min_diff']:+.3f}, {t['max_diff']:+.3f}]",
                 f"{t['a_better']}/{t['b_better']}", _p(t["p"]), _p(t["p_holm"]), decision,
@@ -202,6 +216,29 @@ _TEST_HEADER = [
     "set-up", "pair (a − b)", "test", "seeds", "mean diff", "range over seeds",
     "seeds a > b / a < b", "p", "Holm p", "decision",
 ]  # fmt: skip
+
+
+def _verdict_cell(c: dict) -> str:
+    """The verdict in bold, with its qualifier (e.g. at the ceiling) when there is one."""
+    return f"**{c['verdict']}**" + (f" — {c['qualifier']}" if c.get("qualifier") else "")
+
+
+def _scale(doc: dict) -> str:
+    """What "at this scale" means for this document's verdicts."""
+    cfg = [s["config"] for s in doc["setups"]]
+    layers = sorted({c["model"]["n_layers"] for c in cfg})
+    lengths = sorted({c["task"]["seq_len"] for c in cfg})
+    heads = sorted({(c["model"]["n_heads"], c["model"]["head_dim"]) for c in cfg})
+    steps = max(c["train"]["max_steps"] for c in cfg)
+    return (
+        "The verdicts hold **at this scale** only: "
+        f"{'/'.join(map(str, layers))}-layer models with "
+        + ", ".join(f"{h} heads × {d}" for h, d in heads)
+        + f", sequences of T = {', '.join(map(str, lengths))} tokens, at most {steps} training "
+        f"steps, {len(doc['seeds'])} seeds. *Supported / not supported / mixed at this scale* "
+        "say what these runs show; none of them confirms or refutes a paper's claim at the "
+        "scale the paper addresses (deeper models, longer sequences)."
+    )
 
 
 def markdown(doc: dict, captions: tuple[str, str]) -> str:
@@ -330,19 +367,28 @@ def markdown(doc: dict, captions: tuple[str, str]) -> str:
         "d_i = score_A(seed i) − score_B(seed i) over the seeds where both have a score. "
         "**Test**: the exact paired sign-flip permutation test (all 2^n sign patterns of the "
         "d_i; p = fraction whose mean is at least as extreme as observed; two-sided), which "
-        "assumes only that under the null the labels A and B are exchangeable within a seed. "
-        f"**Equivalence** (claim E1, E4): two one-sided sign-flip tests (TOST) that the mean "
-        f"difference lies within ±{stats['margin']:g}. **Correction**: Holm's step-down "
-        "method within each family — the tests of one claim, or the neighbour pairs of one "
-        f"set-up's ordering — at family-wise level α = {stats['alpha']:g}.",
+        "assumes only that under the null the labels A and B are exchangeable within a seed; "
+        "the orderings use it. **Claims**: every comparison of a claim is decided by three "
+        f"tests with the margin m = {stats['margin']:g}: *above by more than m* (one-sided "
+        "sign-flip test of the shifted differences d_i − m; null: mean d ≤ +m), *below by more "
+        "than m* (one-sided test of d_i + m; null: mean d ≥ −m) and *equivalent within ±m* "
+        "(two one-sided tests, TOST; null: |mean d| ≥ m). The shifted tests are exact when, at "
+        "the null's boundary, the d_i are symmetric about their mean. The comparison's outcome "
+        "is the one whose test decides, else *undecided*: a mean difference beyond the margin "
+        "whose shifted test does not decide is undecided, not a difference beyond the margin. "
+        "**Correction**: Holm's step-down method within each family — all the tests of one "
+        "claim, or the neighbour pairs of one set-up's ordering — at family-wise level "
+        f"α = {stats['alpha']:g}.",
         "",
         f"What {n} seeds can decide: the smallest two-sided p-value is 2/2^{n} = "
-        f"{stats['min_p_two_sided']:.3g} (every d_i of one sign), so a family of m tests can "
-        f"decide only if {stats['min_p_two_sided']:.3g} ≤ {stats['alpha']:g}/m, i.e. "
-        f"m ≤ {math.floor(stats['alpha'] / stats['min_p_two_sided'] + 1e-9)}; at 5 seeds "
-        "(minimum p = 0.0625) no test could decide anything, which is why the design uses "
-        f"{n}. A difference that is not resolved (`~`) is not an equality: equality is "
-        f"claimed only through the equivalence test. Pairs whose means are both ≥ "
+        f"{stats['min_p_two_sided']:.3g} (every d_i of one sign), so a family of k tests can "
+        f"decide only if {stats['min_p_two_sided']:.3g} ≤ {stats['alpha']:g}/k, i.e. "
+        f"k ≤ {math.floor(stats['alpha'] / stats['min_p_two_sided'] + 1e-9)}; the one-sided "
+        f"and TOST tests of the claims reach 1/2^{n} = {stats['min_p_one_sided']:.3g} "
+        f"(k ≤ {math.floor(stats['alpha'] / stats['min_p_one_sided'] + 1e-9)}); at 5 seeds "
+        "(minimum two-sided p = 0.0625) no two-sided test could decide anything, which is why "
+        f"the design uses {n}. A difference that is not resolved (`~`) is not an equality: "
+        f"equality is claimed only through the equivalence test. Pairs whose means are both ≥ "
         f"{stats['ceiling']:g} are flagged *at the ceiling*: equivalence there says that both "
         "forms solve the task, not that they are alike elsewhere.",
         "",
@@ -418,7 +464,8 @@ def markdown(doc: dict, captions: tuple[str, str]) -> str:
         "deviation over seeds. Diagnostics at the final evaluation of the finished runs: "
         "radius is the median over runs, min |D_t| the smallest over runs, the last two "
         "columns means over runs. In an ordering, neighbours are joined by `>` when the "
-        "Holm-adjusted p-value of their paired test is ≤ α and by `~` (not resolved) otherwise.",
+        "Holm-adjusted p-value of their paired test is ≤ α and by `~` (not resolved) otherwise; "
+        "`>` claims a non-zero difference, not one beyond the claims' margin.",
         "",
         f"![{captions[0]}]({FIGURE})",
         "",
@@ -434,16 +481,21 @@ def markdown(doc: dict, captions: tuple[str, str]) -> str:
     if doc["quick"] or not doc["claims"]:
         lines.append("No verdicts: a quick run is too short to test anything.")
     else:
+        fixed = (
+            doc.get("rules_fixed") or "when they were fixed relative to the runs is not recorded"
+        )
         lines += [
+            _scale(doc),
+            "",
             table(
                 ["id", "claim", "source", "verdict", "evidence"],
                 [
-                    [c["id"], c["claim"], c["source"], f"**{c['verdict']}**", c["evidence"]]
+                    [c["id"], c["claim"], c["source"], _verdict_cell(c), c["evidence"]]
                     for c in doc["claims"]
                 ],
             ),
             "",
-            "Verdict rules (fixed in `verify/experiments/summary.py` before the runs):",
+            f"Verdict rules (`verify/experiments/summary.py`; {fixed}):",
             "",
         ]
         lines += [f"- {c['id']}: {c['rule']}." for c in doc["claims"]]
