@@ -12,14 +12,29 @@ from fractions import Fraction
 
 
 # -- integers -----------------------------------------------------------------------------------
-def check_int(name: str, n: object, minimum: int | None = None, *, what: str | None = None) -> int:
+def check_int(
+    name: str,
+    n: object,
+    minimum: int | None = None,
+    *,
+    what: str | None = None,
+    array_ok: bool = False,
+) -> int:
     """``n`` as an int (``bool`` is rejected); with ``minimum``, also ``n >= minimum``.
 
     ``what`` words the expectation in both messages (default ``"an int >= {minimum}"``, or
-    ``"an int"`` without a minimum).
+    ``"an int"`` without a minimum). With ``array_ok``, a numpy array of integers is accepted
+    too (every element checked; returned as an int64 array): the elementwise form of a bound.
     """
     if what is None:
         what = "an int" if minimum is None else f"an int >= {minimum}"
+    if array_ok and _is_array(n):
+        arr = n
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"{name}: expected an array of ints, got dtype {arr.dtype}")
+        if minimum is not None and arr.size and int(arr.min()) < minimum:
+            raise ValueError(f"{name}: expected {what} elementwise, got {int(arr.min())}")
+        return arr.astype("int64")
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"{name}: expected {what}, got {type(n).__name__} {n!r}")
     if minimum is not None and n < minimum:
@@ -42,8 +57,32 @@ def check_dim(name: str, d: object) -> int:
 
 
 # -- real numbers -------------------------------------------------------------------------------
-def check_real(name: str, x: object, *, positive: bool = False, nonneg: bool = False) -> float:
-    """A finite real (int or float, not bool) as a float; optionally > 0 or >= 0."""
+def _is_array(x: object) -> bool:
+    """A numpy array (not a numpy scalar, which is an int or float already)."""
+    return type(x).__name__ == "ndarray" and type(x).__module__ == "numpy"
+
+
+def check_real(
+    name: str, x: object, *, positive: bool = False, nonneg: bool = False, array_ok: bool = False
+) -> float:
+    """A finite real (int or float, not bool) as a float; optionally > 0 or >= 0.
+
+    With ``array_ok``, a numpy array of reals is accepted too (every element checked; returned
+    as a float64 array): the elementwise form of a bound, evaluated once on whole arrays.
+    """
+    if array_ok and _is_array(x):
+        import numpy as np
+
+        if x.dtype.kind not in "iuf":
+            raise TypeError(f"{name}: expected an array of reals, got dtype {x.dtype}")
+        arr = x.astype(np.float64)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name}: expected finite real numbers, got a non-finite element")
+        if positive and arr.size and not (arr > 0).all():
+            raise ValueError(f"{name}: expected positive numbers, got {float(arr.min())!r}")
+        if nonneg and arr.size and not (arr >= 0).all():
+            raise ValueError(f"{name}: expected non-negative numbers, got {float(arr.min())!r}")
+        return arr
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
     xf = float(x)

@@ -42,9 +42,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from derivations._validate import check_choice, check_int, check_real
 from derivations.rounding import (
     CitedConstant,
+    _result,
     exp_relative_bound,
     gamma,
     ratio_relative_bound,
@@ -151,16 +154,23 @@ def summation_index(n: int, scheme: str, block: int | None = None) -> int:
     Raises:
         TypeError, ValueError: bad arguments (blocked needs ``block``).
     """
-    n = check_int("n", n, 1)
+    n = check_int("n", n, 1, array_ok=True)
     check_choice("scheme", scheme, SCHEMES)
     if scheme == "recursive":
         return n - 1
     if scheme == "pairwise":
-        return math.ceil(math.log2(n)) if n > 1 else 0
+        if isinstance(n, int):
+            return math.ceil(math.log2(n)) if n > 1 else 0
+        # ceil(log2 n) exactly for integers: the bit length of n - 1
+        return np.array([int(k - 1).bit_length() for k in n.ravel()], dtype=np.int64).reshape(
+            n.shape
+        )
     if block is None:
         raise ValueError("block: blocked summation needs the block size, got None")
     b = check_int("block", block, 1)
-    return (min(b, n) - 1) + (math.ceil(n / b) - 1)
+    if isinstance(n, int):
+        return (min(b, n) - 1) + (math.ceil(n / b) - 1)
+    return (np.minimum(b, n) - 1) + (-(-n // b) - 1)
 
 
 def accumulation_gamma(
@@ -176,11 +186,12 @@ def accumulation_gamma(
     """
     k = summation_index(n, scheme, block) + (1 if products_rounded else 0)
     uu = check_real("u", u, nonneg=True)
-    if k * uu >= 1.0:
+    if np.any(k * uu >= 1.0):
         where = f"blocks of {block}" if scheme == "blocked" else scheme
+        worst = int(np.max(k))
         raise ModelNotApplicable(
-            f"a {where} sum of {n} terms at u = 2^{math.log2(uu):.0f} has index k = {k} with "
-            f"k u >= 1: gamma_k does not exist (Higham Lemma 3.1), no bound"
+            f"a {where} sum of {int(np.max(n))} terms at u = 2^{math.log2(uu):.0f} has index "
+            f"k = {worst} with k u >= 1: gamma_k does not exist (Higham Lemma 3.1), no bound"
         )
     return gamma(k, uu)
 
@@ -218,11 +229,13 @@ def fused_numerator_weight_rel(weight_rel: float, u_in: float) -> float:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("weight_rel", weight_rel, nonneg=True)
-    return (1.0 + e) * (1.0 + check_real("u_in", u_in, nonneg=True)) - 1.0
+    e = check_real("weight_rel", weight_rel, nonneg=True, array_ok=True)
+    return _result((1.0 + e) * (1.0 + check_real("u_in", u_in, nonneg=True)) - 1.0)
 
 
-def online_rescale_rel(n_blocks: int, score_range: float, u: float, exp_ulps: float) -> float:
+def online_rescale_rel(
+    n_blocks: int, score_range, u: float, exp_ulps: float, subtraction_roundings: int = 1
+):
     """Extra relative error of one key's term from the online rescaling (derived).
 
     A term of block i is multiplied by alpha_j = fl(exp(fl(m_{j-1} - m_j))) and rounded (one
@@ -233,14 +246,20 @@ def online_rescale_rel(n_blocks: int, score_range: float, u: float, exp_ulps: fl
 
         (1 + rel) <= e^{u R} (1 + r_exp)^{n_b - 1} (1 + u)^{n_b - 1},  r_exp = 2 ulps u.
 
+    With ``subtraction_roundings`` k the factor's argument (m_{j-1} - m_j) carries k roundings
+    (FlashAttention-2: exp2f((m_prev - m_cur) * scale_log2), a subtraction and a product: k = 2)
+    and e^{u R} becomes e^{gamma_k R} (D17). ``score_range`` may be a numpy array.
+
     Raises:
         TypeError, ValueError: bad arguments.
     """
     nb = check_int("n_blocks", n_blocks, 1)
-    r = check_real("score_range", score_range, nonneg=True)
+    r = check_real("score_range", score_range, nonneg=True, array_ok=True)
     uu = check_real("u", u, nonneg=True)
+    g = gamma(check_int("subtraction_roundings", subtraction_roundings, 1), uu)
     r_exp = ulps_to_relative(exp_ulps, uu)
-    return math.exp(uu * r) * ((1.0 + r_exp) * (1.0 + uu)) ** (nb - 1) - 1.0
+    with np.errstate(over="ignore"):
+        return _result(np.exp(g * r) * ((1.0 + r_exp) * (1.0 + uu)) ** (nb - 1) - 1.0)
 
 
 def eager_weight_rel(weight_rel: float, den_rel: float, div_rel: float, u_in: float) -> float:
@@ -252,7 +271,7 @@ def eager_weight_rel(weight_rel: float, den_rel: float, div_rel: float, u_in: fl
         TypeError, ValueError: bad arguments (den_rel >= 1).
     """
     ratio = ratio_relative_bound(weight_rel, den_rel, div_rel)
-    return (1.0 + ratio) * (1.0 + check_real("u_in", u_in, nonneg=True)) - 1.0
+    return _result((1.0 + ratio) * (1.0 + check_real("u_in", u_in, nonneg=True)) - 1.0)
 
 
 # -- backward -----------------------------------------------------------------------------------

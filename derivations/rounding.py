@@ -55,6 +55,8 @@ import math
 import sys
 from typing import NamedTuple
 
+import numpy as np
+
 from derivations._validate import check_choice, check_int, check_real
 from derivations.norms import NORM_KINDS
 
@@ -216,6 +218,12 @@ POLYNOMIAL_SCHEMES = ("horner", "powers", "term_recurrence")
 
 
 # -- validation -------------------------------------------------------------------------------
+def _result(x):
+    """A 0-d result as a Python float, an array as it is: the array-capable bounds below return
+    what they are given (floats for floats, arrays for numpy arrays, elementwise)."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
 def _unit(u: object) -> float:
     uf = check_real("u", u, positive=True)
     if uf >= 1.0:
@@ -379,12 +387,14 @@ def gamma(n: int, u: float) -> float:
         TypeError: non-int ``n`` or non-real ``u``.
         ValueError: n < 0, u outside (0, 1), or n u >= 1 (the bound does not exist).
     """
-    n = check_int("n", n, 0)
+    n = check_int("n", n, 0, array_ok=True)
     u = _unit(u)
     nu = n * u
-    if nu >= 1.0:
-        raise ValueError(f"n: gamma_n needs n*u < 1, got n = {n}, u = {u!r} (n*u = {nu!r})")
-    return nu / (1.0 - nu)
+    if np.any(nu >= 1.0):
+        raise ValueError(
+            f"n: gamma_n needs n*u < 1, got n = {np.max(n)}, u = {u!r} (n*u = {np.max(nu)!r})"
+        )
+    return _result(nu / (1.0 - nu))
 
 
 def ulps_to_relative(ulps: float, u: float) -> float:
@@ -397,7 +407,7 @@ def ulps_to_relative(ulps: float, u: float) -> float:
     Raises:
         TypeError, ValueError: negative ``ulps`` or bad ``u``.
     """
-    return 2.0 * check_real("ulps", ulps, nonneg=True) * _unit(u)
+    return _result(2.0 * check_real("ulps", ulps, nonneg=True, array_ok=True) * _unit(u))
 
 
 def cuda_fast_expf_ulps(x: float) -> float:
@@ -490,11 +500,11 @@ def exp_relative_bound(score_abs_error: float, u: float, exp_ulps: float) -> flo
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("score_abs_error", score_abs_error, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
     r = ulps_to_relative(exp_ulps, u)
-    if e > _LOG_MAX_FLOAT:  # e^e past float64: no finite statement (inf, never an overflow)
-        return math.inf
-    return math.expm1(e) * (1.0 + r) + r
+    # e^e past float64: no finite statement (inf, never an overflow)
+    grown = np.expm1(np.minimum(e, _LOG_MAX_FLOAT)) * (1.0 + r) + r
+    return _result(np.where(e > _LOG_MAX_FLOAT, math.inf, grown))
 
 
 def softmax_weight_relative_bound(
@@ -514,8 +524,8 @@ def softmax_weight_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("score_abs_error", score_abs_error, nonneg=True)
-    sh = check_real("shifted_score_abs", shifted_score_abs, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
+    sh = check_real("shifted_score_abs", shifted_score_abs, nonneg=True, array_ok=True)
     return exp_relative_bound(e + _unit(u) * sh, u, exp_ulps)
 
 
@@ -568,7 +578,9 @@ def taylor_weight_relative_bound(
         TypeError, ValueError: bad arguments.
     """
     k = polynomial_roundings(order, scheme)
-    return gamma(k, u) + check_real("score_abs_error", score_abs_error, nonneg=True)
+    return _result(
+        gamma(k, u) + check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
+    )
 
 
 def taylor_feature_relative_error(order: int, u: float) -> float:
@@ -610,10 +622,10 @@ def feature_form_relative_bound(
     e = check_real("feature_rel_error", feature_rel_error, nonneg=True)
     k = (
         check_int("n_features", n_features, 1)
-        + check_int("n_keys", n_keys, 1)
+        + check_int("n_keys", n_keys, 1, array_ok=True)
         + (2 if with_values else 1)
     )
-    return (1.0 + e) ** 2 * (1.0 + gamma(k, u)) - 1.0
+    return _result((1.0 + e) ** 2 * (1.0 + gamma(k, u)) - 1.0)
 
 
 def weighted_sum_relative_bound(
@@ -629,9 +641,9 @@ def weighted_sum_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    n = check_int("n_terms", n_terms, 1)
-    e = check_real("weight_rel", weight_rel, nonneg=True)
-    return (1.0 + e) * (1.0 + gamma(n if with_values else n - 1, u)) - 1.0
+    n = check_int("n_terms", n_terms, 1, array_ok=True)
+    e = check_real("weight_rel", weight_rel, nonneg=True, array_ok=True)
+    return _result((1.0 + e) * (1.0 + gamma(n if with_values else n - 1, u)) - 1.0)
 
 
 def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> float:
@@ -688,14 +700,14 @@ def ratio_relative_bound(num_rel: float, den_rel: float, div_rel: float = 0.0) -
     Raises:
         TypeError: non-real input. ValueError: negative input or e_D >= 1 (D_hat may vanish).
     """
-    en = check_real("num_rel", num_rel, nonneg=True)
-    ed = check_real("den_rel", den_rel, nonneg=True)
+    en = check_real("num_rel", num_rel, nonneg=True, array_ok=True)
+    ed = check_real("den_rel", den_rel, nonneg=True, array_ok=True)
     ev = check_real("div_rel", div_rel, nonneg=True)
-    if ed >= 1.0:
+    if np.any(ed >= 1.0):
         raise ValueError(
-            f"den_rel: expected < 1 (else the denominator may vanish), got {den_rel!r}"
+            f"den_rel: expected < 1 (else the denominator may vanish), got {np.max(ed)!r}"
         )
-    return (1.0 + en) * (1.0 + ev) / (1.0 - ed) - 1.0
+    return _result((1.0 + en) * (1.0 + ev) / (1.0 - ed) - 1.0)
 
 
 def kernel_attention_output_bound(
@@ -732,18 +744,18 @@ def kernel_attention_output_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    en = check_real("num_rel", num_rel, nonneg=True)
-    ed = check_real("den_rel", den_rel, nonneg=True)
-    a = check_real("abs_numerator", abs_numerator, nonneg=True)
-    b = check_real("abs_denominator", abs_denominator, nonneg=True)
-    d = abs(check_real("denominator", denominator))
-    o = check_real("output_abs", output_abs, nonneg=True)
-    ev = check_real("div_rel", div_rel, nonneg=True)
+    en = check_real("num_rel", num_rel, nonneg=True, array_ok=True)
+    ed = check_real("den_rel", den_rel, nonneg=True, array_ok=True)
+    a = check_real("abs_numerator", abs_numerator, nonneg=True, array_ok=True)
+    b = check_real("abs_denominator", abs_denominator, nonneg=True, array_ok=True)
+    d = np.abs(check_real("denominator", denominator, array_ok=True))
+    o = check_real("output_abs", output_abs, nonneg=True, array_ok=True)
+    ev = check_real("div_rel", div_rel, nonneg=True, array_ok=True)
     margin = d - ed * b
-    if margin <= 0.0:
-        return math.inf
-    err = (en * a + o * ed * b) / margin
-    return err * (1.0 + ev) + ev * o
+    ok = margin > 0.0
+    with np.errstate(over="ignore"):
+        err = (en * a + o * ed * b) / np.where(ok, margin, 1.0)
+        return _result(np.where(ok, err * (1.0 + ev) + ev * o, math.inf))
 
 
 def kernel_attention_relative_coefficient(
@@ -783,10 +795,10 @@ def low_precision_output_bound(accum_bound: float, output_abs: float, out_dtype:
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    a = check_real("accum_bound", accum_bound, nonneg=True)
-    o = check_real("output_abs", output_abs, nonneg=True)
+    a = check_real("accum_bound", accum_bound, nonneg=True, array_ok=True)
+    o = check_real("output_abs", output_abs, nonneg=True, array_ok=True)
     ul = unit_roundoff(out_dtype)
-    return a * (1.0 + ul) + ul * o + underflow_abs_error(out_dtype)
+    return _result(a * (1.0 + ul) + ul * o + underflow_abs_error(out_dtype))
 
 
 def normalization_rounding_bound(

@@ -34,10 +34,13 @@ import math
 import random
 from fractions import Fraction
 
+import numpy as np
+
 from derivations._record import Derivation
-from derivations._validate import check_dim
+from derivations._validate import check_dim, check_int
 from derivations.rounding import (
     CitedConstant,
+    _result,
     check_real,
     gamma,
     round_to_bits,
@@ -47,11 +50,14 @@ from derivations.rounding import (
 #: maximum error of tanh in ulps of the exact result (the envelope of the CPU paths PyTorch uses)
 TANH_ULPS = CitedConstant(
     2.5,
-    "SLEEF reference, Sleef_tanhd4_u10 / Sleef_tanhf8_u10: maximum error 1.0 ulp (the vectorized "
-    "CPU path of torch.tanh); the Java SE Math.tanh specification: within 2.5 ulps of the exact "
-    "result (the usual libm envelope, taken for the scalar std::tanh fallback)",
-    "ulps from the exact result (SLEEF and Java both measure from it): the larger of the two; "
-    "torch.tanh is measured against it by tests/test_transform_rounding.py",
+    "GNU C Library, sysdeps/x86_64/fpu/libm-test-ulps: tanh float 2, double 2 "
+    "(round to nearest), measured from the correctly rounded result (the scalar std::tanh path "
+    "of torch.tanh); SLEEF Sleef_tanhf8_u10 / Sleef_tanhd4_u10: maximum error 1.0 ulp from the "
+    "exact result (the vectorized CPU path)",
+    "2 ulps from the correctly rounded result: 2 + 1/2 from the exact one, the larger of the "
+    "two paths; torch.tanh is measured against it by tests/test_transform_rounding.py",
+    2.0,
+    "correctly rounded",
 )
 
 #: the toy format of the checks: significands of P_TOY bits, unit roundoff U_TOY
@@ -62,9 +68,27 @@ TOY_ULPS = 0.51
 
 
 def softcap_score_abs_error(
-    score_abs_error: float, score_abs: float, cap: float, u: float, tanh_ulps: float
-) -> float:
-    """Bound on |fl(C tanh(fl(x_hat / C))) - C tanh(x / C)| given |x_hat - x| <= e_x (D16).
+    score_abs_error,
+    score_abs,
+    cap: float,
+    u: float,
+    tanh_ulps: float,
+    *,
+    argument_roundings: int = 1,
+    tanh_rel: float | None = None,
+    product_rounded: bool = True,
+):
+    """Bound on |C tanh_lib(y_hat) - C tanh(x / C)| for the capped score, given |x_hat - x| <= e_x
+    (D16; floats or numpy arrays, elementwise).
+
+    The argument y_hat = x_hat / C is computed with ``argument_roundings`` k roundings (1: a
+    division; 2: a product with fl(1/C), or FlashAttention-2's raw score times fl(c / C)), so
+    |y_hat - x_hat / C| <= gamma_k |x_hat| / C; tanh is 1-Lipschitz; the library's tanh has
+    relative error r (``tanh_rel``, else 2 ``tanh_ulps`` u); the product by C rounds once more
+    unless it is folded into the exponent's scale (``product_rounded=False``):
+
+        e_x + gamma_k (|x| + e_x) + C t ((1 + r)(1 + u)^[product] - 1),
+        t = min(1, (|x| + e_x)(1 + gamma_k) / C).
 
     Args:
         score_abs_error: e_x >= 0. score_abs: a bound on |x|. cap: C > 0. u: unit roundoff of
@@ -73,32 +97,39 @@ def softcap_score_abs_error(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("score_abs_error", score_abs_error, nonneg=True)
-    a = check_real("score_abs", score_abs, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
+    a = check_real("score_abs", score_abs, nonneg=True, array_ok=True)
     c = check_real("cap", cap, nonneg=True)
     if c <= 0:
         raise ValueError(f"cap: expected a number > 0, got {cap!r}")
-    r = ulps_to_relative(tanh_ulps, u)
-    tanh_abs = min(1.0, (a + e) * (1.0 + u) / c)
-    return e + u * (a + e) + c * tanh_abs * ((1.0 + r) * (1.0 + u) - 1.0)
+    g = gamma(check_int("argument_roundings", argument_roundings, 1), u)
+    if tanh_rel is None:
+        r = ulps_to_relative(tanh_ulps, u)
+    else:
+        r = check_real("tanh_rel", tanh_rel, nonneg=True)
+    tanh_abs = np.minimum(1.0, (a + e) * (1.0 + g) / c)
+    prod = (1.0 + u) if product_rounded else 1.0
+    return _result(e + g * (a + e) + c * tanh_abs * ((1.0 + r) * prod - 1.0))
 
 
-def alibi_score_abs_error(
-    score_abs_error: float, score_abs: float, bias_abs: float, u: float
-) -> float:
-    """Bound on |fl(x_hat - fl(m |t' - s|)) - (x - m |t' - s|)| given |x_hat - x| <= e_x (D16).
+def alibi_score_abs_error(score_abs_error, score_abs, bias_abs, u: float, *, bias_roundings=1):
+    """Bound on |fl(x_hat - b_hat) - (x - b)| given |x_hat - x| <= e_x and a bias computed with
+    ``bias_roundings`` k roundings, |b_hat - b| <= gamma_k b (D16; floats or numpy arrays):
 
-    Args:
-        score_abs_error: e_x >= 0. score_abs: a bound on |x|. bias_abs: b = m |t' - s| >= 0.
-            u: unit roundoff.
+        e_x + gamma_k b + u (|x| + e_x + b (1 + gamma_k)).
+
+    k = 1 for fl(m |t' - s|); 2 for FlashAttention-2's fl(fl(m / sigma) j) added to the raw
+    score (sigma its softmax scale; the bias then scaled with the score, the same bound in
+    scaled units). ``bias_abs`` is b >= 0 (m |t' - s|, or m s for a key-indexed bias).
 
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("score_abs_error", score_abs_error, nonneg=True)
-    a = check_real("score_abs", score_abs, nonneg=True)
-    b = check_real("bias_abs", bias_abs, nonneg=True)
-    return e + u * b + u * (a + e + b * (1.0 + u))
+    e = check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
+    a = check_real("score_abs", score_abs, nonneg=True, array_ok=True)
+    b = check_real("bias_abs", bias_abs, nonneg=True, array_ok=True)
+    g = gamma(check_int("bias_roundings", bias_roundings, 0), u)
+    return _result(e + g * b + u * (a + e + b * (1.0 + g)))
 
 
 def normalized_score_abs_error(
@@ -121,11 +152,11 @@ def normalized_score_abs_error(
     """
     d = check_dim("dim", dim)
     c = check_real("scale", scale, nonneg=True)
-    a = check_real("unit_abs_dot", unit_abs_dot, nonneg=True)
+    a = check_real("unit_abs_dot", unit_abs_dot, nonneg=True, array_ok=True)
     g = gamma(d, u)
     e_n = max(math.sqrt(1 + g) * (1 + u) - 1, 1 - math.sqrt(1 - g) * (1 - u))
     e_q = (1 + u) ** 2 / (1 - e_n) - 1 if normalization else 0.0
-    return c * ((1 + e_q) ** 2 * (1 + g) * (1 + u) - 1) * a
+    return _result(c * ((1 + e_q) ** 2 * (1 + g) * (1 + u) - 1) * a)
 
 
 def sigmoid_weight_relative_bound(
@@ -140,14 +171,13 @@ def sigmoid_weight_relative_bound(
     Raises:
         TypeError, ValueError: bad arguments.
     """
-    e = check_real("score_abs_error", score_abs_error, nonneg=True)
-    a = check_real("score_abs", score_abs, nonneg=True)
+    e = check_real("score_abs_error", score_abs_error, nonneg=True, array_ok=True)
+    a = check_real("score_abs", score_abs, nonneg=True, array_ok=True)
     b = abs(check_real("bias", bias))
     e_a = e + u * (a + e + b)
-    if e_a > 700:
-        return math.inf
     r = ulps_to_relative(exp_ulps, u)
-    return math.exp(e_a) * (1.0 + r) * (1.0 + u) ** 2 - 1.0
+    grown = np.exp(np.minimum(e_a, 700.0)) * (1.0 + r) * (1.0 + u) ** 2 - 1.0
+    return _result(np.where(e_a > 700, math.inf, grown))
 
 
 # -- the record: checks on a toy format -----------------------------------------------------------

@@ -25,13 +25,40 @@ def inflate(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def vec(fn, *arrays: np.ndarray) -> np.ndarray:
-    """Apply a scalar derivation function elementwise (they validate scalar inputs).
+    """Apply a derivation function elementwise.
 
     The bound functions are increasing in every argument they are given here, so an infinite
     or undefined (NaN: e.g. an exactly vanishing denominator) input gives an infinite bound:
     the comparison then says nothing about that element, and callers skip it.
+
+    Most derivation bounds take numpy arrays (``array_ok`` validation, elementwise formulas):
+    ``fn`` is then called once on the whole arrays, with each argument's non-finite elements
+    replaced by 0 and the results there set to inf. A function that rejects arrays (TypeError)
+    is applied element by element, as scalars.
     """
-    flat = np.broadcast_arrays(*arrays)
+    flat = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+    shape = flat[0].shape
+    finite = np.ones(shape, dtype=bool)
+    for a in flat:
+        finite &= np.isfinite(a)
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            res = np.asarray(fn(*[np.where(np.isfinite(a), a, 0.0) for a in flat]), np.float64)
+    except TypeError:
+        return _vec_scalar(fn, flat)
+    res = np.broadcast_to(res, shape)
+    return np.where(finite & ~np.isnan(res), res, math.inf)
+
+
+def count(n):
+    """A count (keys, lags) as the derivation bounds take it: an int64 array, or an int."""
+    if isinstance(n, np.ndarray):
+        return n.astype(np.int64)
+    return int(n)
+
+
+def _vec_scalar(fn, flat: list[np.ndarray]) -> np.ndarray:
+    """:func:`vec` for a function of scalars only: one call per element."""
     out = np.empty(flat[0].shape, dtype=np.float64)
     for idx in np.ndindex(out.shape):
         args = [float(a[idx]) for a in flat]
@@ -59,29 +86,12 @@ def _kappa(order: int, x: np.ndarray) -> np.ndarray:
 
 
 def _row_max_increasing(fn, a: np.ndarray, b: np.ndarray, vis: np.ndarray) -> np.ndarray:
-    """max over visible s of fn(a_s, b_s) per row (last axis), 0 on rows with no visible key.
-
-    ``fn`` must be non-decreasing in both arguments, so the maximum is attained on the pairs
-    not dominated by another visible pair (a' >= a and b' >= b): only those are evaluated
-    (the same value as evaluating every pair, in far fewer scalar calls). A non-finite visible
-    argument gives inf, as in :func:`_vec`.
-    """
+    """max over visible s of fn(a_s, b_s) per row (last axis), 0 on rows with no visible key;
+    ``fn`` evaluated once on the whole arrays (:func:`vec`: a non-finite visible argument gives
+    inf)."""
     a, b, vis = np.broadcast_arrays(a, b, vis)
-    out = np.zeros(a.shape[:-1])
-    bad = (vis & ~(np.isfinite(a) & np.isfinite(b))).any(-1)
-    ok = vis & ~bad[..., None]
-    a_m = np.where(ok, a, -np.inf)
-    b_m = np.where(ok, b, -np.inf)
-    order = np.lexsort((-b_m, -a_m), axis=-1)  # a descending, ties: b descending
-    a_s = np.take_along_axis(a_m, order, -1)
-    b_s = np.take_along_axis(b_m, order, -1)
-    best_b = np.maximum.accumulate(b_s, axis=-1)
-    prev = np.concatenate([np.full((*b_s.shape[:-1], 1), -np.inf), best_b[..., :-1]], -1)
-    front = (b_s > prev) & np.isfinite(a_s)
-    for idx in zip(*np.nonzero(front)):
-        out[idx[:-1]] = max(out[idx[:-1]], fn(float(a_s[idx]), float(b_s[idx])))
-    out[bad] = math.inf
-    return out
+    vals = vec(fn, np.where(vis, a, 0.0), np.where(vis, b, 0.0))
+    return np.max(np.where(vis, vals, 0.0), axis=-1, initial=0.0)
 
 
 def terms(family, order, fmap, q, k, vis, c, u, *, transform: dict | None = None, **kw):
@@ -111,7 +121,7 @@ def decayed(out: tuple, gammas: np.ndarray, vis: np.ndarray, u: float) -> tuple:
     w = np.where(vis, w * factor, 0.0)
     W = np.where(vis, inflate(W * factor, 4), 0.0)
     n_max = np.max(np.where(vis, lag, 0), axis=-1)  # (..., T)
-    extra = vec(lambda n: d10.gamma(2 * int(n) + 2, u), n_max)
+    extra = vec(lambda n: d10.gamma(2 * count(n) + 2, u), n_max)
     num_rel = (1 + num_rel) * (1 + extra) - 1
     den_rel = (1 + den_rel) * (1 + extra) - 1
     return w, W, num_rel, den_rel, desc + ", decayed by gamma^(t-s) (D12)", uf_log
@@ -146,9 +156,9 @@ def _terms(
     d = q.shape[-1]
     uf_log = np.zeros(vis.shape[:-1])
     n_keys = np.maximum(vis.sum(-1), 1)  # (..., T)
-    abs_dot = c * np.einsum("...ti,...si->...ts", np.abs(q), np.abs(k))
+    abs_dot = c * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2))
     abs_dot = inflate(abs_dot, d + 2)
-    x = c * np.einsum("...ti,...si->...ts", q, k)
+    x = c * (q @ np.swapaxes(k, -1, -2))
     e_x = d10.gamma(d + SCALE_ROUNDINGS, u) * abs_dot
     if transform and transform.get("qk_norm"):
         x, e_x, abs_dot = normalized_scores(q, k, c, u)
@@ -166,10 +176,10 @@ def _terms(
         )
         e_row = np.max(np.where(vis, e_key, 0.0), axis=-1)
         num_rel = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, True), n_keys, e_row
         )
         den_rel = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, False), n_keys, e_row
         )
         return w, W, num_rel, den_rel, "sigmoid weights (D14, D16)", uf_log
 
@@ -197,10 +207,10 @@ def _terms(
                 W = W * np.exp(m)
                 w = w * np.exp(m)
         num_rel = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, True), n_keys, e_row
         )
         den_rel = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, False), n_keys, e_row
         )
         return w, W, num_rel, den_rel, "exp weights (shifted by the row maximum)", uf_log
 
@@ -213,9 +223,11 @@ def _terms(
         bases = (basis,) if basis else ("symmetric", "tensor")
         m = max(d1.feature_count(N, d, b) for b in bases)
         e_phi = d10.taylor_feature_relative_error(N, u)
-        feat_num = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
+        feat_num = vec(
+            lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, True), n_keys
+        )
         feat_den = vec(
-            lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys
+            lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, False), n_keys
         )
         if family == "taylor-features" or form in ("recurrent",):
             W = np.where(vis, W_feat, 0.0)
@@ -227,18 +239,19 @@ def _terms(
         e_row = np.where(
             vis.any(-1),
             vec(
-                lambda ex: max(
-                    d10.taylor_weight_relative_bound(N, ex, u, s) for s in d10.POLYNOMIAL_SCHEMES
+                lambda ex: np.max(
+                    [d10.taylor_weight_relative_bound(N, ex, u, s) for s in d10.POLYNOMIAL_SCHEMES],
+                    axis=0,
                 ),
                 np.max(np.where(vis, e_x, 0.0), axis=-1),
             ),
             0.0,
         )
         par_num = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, True), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, True), n_keys, e_row
         )
         par_den = vec(
-            lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u, False), n_keys, e_row
+            lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u, False), n_keys, e_row
         )
         if form == "parallel":
             W = np.where(vis, W_par, 0.0)
@@ -263,10 +276,8 @@ def _terms(
             "elu1": lambda t: np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0))),
         }[fmap]
         pq, pk = phi(qs), phi(k)
-        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
-        W = np.where(
-            vis, inflate(np.einsum("...tm,...sm->...ts", np.abs(pq), np.abs(pk)), d + 2), 0.0
-        )
+        w = np.where(vis, (pq @ np.swapaxes(pk, -1, -2)), 0.0)
+        W = np.where(vis, inflate((np.abs(pq) @ np.swapaxes(np.abs(pk), -1, -2)), d + 2), 0.0)
         if fmap == "elu1":
             xmax = float(max(np.max(np.abs(qs), initial=0.0), np.max(np.abs(k), initial=0.0)))
             e_phi = d10.elu1_feature_relative_error(xmax, u, exp_ulps)
@@ -287,7 +298,7 @@ def _terms(
 
         pq, aq, sq_q = feats(q)
         pk, ak, sq_k = feats(k)
-        w = np.where(vis, np.einsum("...tm,...sm->...ts", pq, pk), 0.0)
+        w = np.where(vis, (pq @ np.swapaxes(pk, -1, -2)), 0.0)
         W = np.where(vis, inflate(w, m + 2 * d + 8), 0.0)
         # one feature error for all: the bound increases in both arguments, so its value at
         # the largest |w|.|x| and |x|^2 over queries, keys and features covers every feature
@@ -305,8 +316,8 @@ def _terms(
     if not math.isfinite(e_phi):  # an exponent too large for a finite bound (never an overflow)
         inf = np.full(vis.shape[:-1], math.inf)
         return w, W, inf, inf, f"{fmap} features (m = {m}): feature error bound not finite", uf_log
-    num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, True), n_keys)
-    den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, int(n), u, False), n_keys)
+    num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, True), n_keys)
+    den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, False), n_keys)
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 
 
@@ -324,8 +335,8 @@ def normalized_scores(q: np.ndarray, k: np.ndarray, c: float, u: float):
         return a / np.maximum(n, QK_NORM_EPS)
 
     qn, kn = unit(q), unit(k)
-    unit_abs = inflate(np.einsum("...ti,...si->...ts", np.abs(qn), np.abs(kn)), 2 * d + 6)
-    x = c * np.einsum("...ti,...si->...ts", qn, kn)
+    unit_abs = inflate((np.abs(qn) @ np.swapaxes(np.abs(kn), -1, -2)), 2 * d + 6)
+    x = c * (qn @ np.swapaxes(kn, -1, -2))
     e_x = vec(lambda a: d16.normalized_score_abs_error(d, c, a, u), unit_abs)
     e_x = e_x + d10.gamma(2 * d + 6, _U64) * c * unit_abs
     return x, e_x, inflate(c * unit_abs, 1)
@@ -367,7 +378,11 @@ def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float
 def _weighted_sums(st: dict, u: float):
     """(the :func:`terms` tuple, A, B, D_low) for the setup ``st`` (``errors._setup``):
     A_j = sum_s W_s |v_sj| and B = sum_s W_s (upper bounds, inflated by their own float64
-    rounding) and |D| >= D_low = |D_f| - gamma_S B."""
+    rounding) and |D| >= D_low = |D_f| - gamma_S B. Cached in ``st`` per (u, form, family)."""
+    key = (u, st["form"], st["family"])
+    cache = st.setdefault("_sums", {})
+    if key in cache:
+        return cache[key]
     t = terms(
         st["family"], st["order"], st["fmap"], st["q"], st["k"], st["vis"], st["c"], u,
         form=st["form"], basis=st["basis"], exp_ulps=st["exp_ulps"],
@@ -375,11 +390,12 @@ def _weighted_sums(st: dict, u: float):
     )  # fmt: skip
     w, W = t[0], t[1]
     S = st["k"].shape[-2]
-    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(st["v"])), S + 1)
+    A = inflate((W @ np.abs(st["v"])), S + 1)
     B = inflate(W.sum(-1), S)
     with np.errstate(invalid="ignore"):  # inf - inf (weights past float64): NaN, inf bound
         D_low = np.maximum(np.abs(w.sum(-1)) - d10.gamma(max(S, 1), _U64) * B, 0.0)
-    return t, A, B, D_low
+    cache[key] = (t, A, B, D_low)
+    return cache[key]
 
 
 def output_majorant(st: dict) -> np.ndarray:
@@ -490,7 +506,7 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
             bound = (num_rel[..., None] * A + uf_N) / n * (1 + div_rel) + div_rel * o_abs + eta
         return bound, cond, f"{how}; divided by the visible-key count (D7, D10)"
     # l2 | rms | layernorm of N_t: D7 sensitivity to the numerator error + D10 rounding
-    N_f = np.einsum("...ts,...sj->...tj", w, v)
+    N_f = w @ v
     err_N = np.sqrt(np.sum((num_rel[..., None] * A + uf_N) ** 2, axis=-1))  # ||N_hat - N||_2
     A_norm = np.sqrt(np.sum(A * A, axis=-1))
     ref_err = d10.gamma(S + d_v + 2, _U64) * A_norm  # float64 error of N_f and its norm

@@ -27,7 +27,7 @@ import numpy as np
 
 from derivations import precision_models as pm
 from derivations import rounding as d10
-from verify.exact.error_terms import SCALE_ROUNDINGS, _row_max_increasing, inflate, vec
+from verify.exact.error_terms import SCALE_ROUNDINGS, _row_max_increasing, count, inflate, vec
 
 _U64 = d10.unit_roundoff("float64")
 
@@ -37,14 +37,14 @@ def _weights(st: dict, e_coeff: float):
     e_x = e_coeff c sum_i |q_i||k_si|."""
     q, k, v, vis, c = st["q"], st["k"], st["v"], st["vis"], st["c"]
     d, S = q.shape[-1], k.shape[-2]
-    abs_dot = inflate(c * np.einsum("...ti,...si->...ts", np.abs(q), np.abs(k)), d + 2)
-    x = c * np.einsum("...ti,...si->...ts", q, k)
+    abs_dot = inflate(c * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)), d + 2)
+    x = c * (q @ np.swapaxes(k, -1, -2))
     e_x = e_coeff * abs_dot
     m = np.max(np.where(vis, x, -np.inf), axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     w = np.where(vis, np.exp(np.where(vis, x, m) - m), 0.0)
     W = inflate(w, 4)
-    A = inflate(np.einsum("...ts,...sj->...tj", W, np.abs(v)), S + 1)
+    A = inflate((W @ np.abs(v)), S + 1)
     B = inflate(W.sum(-1), S)
     D_low = np.maximum(w.sum(-1) * (1.0 - d10.gamma(max(S, 1), _U64)), 0.0)
     shift = np.abs(np.where(vis, x - m, 0.0)) + e_x
@@ -92,11 +92,11 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
             o_abs = np.where(D_low[..., None] > 0, A / D_low[..., None], np.inf)
     o_abs = np.minimum(o_abs, 1e300)
     if model.name == "eager":
-        den_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u_a, False),
+        den_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u_a, False),
                       n_keys, e_w)  # fmt: skip
-        e_p = vec(lambda e, dr: pm.eager_weight_rel(e, dr, div_rel, u_in)
-                  if dr < 1 else math.inf, e_w, den_rel)  # fmt: skip
-        g = vec(lambda n: d10.gamma(int(n), u_a), n_keys)
+        e_p = vec(lambda e, dr: np.where(dr < 1, pm.eager_weight_rel(
+            e, np.where(dr < 1, dr, 0.0), div_rel, u_in), math.inf), e_w, den_rel)  # fmt: skip
+        g = vec(lambda n: d10.gamma(count(n), u_a), n_keys)
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = ((1 + e_p) * (1 + g) - 1)[..., None]
             bound = rel * A / D_low[..., None] + uf * (1 + g)[..., None]
@@ -105,11 +105,11 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
         num_w = vec(lambda e: pm.fused_numerator_weight_rel(e, u_in), e_w)
         if model.name == "input-accumulation":
             g_num = vec(
-                lambda n: pm.accumulation_gamma(int(n), u_in, model.scheme, model.block, True),
+                lambda n: pm.accumulation_gamma(count(n), u_in, model.scheme, model.block, True),
                 n_keys,
             )
             g_den = vec(
-                lambda n: pm.accumulation_gamma(int(n), u_in, model.scheme, model.block, False),
+                lambda n: pm.accumulation_gamma(count(n), u_in, model.scheme, model.block, False),
                 n_keys,
             )
             num_rel = (1 + num_w) * (1 + g_num) - 1
@@ -117,9 +117,9 @@ def softmax_model_bound(st: dict, model: pm.PrecisionModel, dtype: str, acc: str
             uf = 2 * uf  # the rounded products may be subnormal too: eta_in each
             how = f"input-type accumulation ({model.spec})"
         else:
-            num_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u_a, True),
+            num_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u_a, True),
                           n_keys, num_w)  # fmt: skip
-            den_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(int(n), e, u_a, False),
+            den_rel = vec(lambda n, e: d10.weighted_sum_relative_bound(count(n), e, u_a, False),
                           n_keys, e_w)  # fmt: skip
             how = (f"{model.spec}: P rounded to the input type before P.V, fp32 sums" if stored
                    else f"{model.spec}: {acc} arithmetic")  # fmt: skip
