@@ -2,9 +2,13 @@
 
 The target is an :class:`~verify.spec.variant.AttentionVariant`, a plain function
 ``f(q, k, v, *, causal) -> o``, a zero-argument factory returning either, or an import spec
-``"pkg.module:object"`` (``verify.spec.target``). Claims given here override the variant's own;
-a variant that claims no kernel is first probed (``verify.probes``) in a worker under the
-watchdog, and the identified claims are used (and said so).
+``"pkg.module:object"`` (``verify.spec.target``). Claims given here override the variant's own.
+The black-box probes (``verify.probes``) run first, in a worker under the watchdog: with no
+kernel claimed they identify it; with one claimed only the cheap probes run (input
+restrictions, compute dtype, causal alignment, empty rows, the eps convention). What they find
+fills the fields the variant does not declare -- a declared field (given to its constructor or
+here) is never overwritten (``verify.probes.findings.merge``) -- and is said so
+(:attr:`CheckResult.findings`).
 
 Every applicable property of the catalogue runs in worker processes under the watchdog
 (``verify.engine.pool``): a variant that raises, hangs, crashes, returns the wrong shape/dtype or
@@ -35,7 +39,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NONE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 @dataclass
 class CheckResult:
     """Outcome of a check: the claims checked, the probe report (when the probes ran), notes,
-    and one :class:`PropertyResult` per (property, dtype)."""
+    the probes' findings, and one :class:`PropertyResult` per (property, dtype)."""
 
     variant: AttentionVariant
     results: list[PropertyResult] = field(default_factory=list)
@@ -44,6 +48,9 @@ class CheckResult:
     target: str = ""
     #: the precision-model probe (``verify.probes.precision_model``) when it ran
     precision: dict | None = None
+    #: what the probes found that the check used or that a declared claim overrode, one
+    #: sentence each (``verify.probes.findings.sentences``)
+    findings: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -122,7 +129,7 @@ def check(
     progress=None,
     **claims: Any,
 ) -> CheckResult:
-    """Run the probes (when asked or when no kernel is claimed) and the property battery.
+    """Run the probes (unless ``probe`` is False) and the property battery.
 
     Args:
         target: AttentionVariant, function ``f(q, k, v, *, causal)``, zero-argument factory, or
@@ -136,7 +143,8 @@ def check(
         isolate: run in worker processes (spawned from the import spec when ``target`` is a
             string, forked otherwise); False runs in this process (no watchdog).
         workers: worker processes (default: the CPU count).
-        probe: run the black-box probes (default: when the kernel claim is ``unknown``).
+        probe: run the black-box probes (default True: the kernel identification when no kernel
+            is claimed, else the cheap probes of restrictions and conventions); False: none.
         progress: called with each :class:`PropertyResult` as it finishes.
         **claims: AttentionVariant fields overriding the variant's (kernel, layout, causal,
             causal_alignment, normalized, eps, scale, ...).
@@ -198,27 +206,27 @@ def check(
         )
 
     notes: list[str] = []
+    findings: list[str] = []
     report = None
-    if probe or (probe is None and variant.kernel == "unknown"):
+    if probe is not False:
         report = run([Job(None, PROBE, "float64")])[0]
         if isinstance(report, str):  # the probe itself hung or crashed
             notes.append(f"probes: {report}")
             report = None
         else:
             from verify import probes
+            from verify.probes.findings import merge, sentences
 
-            # claims not given (absent or None) are taken from the probes, so a callable
-            # without claims is checked against what it was found to compute
-            suggested = {
-                k: v
-                for k, v in probes.suggested_claims(report).items()
-                if claims.get(k) is None and v != getattr(variant, k, None)
-            }
-            if suggested:
-                variant = apply_claims(variant, suggested)
+            # fields the variant does not declare are taken from the probes, so a callable
+            # without claims is checked against what it was found to compute; a declared
+            # field keeps its value (the probes never excuse a variant from its own claim)
+            merged = merge(variant, probes.suggested_claims(report))
+            variant = merged.variant
+            findings = sentences(merged)
+            if merged.applied:
                 notes.append(
                     "claims identified by the black-box probes (state your own to override): "
-                    + ", ".join(f"{k}={v!r}" for k, v in sorted(suggested.items()))
+                    + ", ".join(f"{k}={v!r}" for k, v in sorted(merged.applied.items()))
                 )
     precision = None
     low = [dt for dt in dtypes if dt in LOW_PRECISION_DTYPES]
@@ -249,6 +257,7 @@ def check(
         notes=notes,
         target=spec or variant.name,
         precision=precision,
+        findings=findings,
     )
 
 

@@ -104,13 +104,17 @@ def visible_count(w, vis):
     return vis.to(w.dtype).sum(-1).expand(w.shape[:-1])
 
 
-def normalize(N, D, n, shift, denominator: str, eps: float):
-    """The D7 mode applied to numerator N (..., d_v), denominator D and count n (...)."""
+def normalize(N, D, n, shift, denominator: str, eps: float, eps_mode: str = "add"):
+    """The D7 mode applied to numerator N (..., d_v), denominator D and count n (...); with
+    ``eps_mode="floor"`` the ``sum`` mode divides by max(D, eps) (``verify.exact.eps_floor``)."""
     import torch
 
     empty = (n == 0)[..., None]
     up = 1.0 if shift is None else torch.exp(shift)[..., None]  # true N, D = e^m N, e^m D
-    if denominator == "sum":
+    if denominator == "sum" and eps_mode == "floor":  # max(e^m D, eps) / e^m = max(D, eps/e^m)
+        floor = torch.as_tensor(eps / up, dtype=D.dtype, device=D.device)
+        out = N / torch.where(empty, 1.0, torch.maximum(D[..., None], floor))
+    elif denominator == "sum":
         out = N / torch.where(empty, 1.0, D[..., None] + (eps / up if eps else 0.0))
     elif denominator == "none":
         out = N * up
@@ -141,6 +145,7 @@ def reference_attention(
     denominator: str = "sum",
     eps: float = 0.0,
     projection=None,
+    eps_mode: str = "add",
 ):
     """Plain-torch kernel attention of a claimed kernel, differentiable, in the dtype of q.
 
@@ -159,7 +164,8 @@ def reference_attention(
             exp-type kernels, 1 for element-wise maps).
         causal: s <= t (T == S); attn_mask: bool, True = keep, broadcastable to (B, H, T, S).
         denominator: sum | none | count | l2 | rms | layernorm (D7); eps as
-            ``verify.attention.norms`` (added to the true denominator).
+            ``verify.attention.norms`` (added to the true denominator; with ``eps_mode="floor"``
+            the ``sum`` denominator is max(D, eps), ``verify.exact.eps_floor``).
         projection: (m, d) FAVOR+ directions (required for ``linear:favor``).
 
     Returns:
@@ -174,7 +180,7 @@ def reference_attention(
         q, k, v, kernel=kernel, causal=causal, attn_mask=attn_mask, scale=scale,
         projection=projection,
     )  # fmt: skip
-    return normalize(w @ v, w.sum(-1), visible_count(w, vis), shift, denominator, eps)
+    return normalize(w @ v, w.sum(-1), visible_count(w, vis), shift, denominator, eps, eps_mode)
 
 
 def weight_majorants(kernel: str, q, k, c: float, shift, vis, projection=None):

@@ -39,6 +39,16 @@ bounds; as no bound exists for an unknown computation, each is the largest bound
 positive kernels (``STRUCTURAL_KERNELS``, scale 1, normalized and numerator-only) on the same
 inputs -- a stated proxy, far below the effects probed (differences of order 1e-3 to 1).
 
+* the denominator's eps convention with the kernel known (:mod:`~verify.probes.conventions`):
+  none, N/(D + eps) or a floor N/max(D, eps), on rows whose kernel sums span many orders of
+  magnitude, each hypothesis held to its D10 bound.
+
+With a claimed kernel (``identify=False``, what the checker runs when a kernel is claimed) only
+the cheap probes run: the restrictions (lengths, T != S, d_v == d, dtypes), the compute dtype,
+causality, the causal alignment and its empty rows, linearity in v, the normalization and the
+eps convention of the claimed kernel; the kernel, the scale, the positional structure and the
+rest are the claim's, and the battery checks them.
+
 ``suggested_claims(report)`` gives the ``AttentionVariant`` claims the checker can merge; the
 sentence saying what the variant computes is worded by ``verify.render.probes.describe``.
 """
@@ -48,8 +58,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from verify.probes.conventions import known_kernel, probe_denominator
 from verify.probes.fits import constant_scale
-from verify.probes.identify import identify
+from verify.probes.identify import identify as _identify
 from verify.probes.kernels import CONVENTIONS, FAMILY, MAX_TAYLOR_ORDER, kernel_values
 from verify.probes.positional import probe_positional
 from verify.probes.positional import suggested as positional_claims
@@ -98,19 +109,32 @@ __all__ = [
     "probe",
     "ratio_bound",
     "suggested_claims",
+    "CONVENTION_CLAIMS",
 ]
 
 
-def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0) -> ProbeReport:
-    """Probe ``variant.forward`` as a black box (claims ignored) and report what it computes.
+def probe(
+    variant,
+    *,
+    dtype: str = "float64",
+    device: str = "cpu",
+    seed: int = 0,
+    identify: bool | None = None,
+) -> ProbeReport:
+    """Probe ``variant.forward`` as a black box and report what it computes.
 
     Args:
-        variant: a :class:`verify.spec.variant.AttentionVariant`; only ``forward`` and ``layout``
-            are used (tensors (B, H, T, d) are converted by
-            ``verify.properties.support.calls.call``).
+        variant: a :class:`verify.spec.variant.AttentionVariant`; ``forward`` and ``layout`` are
+            used (tensors (B, H, T, d) are converted by
+            ``verify.properties.support.calls.call``), and with ``identify`` False its kernel
+            claim (kernel, scale, normalized, structural claims, exp library) for the eps
+            convention; no other claim is read.
         dtype: probe dtype name (``float64`` default; ``float32``, ``bfloat16``, ``float16``).
         device: ``cpu`` or ``cuda``.
         seed: seed of the random inputs (the probe is deterministic given it).
+        identify: run the kernel identification and the structural probes (True), or only the
+            cheap probes of the restrictions and conventions (False; the report's ``scope`` is
+            ``conventions``). None: identify when the variant claims no kernel.
 
     Returns:
         :class:`ProbeReport`; a variant that raises, returns NaN or wrong shapes gives a report
@@ -129,8 +153,11 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         raise ValueError(f"dtype: expected one of {PROBE_DTYPES}, got {dtype!r}")
     if device not in BLACK_BOX_EXP:
         raise ValueError(f"device: expected one of {tuple(BLACK_BOX_EXP)}, got {device!r}")
+    if identify is None:
+        identify = variant.kernel == "unknown"
     start = time.perf_counter()
     report = ProbeReport(variant=variant.name, dtype=dtype, device=device, seed=seed)
+    report.scope = "full" if identify else "conventions"
     run = Runner(variant, dtype, device, seed)
     scan_lengths(run, report)
     T8 = length_at_least(report, STRUCT_LEN)
@@ -143,6 +170,24 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         report.notes.append("neither causal=False nor causal=True gives usable attention")
         return _finish(report, start)
     causal = mode == "c"
+
+    def denominator() -> None:
+        kernel, scale, why = known_kernel(variant if not identify else _unclaimed(variant), report)
+        if kernel is None:
+            report.normalization.setdefault("convention", {"detail": f"not probed: {why}"})
+            return
+        probe_denominator(run, report, kernel, scale, causal)
+
+    if not identify:
+        steps = (
+            ("cross", lambda: probe_cross(run, report)),
+            ("value_dim", lambda: probe_value_dim(run, report, T8, causal)),
+            ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
+            ("normalization", lambda: probe_normalization(run, report, T8, causal)),
+            ("denominator", denominator),
+            ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
+        )
+        return _run_steps(report, steps, start)
     steps = (
         ("cross", lambda: probe_cross(run, report)),
         ("value_dim", lambda: probe_value_dim(run, report, T8, causal)),
@@ -150,19 +195,31 @@ def probe(variant, *, dtype: str = "float64", device: str = "cpu", seed: int = 0
         ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
         ("normalization", lambda: probe_normalization(run, report, T8, causal)),
         ("qk_only", lambda: probe_qk_only(run, report, T8, causal)),
-        ("kernel", lambda: identify(run, report, lambda n: length_at_least(report, n), causal)),
+        ("kernel", lambda: _identify(run, report, lambda n: length_at_least(report, n), causal)),
+        ("denominator", denominator),
         ("injectivity", lambda: probe_injectivity(run, report, T8, causal)),
         ("rank", lambda: probe_rank(run, report, T8, _modes(report))),
         ("independence", lambda: probe_independence(run, report, T8, causal)),
         ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
         ("positional", lambda: probe_positional(run, report, T8, _window_mode(report, causal))),
     )
+    return _run_steps(report, steps, start)
+
+
+def _run_steps(report: ProbeReport, steps, start: float) -> ProbeReport:
     for name, fn in steps:
         try:
             fn()
         except VariantError as exc:  # a probe that hit a misbehaving call records the reason
             report.notes.append(f"{name}: {exc}")
     return _finish(report, start)
+
+
+def _unclaimed(variant):
+    """``variant`` as the identification sees it: no kernel claim (the probes' own)."""
+    from verify.spec.variant import AttentionVariant
+
+    return AttentionVariant(name=variant.name, forward=variant.forward, layout=variant.layout)
 
 
 def _window_mode(report: ProbeReport, causal: bool) -> bool:
@@ -186,14 +243,21 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     """Claims for ``AttentionVariant.with_claims`` from what the probes found.
 
     Keys (only those the probes settled): ``kernel`` ("softmax", "taylor:N", "linear:MAP" or
-    "unknown"), ``causal_alignment``, ``normalized``, ``eps``,
+    "unknown"), ``causal_alignment``, ``normalized``, ``eps`` and ``eps_mode`` (the convention
+    held to its D10 bound with the kernel known; without it, eps/kappa(0) of ``sum+eps``),
     ``scale`` ("default" when the identified convention is the default for the kernel type --
     1/sqrt(d) for exp-type, 1 for element-wise maps -- or a constant fitted float),
     ``length_multiple`` and the restrictions ``dv_equals_d``, ``self_attention_only``,
     ``compute_dtype``, ``empty_rows``, and the structural claims the positional probes settle
     exactly (``window``, ``kv_heads``, ``softcap``, ALiBi's reference ``alibi_slopes``). Never
     ``causal`` or ``dtypes``: a call that fails is the variant's failure, not a claim.
+
+    A report of scope ``conventions`` (a claimed kernel) gives only :data:`CONVENTION_CLAIMS`:
+    the restrictions, the compute dtype, the alignment, the empty rows and a verified eps
+    convention; the kernel, its normalization and scale are the claim's.
     """
+    if getattr(report, "scope", "full") == "conventions":
+        return _convention_claims(report)
     claims: dict[str, Any] = {}
     kern = report.kernel
     verdict = kern.get("verdict")
@@ -204,12 +268,13 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     if report.cross.get("alignment"):
         claims["causal_alignment"] = report.cross["alignment"]
     norm = report.normalization.get("kind")
-    if norm in ("sum", "sum+eps"):
+    if norm in ("sum", "sum+eps", "sum+floor"):
         claims["normalized"] = True
     elif norm == "none":
         claims["normalized"] = False
     if norm == "sum+eps" and isinstance(report.normalization.get("eps"), float):
         claims["eps"] = report.normalization["eps"]
+    claims.update(_eps_convention(report))
     scale = kern.get("scale")
     name = claims["kernel"]
     exp_type = parse_kernel(name).exp_type
@@ -229,4 +294,41 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]
     claims.update(positional_claims(report.positional))
+    return claims
+
+
+#: what a report of scope ``conventions`` may suggest (a claimed kernel keeps the rest)
+CONVENTION_CLAIMS = (
+    "causal_alignment",
+    "length_multiple",
+    "dv_equals_d",
+    "self_attention_only",
+    "compute_dtype",
+    "empty_rows",
+    "eps",
+    "eps_mode",
+)
+
+
+def _eps_convention(report: ProbeReport) -> dict[str, Any]:
+    """``eps`` and ``eps_mode`` of a convention held to its D10 bound (``verify.probes.
+    conventions``); {} when none was verified."""
+    norm = report.normalization
+    if norm.get("eps_mode") == "add" and norm.get("kind") == "sum":
+        return {"eps": 0.0, "eps_mode": "add"}
+    if norm.get("eps_mode") in ("add", "floor") and isinstance(norm.get("eps"), float):
+        return {"eps": norm["eps"], "eps_mode": norm["eps_mode"]}
+    return {}
+
+
+def _convention_claims(report: ProbeReport) -> dict[str, Any]:
+    claims: dict[str, Any] = {}
+    if report.cross.get("alignment"):
+        claims["causal_alignment"] = report.cross["alignment"]
+    if report.lengths.get("multiple"):
+        claims["length_multiple"] = int(report.lengths["multiple"])
+    for name in ("dv_equals_d", "self_attention_only", "compute_dtype", "empty_rows"):
+        if report.restrictions.get(name) is not None:
+            claims[name] = report.restrictions[name]
+    claims.update(_eps_convention(report))
     return claims

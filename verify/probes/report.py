@@ -28,6 +28,9 @@ class ProbeReport:
 
     Attributes:
         variant, dtype, device, seed: what was probed and how.
+        scope: ``full`` (the kernel identified, every probe) or ``conventions`` (a kernel was
+            claimed: the restrictions, the compute dtype, causality, the alignment and the
+            normalization and eps convention only; the kernel fields stay "not run").
         lengths: ``tested`` {T: "ok" | reason} (T == S), ``mode`` (the causal flag used),
             ``multiple`` (T must be a multiple of it, or None), ``smallest_failing``, ``rule``.
         calls: {"causal=False" | "causal=True": "ok" | reason} at the working length.
@@ -37,9 +40,12 @@ class ProbeReport:
         cross: ``noncausal`` {"T,S": "ok" | reason}, ``causal`` {"T,S": pattern | reason},
             ``alignment`` (top-left | bottom-right | None) and a ``detail``.
         deterministic, linear_in_v, qk_only: Checks.
-        normalization: ``kind`` (sum | sum+eps | none | count | other), ``row_sum`` Check
-            (v = 1 gives 1), ``duplication`` (last-row sums r1, r2 with every key twice),
-            ``eps`` / ``eps_interval`` (eps/kappa(0) for sum+eps).
+        normalization: ``kind`` (sum | sum+eps | sum+floor | none | count | other), ``row_sum``
+            Check (v = 1 gives 1), ``duplication`` (last-row sums r1, r2 with every key twice),
+            ``eps`` / ``eps_interval`` (eps/kappa(0) for sum+eps); with the kernel known,
+            ``eps_mode`` (add | floor) and ``eps`` held to the D10 bound on every probed row,
+            and ``convention`` (the hypotheses tried, their worst observed/bound, a detail)
+            (``verify.probes.conventions``).
         kernel: ``verdict`` (consistent | none | not run; with none, ``resembles`` names the
         family a ranking puts first without a fit, e.g. FAVOR-like), ``kernel`` (a claims
             kernel string), ``scale`` (a convention name, ``fitted`` or ``any``), ``scale_by_d``
@@ -78,6 +84,7 @@ class ProbeReport:
     dtype: str
     device: str
     seed: int
+    scope: str = "full"
     lengths: dict[str, Any] = field(default_factory=dict)
     calls: dict[str, str] = field(default_factory=dict)
     causal_support: str | None = None

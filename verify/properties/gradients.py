@@ -153,9 +153,11 @@ def term_scale(variant, x, mode: str, g) -> tuple[float, float, float]:
     W, Wq, Wk = weight_majorants(kw["kernel"], q, k, c, shift, vis, kw.get("projection"))
     N, D = w @ v, w.sum(-1)
     n = visible_count(w, vis)
-    o = normalize(N, D, n, shift, mode, variant.eps).abs()
+    o = normalize(N, D, n, shift, mode, variant.eps, kw.get("eps_mode", "add")).abs()
     up = torch.ones_like(D) if shift is None else torch.exp(shift)
-    if mode == "sum":
+    if mode == "sum" and kw.get("eps_mode") == "floor":  # max(D, eps): verify.exact.eps_floor
+        s = torch.maximum(D, variant.eps / up).abs()
+    elif mode == "sum":
         s = (D + variant.eps / up).abs()
     elif mode == "none":
         s = 1.0 / up

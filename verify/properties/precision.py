@@ -30,6 +30,7 @@ from verify.properties.support.calls import call
 from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
     causal_choices,
+    eps_floor,
     error_bound,
     exact_and_bound,
     inputs_strategy,
@@ -276,6 +277,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
     # the bound and the float64 reference, stated before the variant runs
     q_rows = q[..., rows, :]
     claims = dict(attn_mask=mask, scale=c, denominator=mode, eps=variant.eps, projection=proj)
+    claims.update(eps_floor(variant, mode, variant.eps))
     with model_applies():
         eb = errors.attention_error_bound(
             kernel,
@@ -462,6 +464,7 @@ def _bias_case(variant, ex: BiasExample, ctx, case: str) -> Observation:
     kernel = kernel_name(variant)
     mode = "sum" if variant.normalized else "none"
     claims = dict(causal=ex.causal, scale=ex.scale, denominator=mode, eps=variant.eps)
+    claims.update(eps_floor(variant, mode, variant.eps))
     if variant.linear_map == "favor":  # the declared random directions (reference_reason)
         claims["projection"] = variant.projection(q.shape[-1], torch.float64, "cpu")
     with model_applies():

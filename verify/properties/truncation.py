@@ -64,14 +64,19 @@ def _softmax_exact(variant, x):
     )
 
 
-def _eps_term(ref, eps: float):
+def _eps_term(ref, eps: float, eps_mode: str = "add"):
     """|o_eps - o| for a declared eps, exactly: o_eps = N/(D + eps) = o D/(D + eps), so
     |o_eps - o| = |o_eps| eps/D (o_eps from the oracle with the eps, D its exact kernel sum),
-    widened by the float64 roundings of the product; 0 without an eps."""
+    widened by the float64 roundings of the product; 0 without an eps. The floor
+    o_eps = N/max(D, eps) (``eps_mode="floor"``) gives |o_eps| max(eps - D, 0)/D, taken with D
+    rounded down by 2u (its float64 rounding) so that the difference is not understated."""
     if not eps:
         return 0.0
     D = np.abs(np.asarray(ref.denominator, dtype=np.float64))[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
+        if eps_mode == "floor":
+            low = D * (1 - 2 * U64)
+            return np.abs(ref.float64) * np.maximum(eps - low, 0.0) / low * (1 + 4 * U64)
         return np.abs(ref.float64) * eps / D * (1 + 4 * U64)
 
 
@@ -110,7 +115,7 @@ def _truncation_check(variant, ex: Example, ctx) -> list[Observation]:
         deltas[idx] = f[0]
         trunc[idx] = f[1]
     trunc = (trunc * _vmax_rows(x) * (1 + 4 * U64))[..., None]  # B(delta) max_s |v_s|_inf
-    trunc = trunc + _eps_term(ref, variant.eps)
+    trunc = trunc + _eps_term(ref, variant.eps, variant.eps_mode)
     bound = trunc + eb.bound
     out = call_mode(variant, x, "sum")
     err = oracle.abs_error(out, soft)
@@ -204,7 +209,9 @@ def _convergence_check(variant, ex: Example, ctx) -> list[Observation]:
         obs.append(
             elementwise(
                 oracle.abs_error(out, soft),
-                f[1] * vmax * (1 + 4 * U64) + _eps_term(ref, variant.eps) + eb.bound,
+                f[1] * vmax * (1 + 4 * U64)
+                + _eps_term(ref, variant.eps, variant.eps_mode)
+                + eb.bound,
                 f"the variant (order {N})",
             )
         )

@@ -278,6 +278,7 @@ def _uniform_check(variant, ex: Example, ctx):
     vis = x.visible()
     v = np64(x.v)
     eps = Fraction(variant.eps)
+    floor = variant.eps_mode == "floor"  # N/max(D, eps) (verify.exact.eps_floor)
     err = np.empty(o.shape)
     for b, h, t in np.ndindex(*o.shape[:3]):
         keys = np.nonzero(vis[b, h, t])[0]
@@ -287,7 +288,7 @@ def _uniform_check(variant, ex: Example, ctx):
             if n == 0:
                 exact = Fraction(0)
             elif mode == "sum":
-                exact = k0 * total / (k0 * n + eps)
+                exact = k0 * total / (max(k0 * n, eps) if floor else k0 * n + eps)
             elif mode == "count":
                 exact = k0 * total / (n + eps)
             else:

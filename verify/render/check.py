@@ -2,11 +2,11 @@
 ``attn-theory/check/v1``) and the terminal summary of a :class:`verify.engine.check.CheckResult`.
 
 The summary (:func:`summary_text`) is short by default: what the variant was found to compute,
-what ran, the failures grouped by root cause (``verify.engine.groups``) with one minimal
-counterexample per group and the first group's reproducer, the skips counted by reason, and
-what to do next. ``verbose=True`` adds the table of every property and dtype and every
-failure's counterexample and reproducer; the JSON document and the report card always hold
-everything.
+what the probes found that the check used ("found:" lines), what ran, the failures grouped by
+root cause (``verify.engine.groups``) with one minimal counterexample per group and the first
+group's reproducer, the skips counted by reason, and what to do next. ``verbose=True`` adds the
+table of every property and dtype and every failure's counterexample and reproducer; the JSON
+document and the report card always hold everything.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def describe_claims(v) -> str:
 
 
 def describe(result) -> str:
-    """What the variant computes: the probes' description when they ran, else the claims'."""
-    if result.probe is not None:
+    """What the variant computes: the probes' description when they identified the kernel, else
+    the claims' (a claimed kernel is the claim's, the probes read only its conventions)."""
+    if result.probe is not None and getattr(result.probe, "scope", "full") == "full":
         return describe_probe(result.probe)
     return describe_claims(result.variant)
 
@@ -59,6 +60,7 @@ def to_json(result) -> dict[str, Any]:
         "counts": result.counts,
         "exit_code": result.exit_code,
         "notes": result.notes,
+        "findings": list(getattr(result, "findings", [])),
         "groups": [{**g.to_json(), "look_at": look_at(g.root.property_id)} for g in result.groups],
         "skips": [
             {"reason": why, "runs": len(rs), "properties": _ids(rs), "to_run": to_run(why)}
@@ -214,6 +216,8 @@ def claims_line(result) -> str:
     for name in ("eps", "compute_dtype", "precision", "causal_alignment"):
         if getattr(v, name, None):
             parts.append(f"{name}={getattr(v, name)}")
+    if v.eps and v.eps_mode == "floor":
+        parts.append("eps_mode=floor")
     for name in ("dv_equals_d", "self_attention_only"):
         if getattr(v, name, False):
             parts.append(name)
@@ -222,6 +226,7 @@ def claims_line(result) -> str:
 
 def _header(result) -> list[str]:
     out = [f"{result.name}: {describe(result)}", f"  {claims_line(result)}"]
+    out += [f"  found: {f}" for f in getattr(result, "findings", [])]
     out += [f"  note: {n}" for n in result.notes]
     c = result.counts
     ids = _ids(result.results)

@@ -220,10 +220,20 @@ def claimed_visible(variant, x) -> np.ndarray:
     return vis
 
 
+def eps_floor(variant, denominator: str, eps: float) -> dict[str, Any]:
+    """``{"eps_mode": "floor"}`` when the variant's eps is a floor (N/max(D, eps),
+    ``AttentionVariant.eps_mode``) and applies here (the ``sum`` denominator, eps > 0); else {}
+    (the references' default, N/(D + eps))."""
+    if getattr(variant, "eps_mode", "add") == "floor" and denominator == "sum" and eps:
+        return {"eps_mode": "floor"}
+    return {}
+
+
 def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[str, Any]:
     """The oracle's and the error model's keyword arguments for the variant's claims on inputs
     ``x``: causal flag, mask, the claimed score scale (or ``scale``), ``denominator``, the
-    declared eps (or ``eps``) and, for FAVOR+, the declared projection at x's dimension."""
+    declared eps (or ``eps``) and its floor convention (:func:`eps_floor`) and, for FAVOR+, the
+    declared projection at x's dimension."""
     if has_structure(variant) or x.k.shape[1] != x.q.shape[1]:
         raise NotApplicable(
             "structural claims (" + "; ".join(describe(variant)) + "): this check has no "
@@ -239,6 +249,7 @@ def claim_kwargs(variant, x, *, denominator: str, scale=None, eps=None) -> dict[
         denominator=denominator,
         eps=variant.eps if eps is None else eps,
     )
+    kw.update(eps_floor(variant, denominator, kw["eps"]))
     if variant.linear_map == "favor":
         import torch
 
@@ -414,6 +425,7 @@ def user_map_reference(variant, x, ctx, *, denominator: str, form: str = "any", 
         denominator=denominator,
         eps=variant.eps if eps is None else eps,
     )
+    kw.update(eps_floor(variant, denominator, kw["eps"]))
     why = errors.outside_model(
         "linear:identity", fq, fk, x.v, dtype=ctx.model_dtype, scale=1.0, denominator=denominator
     )

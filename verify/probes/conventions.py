@@ -1,0 +1,187 @@
+"""The denominator's eps convention of a normalized variant whose kernel is known (claimed, or
+identified by the probes): no eps, N/(D + eps) (``add``) or a denominator clamped at eps,
+N/max(D, eps) (``floor``, e.g. ``D.clamp(min=eps)``).
+
+Key duplication (``verify.probes.structure.probe_normalization``) sees an eps only where it is
+large against D, and a floor not at all where D >= eps. With the kernel known, D_t is computed
+exactly enough (float64, D10 bound) for rows built to span many orders of magnitude: keys on the
+positive grid, queries 2^e g (g on the grid in [1/8, 1], e = 3, 0, ..., -42) and -2^e g (g in
+[1/2, 1], e = 7, 6, ..., -8), exact in float64 and float32, so the kernel sums of homogeneous
+maps (small queries), of exp-type kernels and of elu+1 (negative queries) reach far below any
+eps a variant uses. With values 1 every output element is D_t / den_t, the variant's divisor;
+rows whose output is not finite (0/0 of a vanishing kernel, an overflow) are left out. The
+smallest positive D_t whose row sum r_t is below 1 gives two candidates, eps = D/r (floor: r =
+D/eps where D < eps) and eps = D (1 - r)/r (add: r = D/(D + eps)), each taken as the shortest
+decimal within 2^10 units of roundoff of it when that fits. A convention is reported only when
+the variant's outputs on every row lie within the D10 bound of that convention's float64
+reference (``verify.exact.errors.attention_error_bound`` with ``eps_mode``): the same statement
+the battery then checks on its own inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from verify.probes.report import ProbeReport
+from verify.probes.restrictions import length_at_least
+from verify.probes.runner import BLACK_BOX_EXP, DIM, Runner, shortest_in
+from verify.spec.results import NotApplicable, VariantError
+
+#: rows of the probe: at least this many (half with positive, half with negative queries)
+ROWS = 32
+#: exponents of the query scales: 2^e g for the positive rows, -2^e g for the negative ones
+POSITIVE_EXPONENTS = tuple(range(3, -43, -3))
+NEGATIVE_EXPONENTS = tuple(range(7, -9, -1))
+#: the relative width around an estimate within which the shortest decimal is tried, in units
+#: of roundoff of the computing precision
+ROUNDING_UNITS = 2.0**10
+
+
+def known_kernel(variant, report: ProbeReport) -> tuple[str | None, Any, str]:
+    """(kernel, scale, why-not) for the denominator probe: the variant's claimed kernel and
+    scale when it claims one, else the kernel the probes identified (``report.kernel``); None
+    with the reason when neither is usable (structural claims, a declared feature map, FAVOR+,
+    an unnormalized claim, no identification)."""
+    from verify.probes.fits import constant_scale
+    from verify.spec.structure import has_structure
+
+    if variant.kernel != "unknown":
+        kern = variant.parsed_kernel
+        if has_structure(variant) or variant.qk_norm or variant.score_bias:
+            return None, None, "structural claims: the plain kernel's sums do not apply"
+        if not kern.known or kern.map in ("favor", "phi") or kern.family == "sigmoid":
+            return None, None, f"kernel {variant.kernel}: no exact kernel sum here"
+        if not variant.normalized:
+            return None, None, "claimed unnormalized: no denominator"
+        return variant.kernel, variant.score_scale(DIM), ""
+    kern = report.kernel
+    if kern.get("verdict") != "consistent" or kern.get("kernel") in (None, "linear:favor"):
+        return None, None, "kernel not identified"
+    scale = kern.get("scale")
+    if scale == "fitted":
+        c = constant_scale(kern)
+        return (kern["kernel"], c, "") if c is not None else (None, None, "scale not constant")
+    if scale == "any":  # scale-free weights: the claims say "default", and so does the probe
+        return kern["kernel"], None, ""
+    by_d = kern.get("scale_by_d") or {}
+    c = by_d.get(str(DIM), by_d.get(DIM))
+    return (kern["kernel"], float(c), "") if c is not None else (None, None, "no scale at d")
+
+
+def probe_denominator(run: Runner, report: ProbeReport, kernel, scale, causal: bool) -> None:
+    """Find the eps convention (module docstring); fills ``report.normalization`` (``kind``
+    sum | sum+eps | sum+floor, ``eps``, ``eps_mode``, ``convention`` with the worst
+    observed/bound of each hypothesis tried)."""
+    norm = report.normalization
+    if norm.get("kind") not in ("sum", "sum+eps") or kernel is None:
+        return
+    T = length_at_least(report, ROWS)
+    if T is None:
+        return
+    state = run.gen.get_state()  # the later probes draw the inputs they drew without this one
+    q, k, v = _rows(run, T)
+    run.gen.set_state(state)
+    try:
+        o = run.out(q, k, v, causal, allow_nonfinite=True)
+    except VariantError as exc:
+        norm["convention"] = {"detail": str(exc)}
+        return
+    from verify.exact import errors
+
+    D = errors.float64_reference(kernel, q, k, v, causal=causal, scale=scale, denominator="none")
+    D, r = D[0, 0, :, 0], o[0, 0, :, 0]
+    tried: dict[str, float] = {}
+
+    def fits(eps: float, mode: str) -> bool:
+        key = f"{mode} {eps:.17g}"
+        if key not in tried:
+            tried[key] = _worst(run, kernel, scale, causal, q, k, v, o, eps, mode)
+        return tried[key] <= 1.0
+
+    found = None
+    if fits(0.0, "add"):
+        found = (0.0, "add")
+    else:
+        ok = (D > 0) & np.isfinite(r) & (r > 0) & (r < 1)
+        if ok.any():
+            t = int(np.argmin(np.where(ok, D, np.inf)))
+            d, rt = float(D[t]), float(r[t])
+            for mode, est in (("add", d * (1 - rt) / rt), ("floor", d / rt)):
+                if found is None and est > 0 and math.isfinite(est):
+                    found = next(((e, mode) for e in _candidates(run, est) if fits(e, mode)), None)
+    norm["convention"] = {"tried": tried, "rows": int(T), "detail": _detail(found)}
+    if found is None:
+        return
+    eps, mode = found
+    if eps:
+        norm.update(kind="sum+eps" if mode == "add" else "sum+floor", eps=eps, eps_mode=mode)
+    else:
+        norm.update(kind="sum", eps_mode="add")
+        norm.pop("eps", None)
+
+
+def _rows(run: Runner, T: int):
+    """q (1, 1, T, d) with rows 2^e g (even t) and -2^e g (odd t) (module docstring), k
+    (1, 1, T, d) on the positive grid, v = 1 (1, 1, T, d), float64."""
+    import torch
+
+    pos = run.rand(1, 1, T, DIM, lo=0.125, hi=1.0)
+    neg = run.rand(1, 1, T, DIM, lo=0.5, hi=1.0)
+    k = run.rand(1, 1, T, DIM, lo=0.125, hi=1.0)
+    q = torch.empty(1, 1, T, DIM, dtype=torch.float64)
+    for t in range(T):
+        i, (sign, exps, g) = (
+            t // 2,
+            ((1.0, POSITIVE_EXPONENTS, pos), (-1.0, NEGATIVE_EXPONENTS, neg))[t % 2],
+        )
+        q[..., t, :] = sign * 2.0 ** exps[i % len(exps)] * g[..., t, :]
+    return run.exact(q), k, torch.ones(1, 1, T, DIM, dtype=torch.float64)
+
+
+def _candidates(run: Runner, est: float) -> list[float]:
+    """The shortest decimal within ``ROUNDING_UNITS`` units of roundoff of ``est``, then
+    ``est`` itself."""
+    from derivations import rounding as d10
+
+    width = ROUNDING_UNITS * d10.unit_roundoff(run.bound_dtype) * est
+    short = shortest_in(est - width, est + width)
+    return [short, est] if short != est else [est]
+
+
+def _worst(run: Runner, kernel, scale, causal, q, k, v, o, eps: float, mode: str) -> float:
+    """max observed/bound of the outputs ``o`` against the convention's float64 reference and
+    its D10 bound in the computing precision (inf when nothing is comparable)."""
+    from verify.exact import errors
+
+    kw = dict(causal=causal, scale=scale, eps=eps, eps_mode=mode if eps else "add")
+    exp_lib = run.variant.exp_library or BLACK_BOX_EXP[run.device]
+    try:
+        ref = errors.float64_reference(kernel, q, k, v, **kw)
+        eb = errors.attention_error_bound(
+            kernel, q, k, v, dtype=run.bound_dtype, exact=None, device=run.device,
+            exp_library=exp_lib, **kw,
+        )  # fmt: skip
+        eb.bound = np.where(np.isfinite(o).all(-1, keepdims=True), eb.bound, np.inf)
+        obs = errors.compare(np.nan_to_num(o), eb, ref)
+    except (NotApplicable, ValueError):
+        return math.inf
+    if obs.bound > 0:
+        return obs.observed / obs.bound
+    return 0.0 if obs.observed == 0 else math.inf
+
+
+def _detail(found) -> str:
+    if found is None:
+        return "no convention (none, add, floor) fits every row within its D10 bound"
+    eps, mode = found
+    if not eps:
+        return "no eps: every row's divisor is the kernel sum D (within the D10 bound)"
+    if mode == "add":
+        return f"the divisor is D + eps, eps = {eps:.6g} (within the D10 bound on every row)"
+    return (
+        f"the divisor is max(D, eps), eps = {eps:.6g}: a denominator clamped at eps (within the "
+        "D10 bound on every row)"
+    )
