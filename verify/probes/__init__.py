@@ -43,8 +43,8 @@ inputs -- a stated proxy, far below the effects probed (differences of order 1e-
   none, N/(D + eps) or a floor N/max(D, eps), on rows whose kernel sums span many orders of
   magnitude, each hypothesis held to its D10 bound.
 
-With a claimed kernel (``identify=False``, what the checker runs when a kernel is claimed) only
-the cheap probes run: the restrictions (lengths, T != S, d_v == d, dtypes), the compute dtype,
+With ``identify=False`` (what the checker runs when a kernel is claimed) only the cheap probes
+run: the restrictions (lengths, T != S, d_v == d, dtypes), the compute dtype,
 causality, the causal alignment and its empty rows, linearity in v, the normalization and the
 eps convention of the claimed kernel; the kernel, the scale, the positional structure and the
 rest are the claim's, and the battery checks them.
@@ -119,7 +119,7 @@ def probe(
     dtype: str = "float64",
     device: str = "cpu",
     seed: int = 0,
-    identify: bool | None = None,
+    identify: bool = True,
 ) -> ProbeReport:
     """Probe ``variant.forward`` as a black box and report what it computes.
 
@@ -132,9 +132,10 @@ def probe(
         dtype: probe dtype name (``float64`` default; ``float32``, ``bfloat16``, ``float16``).
         device: ``cpu`` or ``cuda``.
         seed: seed of the random inputs (the probe is deterministic given it).
-        identify: run the kernel identification and the structural probes (True), or only the
-            cheap probes of the restrictions and conventions (False; the report's ``scope`` is
-            ``conventions``). None: identify when the variant claims no kernel.
+        identify: run the kernel identification and the structural probes (True, claims
+            ignored), or only the cheap probes of the restrictions and conventions, with the
+            variant's kernel claim (False; the report's ``scope`` is ``conventions``; what the
+            checker runs when a kernel is claimed).
 
     Returns:
         :class:`ProbeReport`; a variant that raises, returns NaN or wrong shapes gives a report
@@ -153,8 +154,6 @@ def probe(
         raise ValueError(f"dtype: expected one of {PROBE_DTYPES}, got {dtype!r}")
     if device not in BLACK_BOX_EXP:
         raise ValueError(f"device: expected one of {tuple(BLACK_BOX_EXP)}, got {device!r}")
-    if identify is None:
-        identify = variant.kernel == "unknown"
     start = time.perf_counter()
     report = ProbeReport(variant=variant.name, dtype=dtype, device=device, seed=seed)
     report.scope = "full" if identify else "conventions"
