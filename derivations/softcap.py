@@ -1,21 +1,29 @@
-"""D13. Logit softcapping s -> C tanh(s / C): a uniform Taylor bound, and why it is not practical.
+"""D13. Logit softcapping s -> C tanh(s / C): bounded weights, Taylor-N of the capped score, and
+polynomial approximations in the raw score.
 
-Results, each closed by a check in ``derive()``:
+Results, each closed by a check in ``derive()`` (status in brackets):
 - the cap maps every real score into (-C, C), is odd and increasing, and moves a score by at
-  most |s|^3 / (3 C^2) (so scores well inside the cap are nearly unchanged);
-- hence D4's relative weight error delta_N(C) bounds the Taylor-N truncation of exp at *every*
-  capped score, whatever the input: the Taylor-RNN bound becomes uniform. The smallest orders
-  N with delta_N(C) < 1 and < 1e-3 (computed with D4's ``delta``, exact rationals + mpmath) are
-  in the tens to hundreds for C in {20, 30, 50} (Gemma 2 uses 50 on attention logits): far beyond
-  any implementable state (D5), so the cap makes the bound uniform but not practical;
+  most |s|^3 / (3 C^2) [proved];
 - the capped weights of a row differ by a factor below e^(2C), so each normalized weight lies in
-  (1 / (1 + (S - 1) e^(2C)), 1 / (1 + (S - 1) e^(-2C))) for S visible keys;
-- the capped kernel exp(C tanh(x / C)) is a function of x = c q.k whose Maclaurin series has
-  radius pi C / 2 (tanh has poles at +-i pi / 2): no power series in q.k, hence no feature map of
-  the D1 kind, represents it beyond |x| < pi C / 2, so the capped forms are parallel only.
+  (1 / (1 + (S - 1) e^(2C)), 1 / (1 + (S - 1) e^(-2C))) for S >= 2 visible keys [proved];
+- Taylor-N of the *capped* score, kappa_N(C tanh(x / C)): D4's relative weight error delta_N(C)
+  bounds it at every input (the bound is uniform), with smallest orders N in the tens to hundreds
+  for C in {20, 30, 50} [verified, computed with D4's ``delta``]. It is a polynomial in
+  tanh(x / C), not in x = c q.k: bounded and nonconstant in x, so no polynomial in x [verified,
+  N = 1..12], hence no feature map of D1 and no recurrent form (D2) at any N -- a parallel form
+  computed from the capped score matrix;
+- the capped kernel exp(C tanh(x / C)) in the raw score x: its Maclaurin series converges for
+  |x| < pi C / 2 and diverges beyond (nearest singularities at x = +-i pi C / 2) [poles proved,
+  radius theorem cited, root test verified]; on any bounded range |x| <= R the Chebyshev
+  interpolants converge geometrically (Trefethen, ATAP, Thm 8.2 [cited]; the Bernstein ellipse
+  free of the poles and the bound M on it [proved]), so a polynomial in x -- hence a feature map
+  and a recurrent form -- approximates it to any accuracy on that range, with a degree that grows
+  with R (degrees for 1e-3 [verified, computed; observed interpolation errors below the bound]).
 
 Numeric exports (plain Python + mpmath): ``softcap``, ``smallest_uniform_order``,
-``weight_range``, ``series_radius``.
+``weight_range``, ``series_radius``; the record's approximation numbers come from
+``bernstein_limit``, ``chebyshev_error_bound``, ``chebyshev_degree`` and
+``chebyshev_observed_error``.
 """
 
 from __future__ import annotations
@@ -33,6 +41,16 @@ CAPS = (20, 30, 50)
 LEVELS = (Fraction(1), Fraction(1, 1000))
 #: orders searched for the smallest uniform order
 MAX_ORDER = 1000
+#: score ranges R = factor * C of the polynomial-approximation table (R / C = 1 lies inside the
+#: Taylor disc pi C / 2, 2 and 4 outside it)
+RANGE_FACTORS = (1, 2, 4)
+#: accuracy of the approximation table: max error <= level * max of the kernel on the range
+APPROX_LEVEL = 1e-3
+#: Bernstein parameters tried between 1 and the pole limit, and the grid of the observed error
+RHO_GRID = 400
+ERROR_GRID = 801
+#: orders N at which kappa_N(C tanh(x / C)) is shown bounded and nonconstant in x
+NOT_POLYNOMIAL_ORDERS = tuple(range(1, 13))
 
 
 def softcap(score: float, cap: float) -> float:
@@ -120,6 +138,102 @@ def series_radius(cap) -> float:
     return math.pi * _cap(cap) / 2
 
 
+def _range(score_range) -> float:
+    r, _ = check_exact_or_mpf("score_range", score_range)
+    if not (r > 0 and math.isfinite(float(r))):
+        raise ValueError(f"score_range: expected a finite number > 0, got {score_range!r}")
+    return float(r)
+
+
+def bernstein_limit(cap, score_range) -> float:
+    """rho* = y0 + sqrt(1 + y0^2), y0 = pi C / (2 R): the largest Bernstein ellipse of [-R, R]
+    (scaled to [-1, 1]) with exp(C tanh(x / C)) analytic inside (D13).
+
+    The ellipse {(z + 1/z) / 2 : |z| = rho} meets the imaginary axis at +-i (rho - 1/rho) / 2; the
+    singularities of tanh(x / C), scaled by 1 / R, lie on that axis, the nearest at +-i y0.
+
+    Raises:
+        TypeError / ValueError: ``cap`` or ``score_range`` not a finite number > 0.
+    """
+    y0 = math.pi * _cap(cap) / (2 * _range(score_range))
+    return y0 + math.sqrt(1 + y0 * y0)
+
+
+def _log_ellipse_bound(c: float, r: float, degree: int, rho: float) -> float:
+    """log of 4 M rho^-n / (rho - 1), M = exp(C max(1, tan beta)), beta = R (rho - 1/rho) / (2C)."""
+    beta = r * (rho - 1 / rho) / (2 * c)
+    return math.log(4) + c * max(1.0, math.tan(beta)) - degree * math.log(rho) - math.log(rho - 1)
+
+
+def chebyshev_error_bound(cap, score_range, degree: int) -> float:
+    """Bound on max_{|x| <= R} |p_n(x) - exp(C tanh(x / C))| for the degree-n Chebyshev
+    interpolant p_n on [-R, R], relative to the kernel's largest value e^(C tanh(R / C)) there
+    (D13: Trefethen, ATAP, Thm 8.2, 4 M rho^-n / (rho - 1), with the record's M(rho); the
+    smallest over ``RHO_GRID`` values of rho in (1, rho*)). A float.
+
+    Raises:
+        TypeError / ValueError: ``cap``, ``score_range`` not finite > 0; ``degree`` not an
+            int >= 0.
+    """
+    c, r = _cap(cap), _range(score_range)
+    degree = check_int("degree", degree, 0)
+    top = bernstein_limit(c, r)
+    logs = [
+        _log_ellipse_bound(c, r, degree, 1 + (top - 1) * j / RHO_GRID) for j in range(1, RHO_GRID)
+    ]
+    return math.exp(min(logs) - c * math.tanh(r / c))
+
+
+def chebyshev_degree(cap, score_range, level=APPROX_LEVEL) -> int:
+    """Smallest degree n with ``chebyshev_error_bound(cap, score_range, n) <= level`` (D13).
+
+    Raises:
+        TypeError / ValueError: bad ``cap`` / ``score_range``; ``level`` not in (0, 1).
+        ArithmeticError: no such degree up to ``MAX_ORDER``.
+    """
+    lv, _ = check_exact_or_mpf("level", level)
+    if not 0 < lv < 1:
+        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    for n in range(MAX_ORDER + 1):
+        if chebyshev_error_bound(cap, score_range, n) <= float(lv):
+            return n
+    raise ArithmeticError(f"no degree <= {MAX_ORDER} with the Thm 8.2 bound <= {level}")
+
+
+def chebyshev_observed_error(cap, score_range, degree: int, grid: int = ERROR_GRID) -> float:
+    """max over ``grid`` equally spaced points of [-R, R] of |p_n - exp(C tanh(x / C))|, relative
+    to e^(C tanh(R / C)); p_n interpolates at the n + 1 Chebyshev points R cos(j pi / n)
+    (barycentric formula, float64). An observation on a grid, not a bound (D13).
+
+    Raises:
+        TypeError / ValueError: bad ``cap`` / ``score_range``; ``degree`` not an int >= 1;
+            ``grid`` not an int >= 2.
+    """
+    c, r = _cap(cap), _range(score_range)
+    degree = check_int("degree", degree, 1)
+    grid = check_int("grid", grid, 2)
+
+    def kernel(x: float) -> float:
+        return math.exp(c * math.tanh(x / c))
+
+    nodes = [r * math.cos(j * math.pi / degree) for j in range(degree + 1)]
+    values = [kernel(x) for x in nodes]
+    weights = [(-1) ** j * (0.5 if j in (0, degree) else 1.0) for j in range(degree + 1)]
+    worst = 0.0
+    for i in range(grid):
+        x = -r + 2 * r * i / (grid - 1)
+        num = den = 0.0
+        p = None
+        for xj, fj, wj in zip(nodes, values, weights):
+            if x == xj:
+                p = fj
+                break
+            num += wj / (x - xj) * fj
+            den += wj / (x - xj)
+        worst = max(worst, abs((num / den if p is None else p) - kernel(x)))
+    return worst / math.exp(c * math.tanh(r / c))
+
+
 # -- the record -----------------------------------------------------------------------------------
 def _syms():
     import sympy
@@ -141,6 +255,28 @@ RADIUS = (
 POLES = (
     "the zeros of cosh are i pi (k + 1/2), k integer: cosh vanishes at +-i pi/2 and nowhere "
     "nearer the origin"
+)
+NOT_POLYNOMIAL = (
+    "kappa_N(C tanh(x/C)) is bounded and nonconstant in x, so no polynomial in x: no D1 feature "
+    "map and no recurrent form at any N >= 1"
+)
+ELLIPSE = (
+    "exp(C tanh(Rt/C)) is analytic in the open Bernstein ellipse E_rho of [-1, 1] for "
+    "1 < rho <= rho* = y0 + sqrt(1 + y0^2), y0 = pi C/(2R), and for rho < rho* bounded there by "
+    "M = exp(C max(1, tan beta)), beta = R (rho - 1/rho)/(2C) < pi/2"
+)
+CHEBYSHEV = (
+    "Chebyshev interpolants of a function analytic in E_rho with |f| <= M there: "
+    "||f - p_n|| <= 4 M rho^(-n) / (rho - 1) on [-1, 1]"
+)
+POLY_EXISTS = (
+    "a polynomial in x of the tabulated degree is within 1e-3 (of the largest value) of "
+    "exp(C tanh(x/C)) on |x| <= R, also for R > pi C/2 (R/C = 2, 4): feature maps and recurrent "
+    "forms approximate the capped kernel on every bounded score range"
+)
+OBSERVED = (
+    "observed Chebyshev interpolation errors (801-point grid) at the bound's degree are below "
+    "the bound, and the observed smallest degree for 1e-3 is at most the bound's"
 )
 SOURCE = (
     "logit softcapping s -> C tanh(s/C) on attention scores, with C = 50 (and C = 30 on the "
@@ -189,11 +325,11 @@ def _statement_uniform(rec) -> None:
         r"\left|\kappa_N(\operatorname{cap}_C(s)) - e^{\operatorname{cap}_C(s)}\right| "
         r"\le \delta_N(C)\, e^{\operatorname{cap}_C(s)}\ \text{for every input; }"
         rf"\delta_N(C) < 1 \text{{ from }} N = {orders} \text{{ at }} C = {caps} "
-        r"\qquad (C > 0)",
+        r"\qquad (C > 0;\ \kappa_N \text{ applied to the capped scores: a parallel form})",
         claim=ORDERS,
         **slots,
     )
-    order = ["cap", "near_zero", "uniform", "weights", "radius"]
+    order = ["cap", "near_zero", "weights", "uniform", "not_polynomial", "radius", "polynomial"]
     rec.statement = {k: statement[k] for k in order if k in statement}
 
 
@@ -271,8 +407,10 @@ def _claim_uniform(rec, f) -> None:
         rows,
     )
     rec.step(
-        r"Uniform bound: every capped score lies in $(-C, C)$, so D4 applies with $r = C$ for "
-        r"every input. The table gives the smallest order $N$ from which $\delta_N(C)$ stays "
+        r"Taylor-N of the capped score, uniformly: every capped score lies in $(-C, C)$, so D4 "
+        r"applies with $r = C$ for every input, to the weights $\kappa_N(C \tanh(x/C))$ "
+        r"computed from the capped score matrix (a parallel form; see the next step for why it "
+        r"has no other). The table gives the smallest order $N$ from which $\delta_N(C)$ stays "
         r"below 1 (D4's output bound exists) and below $10^{-3}$ (computed with D4's "
         r"$\delta_N$, exact rationals and mpmath); $\delta_N(C)$ rises with $N$ until $N$ is "
         r"about $C$ and falls after, so the answer is the first $N \ge C$ below the level.",
@@ -293,10 +431,63 @@ def _claim_uniform(rec, f) -> None:
         check,
         f"C in {CAPS}; delta decreasing checked from N = C to 20 past the 1e-3 order",
     )
+
+
+def _claim_not_polynomial(rec) -> None:
+    """kappa_N(C tanh(x/C)) is bounded and nonconstant in x: no polynomial in x (N >= 1)."""
+    import sympy
+
+    from derivations._latex import tex
+
+    x = sympy.Symbol("x", real=True)
+    big_c = sympy.Symbol("C", positive=True)
+    y = sympy.Symbol("y", real=True)
+    rec.statement["not_polynomial"] = tex(
+        r"\kappa_N(C\tanh(x/C)) \notin \mathbb{R}[x],\quad "
+        r"\bigl\lvert \kappa_N(C\tanh(x/C)) \bigr\rvert < \kappa_N(C),\quad "
+        r"\frac{d}{dx} \kappa_N(C\tanh(x/C)) \Big|_{x=0} = 1 \qquad (N \ge 1,\ C > 0)",
+        claim=NOT_POLYNOMIAL,
+    )
+    rec.step(
+        r"No feature map for Taylor-N of the capped score, at any $N$: "
+        r"$\kappa_N(C \tanh(x/C))$ is a polynomial in $\tanh(x/C)$, not in $x = c\, q \cdot k$. "
+        r"It is bounded on the real line ($\lvert C \tanh(x/C) \rvert < C$, so each term is "
+        r"below $C^n / n!$ in modulus) and nonconstant (its derivative at $x = 0$ is "
+        r"$\kappa_{N-1}(0) = 1$), and a nonconstant polynomial is unbounded. The feature maps of "
+        r"D1 factor kernels $\sum_n a_n (q \cdot k)^n$, polynomials in $x$ when finite, and the "
+        r"recurrent forms of D2 read such a factorization; neither exists for this kernel. The "
+        r"weights are computed in parallel from the capped scores. The derivative at $x = 0$:",
+        sympy.Eq(
+            sympy.Derivative(sympy.Function("kappa_N")(big_c * sympy.tanh(x / big_c)), x),
+            sympy.Function("kappa_{N-1}")(big_c * sympy.tanh(x / big_c))
+            / sympy.cosh(x / big_c) ** 2,
+            evaluate=False,
+        ),
+    )
+
+    def check():
+        for order in NOT_POLYNOMIAL_ORDERS:
+            kappa = sum(y**n / sympy.factorial(n) for n in range(order + 1))
+            f = kappa.subs(y, big_c * sympy.tanh(x / big_c))
+            slope = sympy.simplify(sympy.diff(f, x).subs(x, 0))
+            # bounded: |kappa_N(C y)| <= kappa_N(C |y|) < kappa_N(C) for |y| < 1, term by term;
+            # kappa_N(C) - kappa_N(C y) = sum_n C^n (1 - y^n) / n!: each coefficient of C^n
+            # vanishes at y = 1 and is (1 - y^n) / n!
+            gap = sympy.Poly(sympy.expand(kappa.subs(y, big_c) - kappa.subs(y, big_c * y)), big_c)
+            coeffs_ok = all(
+                sympy.simplify(gap.coeff_monomial(big_c**n) - (1 - y**n) / sympy.factorial(n)) == 0
+                for n in range(1, order + 1)
+            )
+            if not (slope == 1 and coeffs_ok):
+                return False
+        return True
+
     rec.verify(
-        "a cap makes the Taylor-RNN bound uniform but not practical (orders >= 60)",
-        lambda: min(r[1] for r in rows) >= 60,
-        "the smallest order for delta < 1 at C = 20 is already >= 60",
+        NOT_POLYNOMIAL,
+        check,
+        f"N = {NOT_POLYNOMIAL_ORDERS[0]}..{NOT_POLYNOMIAL_ORDERS[-1]}, symbolic x, C > 0: the "
+        "derivative at 0 is 1 and kappa_N(C) - kappa_N(C y) = sum_n C^n (1 - y^n)/n! > 0 for "
+        "|y| < 1 (the argument in the step holds for every N >= 1)",
     )
 
 
@@ -337,15 +528,16 @@ def _claim_radius(rec) -> None:
 
     z = sympy.Symbol("z")
     rec.step(
-        r"No feature map beyond $\pi C / 2$: $\tanh(z/C)$ has poles where $\cosh(z/C) = 0$, "
-        r"nearest at $z = \pm i \pi C / 2$, and exp of a function with a pole has an essential "
-        r"singularity there, so the Maclaurin series of $e^{C \tanh(x/C)}$ in $x$ has radius "
-        r"$\pi C / 2$, the distance to the nearest singularity: it converges on "
-        r"$|x| < \pi C / 2$ and diverges beyond. A kernel $\sum_n a_n (q \cdot k)^n$ is what the "
-        r"feature maps of D1 factor; the capped kernel has that form only on a disc, so the "
-        r"capped forms are parallel only. The zeros of $\cosh$ lie on the imaginary axis, as "
-        r"$\lvert \cosh(x + i y) \rvert^2 = \sinh^2 x + \cos^2 y$, and the nearest are "
-        r"$\pm i \pi / 2$:",
+        r"The Taylor series of the capped kernel in the raw score: $\tanh(z/C)$ has poles where "
+        r"$\cosh(z/C) = 0$, nearest at $z = \pm i \pi C / 2$, and exp of a function with a "
+        r"pole has an essential singularity there, so the Maclaurin series of "
+        r"$e^{C \tanh(x/C)}$ in $x$ has radius $\pi C / 2$, the distance to the nearest "
+        r"singularity: it converges on $|x| < \pi C / 2$ and diverges beyond. Its partial sums "
+        r"(polynomials in $x$, so D1 feature maps) approximate the capped kernel only inside "
+        r"that disc. This is a statement about Taylor partial sums, not about polynomials: the "
+        r"next step approximates the kernel on any bounded range. The zeros of $\cosh$ lie on "
+        r"the imaginary axis, as $\lvert \cosh(x + i y) \rvert^2 = \sinh^2 x + \cos^2 y$, and "
+        r"the nearest are $\pm i \pi / 2$:",
         sympy.Eq(
             sympy.cosh(sympy.I * sympy.pi / 2, evaluate=False), sympy.Integer(0), evaluate=False
         ),
@@ -403,11 +595,170 @@ def _claim_radius(rec) -> None:
     )
 
 
+def _claim_ellipse(rec) -> None:
+    """The Bernstein ellipse of [-R, R] free of the poles, and the bound M on it (proved)."""
+    import sympy
+
+    rho, y0, b = sympy.symbols("rho y_0 b", positive=True)
+    a_, s_ = sympy.symbols("a s", real=True)
+    big_a, big_b, t = sympy.symbols("A B t", positive=True)
+    semi_minor = (rho - 1 / rho) / 2
+    rho_star = y0 + sympy.sqrt(1 + y0**2)
+    rec.step(
+        r"Polynomials in $x$ on a bounded range $\lvert x \rvert \le R$: scale "
+        r"$x = R t$, $t \in [-1, 1]$. The Bernstein ellipse $E_\rho$ "
+        r"$= \{(z + z^{-1})/2 : \lvert z \rvert < \rho\}$ meets the imaginary axis at "
+        r"$\pm i (\rho - \rho^{-1})/2$, increasing in $\rho$; the singularities of "
+        r"$e^{C \tanh(R t / C)}$ lie on that axis, the nearest at $\pm i y_0$, "
+        r"$y_0 = \pi C / (2R)$ (step above). So the kernel is analytic in $E_\rho$ for "
+        r"$1 < \rho \le \rho^*$, where $(\rho^* - 1/\rho^*)/2 = y_0$:",
+        sympy.Eq(sympy.Symbol("rho^*"), rho_star, evaluate=False),
+    )
+    rec.step(
+        r"The bound $M$ on $E_\rho$: with $w = R t / C = a + i b$, "
+        r"$\lvert e^{C \tanh w} \rvert = e^{C \operatorname{Re} \tanh w} \le "
+        r"e^{C \lvert \tanh w \rvert}$ and $\lvert \tanh w \rvert^2 = (\sinh^2 a + "
+        r"\sin^2 b) / (\sinh^2 a + \cos^2 b)$. In $E_\rho$, $\lvert b \rvert < \beta = "
+        r"R (\rho - \rho^{-1}) / (2C) \le \pi / 2$, so the ratio is at most "
+        r"$(s + \sin^2 \beta) / (s + \cos^2 \beta)$ ($s = \sinh^2 a \ge 0$), a mediant of "
+        r"$1$ and $\tan^2 \beta$: $M = \exp(C \max(1, \tan \beta))$. The mediant, for "
+        r"$A = \sin^2 \beta$, $B = \cos^2 \beta$:",
+        sympy.Eq(
+            big_a / big_b - (t + big_a) / (t + big_b),
+            t * (big_a - big_b) / (big_b * (t + big_b)),
+            evaluate=False,
+        ),
+    )
+
+    def check():
+        sinh_sq = sympy.expand_complex(sympy.Abs(sympy.sinh(a_ + sympy.I * s_)) ** 2)
+        cosh_sq = sympy.expand_complex(sympy.Abs(sympy.cosh(a_ + sympy.I * s_)) ** 2)
+        return (
+            sympy.simplify(semi_minor.subs(rho, rho_star) - y0) == 0
+            and sympy.simplify(sympy.diff(semi_minor, rho) - (1 + rho**-2) / 2) == 0
+            and sympy.simplify(sinh_sq - (sympy.sinh(a_) ** 2 + sympy.sin(s_) ** 2)) == 0
+            and sympy.simplify(cosh_sq - (sympy.sinh(a_) ** 2 + sympy.cos(s_) ** 2)) == 0
+            # mediant: (t + A)/(t + B) - 1 = (A - B)/(t + B) (<= 0 when A <= B), and
+            # A/B - (t + A)/(t + B) = t (A - B)/(B (t + B)) (>= 0 when A >= B)
+            and sympy.simplify((t + big_a) / (t + big_b) - 1 - (big_a - big_b) / (t + big_b)) == 0
+            and sympy.simplify(
+                big_a / big_b
+                - (t + big_a) / (t + big_b)
+                - t * (big_a - big_b) / (big_b * (t + big_b))
+            )
+            == 0
+        )
+
+    rec.prove(
+        ELLIPSE,
+        check,
+        "symbolic rho, y0 > 0: (rho* - 1/rho*)/2 = y0 and d/drho of the semi-minor axis "
+        "(1 + rho^-2)/2 > 0; |sinh(a + ib)|^2 = sinh^2 a + sin^2 b, |cosh(a + ib)|^2 = "
+        "sinh^2 a + cos^2 b (real a, b); the mediant identities for s >= 0, A, B > 0",
+    )
+    rec.cite(
+        CHEBYSHEV,
+        "L. N. Trefethen, Approximation Theory and Approximation Practice, SIAM, 2013 "
+        "(extended ed. 2019), Thm 8.2",
+        "the theorem is Trefethen's; the ellipse, M and the degrees for the capped kernel are "
+        "this project's",
+    )
+
+
+def _claim_polynomial(rec, f) -> None:
+    """Degrees of Chebyshev interpolants of the capped kernel on |x| <= R (bound and observed)."""
+    import sympy
+
+    from derivations import feature_maps as fm
+    from derivations._latex import tex
+
+    rows = []
+    for cap in CAPS:
+        for factor in RANGE_FACTORS:
+            r = cap * factor
+            deg = f["chebyshev_degree"](cap, r, APPROX_LEVEL)
+            bound = chebyshev_error_bound(cap, r, deg)
+            observed = chebyshev_observed_error(cap, r, deg)
+            least = 1
+            while chebyshev_observed_error(cap, r, least) > APPROX_LEVEL:
+                least += 1
+            taylor = "yes" if r < series_radius(cap) else "no"
+            features = fm.feature_count(deg, 64)
+            rows.append([cap, r, taylor, round(bernstein_limit(cap, r), 4), deg, bound, observed,
+                         least, f"{features:.3g}"])  # fmt: skip
+    rec.tables["polynomial_degree"] = (
+        [
+            "C",
+            "R",
+            "Taylor series in x converges on |x| <= R",
+            "rho*",
+            "degree n: Thm 8.2 bound <= 1e-3",
+            "bound at n",
+            "observed error at n",
+            "observed smallest degree for 1e-3",
+            "features at n, d = 64 (D1)",
+        ],
+        rows,
+    )
+    big_c, big_r, rho, n = sympy.symbols("C R rho n", positive=True)
+    y0 = sympy.pi * big_c / (2 * big_r)
+    beta = big_r * (rho - 1 / rho) / (2 * big_c)
+    rec.statement["polynomial"] = tex(
+        r"\max_{\lvert x \rvert \le R} \bigl\lvert p_n(x) - e^{C \tanh(x/C)} \bigr\rvert "
+        r"\le @b \quad \text{for } 1 < \rho < @r,\ M = @m \qquad (p_n \text{ the degree-}n"
+        r"\text{ Chebyshev interpolant on } [-R, R],\ R > 0,\ C > 0)",
+        claim=CHEBYSHEV,
+        b=4 * sympy.Symbol("M") * rho ** (-n) / (rho - 1),
+        r=y0 + sympy.sqrt(1 + y0**2),
+        m=sympy.exp(big_c * sympy.Max(1, sympy.tan(beta))),
+    )
+    rec.step(
+        r"Degrees (table): for $C \in \{20, 30, 50\}$ and $R = C, 2C, 4C$ the smallest $n$ "
+        r"whose Thm 8.2 bound, minimized over $\rho \in (1, \rho^*)$, is at most $10^{-3}$ of "
+        r"the kernel's largest value $e^{C \tanh(R/C)}$ on the range; the observed error of "
+        r"that interpolant on an 801-point grid; the smallest degree reaching $10^{-3}$ on the "
+        r"grid. For $R = 2C, 4C > \pi C / 2$ the Taylor series in $x$ diverges, yet polynomials "
+        r"in $x$ converge geometrically: a feature map (D1, of the polynomial $p_n$) and a "
+        r"recurrent form (D2) approximate the capped kernel on any bounded score range, with a "
+        r"degree that grows with $R$. What it costs is D5's state: the last column is D1's "
+        r"feature count of a degree-$n$ polynomial kernel at $d = 64$.",
+    )
+
+    def exists():
+        wide = [row for row in rows if row[1] > series_radius(row[0])]
+        found = bool(wide) and all(row[5] <= APPROX_LEVEL for row in wide)
+        return found != f["parallel_only"]
+
+    rec.verify(
+        POLY_EXISTS,
+        exists,
+        f"C in {CAPS}, R / C in {RANGE_FACTORS}; the degree from Thm 8.2's bound (cited) with "
+        "the ellipse and M proved above, minimized over a grid of rho",
+    )
+    rec.verify(
+        OBSERVED,
+        lambda: all(row[6] <= row[5] and row[7] <= row[4] for row in rows),
+        "every row of the table (float64 barycentric interpolation, equally spaced grid: an "
+        "observation, the bound is what is claimed)",
+    )
+    rec.verify(
+        "the degree grows with the range: n(4C) > n(C) at every C in the table",
+        lambda: all(
+            rows[i + len(RANGE_FACTORS) - 1][4] > rows[i][4]
+            for i in range(0, len(rows), len(RANGE_FACTORS))
+        ),
+        f"C in {CAPS}",
+    )
+
+
 def derive(**wrong) -> Derivation:
-    """Build the D13 record: softcapping bounds the radius; what that buys.
+    """Build the D13 record: softcapping, Taylor-N of the capped score, and polynomials in x.
 
     Keyword overrides (wrong-statement tests): ``cap_bound`` (1 right; 2 claims the cap
-    tends to 2C), ``smallest_uniform_order`` (a callable replacing the export).
+    tends to 2C), ``smallest_uniform_order`` (a callable replacing the export),
+    ``chebyshev_degree`` (a callable replacing the function), ``parallel_only`` (False right;
+    True states the old claim that no polynomial in x approximates the capped kernel beyond the
+    Taylor disc, so the capped forms are parallel only).
 
     Raises:
         TypeError: an unknown override name.
@@ -415,22 +766,36 @@ def derive(**wrong) -> Derivation:
     from derivations import feature_maps as fm
 
     f = fm.resolve_overrides(
-        wrong, {"cap_bound": 1, "smallest_uniform_order": smallest_uniform_order}
+        wrong,
+        {
+            "cap_bound": 1,
+            "smallest_uniform_order": smallest_uniform_order,
+            "chebyshev_degree": chebyshev_degree,
+            "parallel_only": False,
+        },
     )
-    rec = Derivation("D13", "Softcapping: a uniform Taylor bound that is not practical")
+    rec = Derivation(
+        "D13",
+        "Softcapping: bounded weights, Taylor-N of the capped score (parallel only), "
+        "polynomials in the raw score on bounded ranges",
+    )
     rec.cite(
         SOURCE,
         "Gemma Team, 'Gemma 2: Improving Open Language Models at a Practical Size', "
         "arXiv:2408.00118, 2024 (logit soft-capping)",
-        "the form and the caps; the bounds and the radius below are this project's",
+        "the form and the caps; the bounds, the radius and the approximations below are this "
+        "project's",
     )
     _statement(rec)
     _claim_bounded(rec, f)
     _claim_close(rec)
-    _claim_uniform(rec, f)
-    _statement_uniform(rec)
     _claim_weights(rec)
+    _claim_uniform(rec, f)
+    _claim_not_polynomial(rec)
     _claim_radius(rec)
+    _claim_ellipse(rec)
+    _claim_polynomial(rec, f)
+    _statement_uniform(rec)
     rec.exports = ["softcap", "smallest_uniform_order", "weight_range", "series_radius"]
     return rec
 

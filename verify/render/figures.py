@@ -272,7 +272,8 @@ CAP_RANGE = (1, 60)
 def softcap_orders_caption() -> str:
     """The caption of :func:`draw_softcap_orders`: what is plotted, then its inputs."""
     return (
-        "Softcapping makes D4's bound uniform but not practical (D13): with every capped score "
+        "Taylor-N of the capped score, uniformly (D13; κ_N applied to capped scores, a parallel "
+        "form: no feature map): with every capped score "
         "in (−C, C), the smallest Taylor order N from which δ_N(C) stays below 1 (D4's output "
         "bound exists) and below 10⁻³, against the cap C; markers at the caps of the record's "
         "table. Both grow about linearly in C (δ_N(C) only falls once N exceeds C). Inputs: "
