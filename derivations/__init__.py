@@ -1,11 +1,12 @@
-"""Symbolic derivations D1-D16 (sympy; no torch), rendered into ``reports/derivations.md``.
+"""Symbolic derivations D1-D17 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
 imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
 records are split: numeric exports in ``truncation`` / ``rounding``, claims in
 ``truncation_claims``, ``truncation_checks`` / ``rounding_claims``, and ``derive()`` in
-``truncation_record`` / ``rounding_record``. The argument validators shared by the numeric
-functions live in ``_validate``.
+``truncation_record`` / ``rounding_record``; D17's lemmas are in ``kernel_arithmetic``, its record
+in ``kernel_arithmetic_record``. The argument validators shared by the numeric functions live in
+``_validate``.
 
 Run one derivation with ``python -m derivations.<module>``; all of them with
 ``attn-theory derive``.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-#: derivation id -> module name (in the order D1 ... D16)
+#: derivation id -> module name (in the order D1 ... D17)
 MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",
@@ -33,6 +34,7 @@ MODULES: dict[str, str] = {
     "D14": "sigmoid",
     "D15": "structure",
     "D16": "transform_rounding",
+    "D17": "kernel_arithmetic_record",
 }
 
 
