@@ -13,14 +13,13 @@ changes only the denominator's value, which the output bound divides by
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 
-def floored(result: Any, eps: float) -> Any:
-    """The oracle result of N/max(D, eps) from the one computed with eps = 0.
+def floored(result: Any, eps: float) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The exact output and weights of N/max(D, eps) from the oracle result with eps = 0.
 
     Args:
         result: an ``OracleResult`` (``verify.exact.oracle``) of the ``sum`` denominator with
@@ -29,8 +28,9 @@ def floored(result: Any, eps: float) -> Any:
         eps: the floor, > 0 (converted exactly).
 
     Returns:
-        the ``OracleResult`` with ``exact`` = N/max(D, eps) (0 on rows with no visible key),
-        ``float64`` rounded once from it, ``weights`` kappa_ts/max(D_t, eps) and ``eps``.
+        (exact, weights, eps): N/max(D, eps) (B, H, T, d_v) object (0 on rows with no visible
+        key), kappa_ts/max(D_t, eps) (B, H, T, S) object (0 where hidden) and eps as mpf; the
+        oracle (``verify.exact.oracle.reference``) puts them in its result.
 
     Raises:
         ValueError: eps not > 0 and finite, or a denominator mode other than ``sum``.
@@ -38,8 +38,6 @@ def floored(result: Any, eps: float) -> Any:
     import math
 
     import mpmath
-
-    from verify.exact.oracle import to_float64
 
     if not (isinstance(eps, (int, float)) and eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps: the floor max(D, eps) needs a finite eps > 0, got {eps!r}")
@@ -60,7 +58,7 @@ def floored(result: Any, eps: float) -> Any:
             for s in range(weights.shape[-1]):
                 kv = result.kernel_values[idx + (s,)]
                 weights[idx + (s,)] = kv / div if result.visible[idx + (s,)] else mpmath.mpf(0)
-    return replace(result, exact=out, float64=to_float64(out), weights=weights, eps=e)
+    return out, weights, e
 
 
 def floor_low(signed_sum: np.ndarray, B: np.ndarray, eps: float, gamma: float) -> np.ndarray:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -717,7 +717,9 @@ def reference(
         from verify.exact.eps_floor import floored
 
         eps = kwargs.pop("eps", 0.0)
-        return floored(reference(q, k, v, kernel=kernel, eps=0.0, **kwargs), eps)
+        res = reference(q, k, v, kernel=kernel, eps=0.0, **kwargs)
+        out, weights, e = floored(res, eps)
+        return replace(res, exact=out, float64=to_float64(out), weights=weights, eps=e)
     if callable(kernel) and not isinstance(kernel, str):
         return linear_reference(q, k, v, feature_map=kernel, **kwargs)
     if not isinstance(kernel, str):

@@ -12,10 +12,10 @@ eps a variant uses. With values 1 every output element is D_t / den_t, the varia
 rows whose output is not finite (0/0 of a vanishing kernel, an overflow) are left out. The
 smallest positive D_t whose row sum r_t is below 1 gives two candidates, eps = D/r (floor: r =
 D/eps where D < eps) and eps = D (1 - r)/r (add: r = D/(D + eps)), each taken as the shortest
-decimal within 2^10 units of roundoff of it when that fits. A convention is reported only when
-the variant's outputs on every row lie within the D10 bound of that convention's float64
-reference (``verify.exact.errors.attention_error_bound`` with ``eps_mode``): the same statement
-the battery then checks on its own inputs.
+decimal of the interval r_t +- its D10 bound maps to when that fits, else as computed. A
+convention is reported only when the variant's outputs on every row lie within the D10 bound of
+that convention's float64 reference (``verify.exact.errors.attention_error_bound`` with
+``eps_mode``): the same statement the battery then checks on its own inputs.
 """
 
 from __future__ import annotations
@@ -35,9 +35,6 @@ ROWS = 32
 #: exponents of the query scales: 2^e g for the positive rows, -2^e g for the negative ones
 POSITIVE_EXPONENTS = tuple(range(3, -43, -3))
 NEGATIVE_EXPONENTS = tuple(range(7, -9, -1))
-#: the relative width around an estimate within which the shortest decimal is tried, in units
-#: of roundoff of the computing precision
-ROUNDING_UNITS = 2.0**10
 
 
 def known_kernel(variant, report: ProbeReport) -> tuple[str | None, Any, str]:
@@ -111,7 +108,9 @@ def probe_denominator(run: Runner, report: ProbeReport, kernel, scale, causal: b
             d, rt = float(D[t]), float(r[t])
             for mode, est in (("add", d * (1 - rt) / rt), ("floor", d / rt)):
                 if found is None and est > 0 and math.isfinite(est):
-                    found = next(((e, mode) for e in _candidates(run, est) if fits(e, mode)), None)
+                    b = _model(run, kernel, scale, causal, q, k, v, est, mode)[1].bound[0, 0, t, 0]
+                    cands = _candidates(est, d, rt, float(b), mode)
+                    found = next(((e, mode) for e in cands if fits(e, mode)), None)
     norm["convention"] = {"tried": tried, "rows": int(T), "detail": _detail(found)}
     if found is None:
         return
@@ -141,29 +140,42 @@ def _rows(run: Runner, T: int):
     return run.exact(q), k, torch.ones(1, 1, T, DIM, dtype=torch.float64)
 
 
-def _candidates(run: Runner, est: float) -> list[float]:
-    """The shortest decimal within ``ROUNDING_UNITS`` units of roundoff of ``est``, then
-    ``est`` itself."""
-    from derivations import rounding as d10
-
-    width = ROUNDING_UNITS * d10.unit_roundoff(run.bound_dtype) * est
-    short = shortest_in(est - width, est + width)
+def _candidates(est: float, D: float, r: float, b: float, mode: str) -> list[float]:
+    """The shortest decimal among the eps that the row sum r +- b gives (add: D (1 - r)/r,
+    floor: D/r, both decreasing in r), then ``est`` itself."""
+    if not (0 < b < r and math.isfinite(b)):
+        return [est]
+    lo, hi = r + b, r - b
+    if mode == "add":
+        lo, hi = D * (1 - lo) / lo, D * (1 - hi) / hi
+    else:
+        lo, hi = D / lo, D / hi
+    short = shortest_in(max(lo, 0.0), hi) if 0 < hi and lo <= hi else est
     return [short, est] if short != est else [est]
 
 
-def _worst(run: Runner, kernel, scale, causal, q, k, v, o, eps: float, mode: str) -> float:
-    """max observed/bound of the outputs ``o`` against the convention's float64 reference and
-    its D10 bound in the computing precision (inf when nothing is comparable)."""
+def _model(run: Runner, kernel, scale, causal, q, k, v, eps: float, mode: str):
+    """(float64 reference, D10 ErrorBound in the computing precision) of the convention."""
     from verify.exact import errors
 
     kw = dict(causal=causal, scale=scale, eps=eps, eps_mode=mode if eps else "add")
     exp_lib = run.variant.exp_library or BLACK_BOX_EXP[run.device]
+    ref = errors.float64_reference(kernel, q, k, v, **kw)
+    eb = errors.attention_error_bound(
+        kernel, q, k, v, dtype=run.bound_dtype, exact=None, device=run.device,
+        exp_library=exp_lib, **kw,
+    )  # fmt: skip
+    return ref, eb
+
+
+def _worst(run: Runner, kernel, scale, causal, q, k, v, o, eps: float, mode: str) -> float:
+    """max observed/bound of the outputs ``o`` against the convention's float64 reference and
+    its D10 bound in the computing precision (inf when nothing is comparable); rows whose
+    output is not finite carry no statement."""
+    from verify.exact import errors
+
     try:
-        ref = errors.float64_reference(kernel, q, k, v, **kw)
-        eb = errors.attention_error_bound(
-            kernel, q, k, v, dtype=run.bound_dtype, exact=None, device=run.device,
-            exp_library=exp_lib, **kw,
-        )  # fmt: skip
+        ref, eb = _model(run, kernel, scale, causal, q, k, v, eps, mode)
         eb.bound = np.where(np.isfinite(o).all(-1, keepdims=True), eb.bound, np.inf)
         obs = errors.compare(np.nan_to_num(o), eb, ref)
     except (NotApplicable, ValueError):
