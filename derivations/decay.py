@@ -11,8 +11,14 @@ closed by a check in ``derive()``:
   state before the chunk decayed by gamma^(t-a+1) (all t, a);
 - the Taylor-N truncation is gamma^(t-s) kappa_N(x_ts) (decay times the truncated kernel): the
   decay cancels in the relative weight error, so D4's bound holds with r the radius of c q.k
-  alone (bias excluded). kappa_N of the *biased* score is a polynomial of degree N in t - s,
-  never gamma^(t-s) h(x): no decayed RNN computes it (N = 1..6 checked);
+  alone (bias excluded);
+- kappa_N of the *biased* score is a polynomial of degree N in n = t - s, never gamma^n h(x): no
+  scalar decay fits it (N = 1..6 checked). It has an exact finite-state recurrence all the same:
+  kappa_N(x - m n) = sum_j (-m n)^j / j! kappa_{N-j}(x) (proved, symbolic N: the coefficients of
+  x^i y^j on both sides), and the states R^(i) = sum_s (-m (t - s))^i / i! phi(k_s) v_s^T obey
+  R_t = exp(-m J) R_{t-1} + e_0 phi(k_t) v_t^T with J the nilpotent shift (a Jordan block: the
+  state of order i carries polynomials in n) -- exact instances checked. It is numerically poor:
+  its terms grow like (m n)^j / j! and cancel (a computed example in the record's table);
 - exact instances: decayed parallel == recurrent == chunked (symbolic q, k, v and gamma, both
   bases), the non-causal bias -m |t - s| as a forward plus a backward decayed RNN minus the
   diagonal term, and the first order as normalized linear attention with features (1, sqrt(c) k)
@@ -43,6 +49,15 @@ VALUE_DIM = 2
 CHUNK_SIZES = (1, 2, 3, 4)
 #: orders at which kappa_N of the biased score is shown not to be geometric in t - s
 BIASED_ORDERS = tuple(range(1, 7))
+#: orders at which the shift identity is also checked as a polynomial identity
+SHIFT_ORDERS = tuple(range(0, 9))
+#: instances of the Jordan-block recurrence: T = 4 tokens, d <= 2, N <= 3
+JORDAN_LENGTH = 4
+JORDAN_ORDERS = (1, 2, 3)
+#: (N, x, m n) of the conditioning table: the biased score x - m n is 0, kappa_N(0) = 1
+CONDITIONING = ((4, 2, 2), (8, 4, 4), (12, 6, 6), (16, 8, 8))
+#: the growth example: order, slope, length
+GROWTH = (8, Fraction(1, 2), 4096)
 #: the numeric instance (decayed Taylor-N vs exact ALiBi softmax)
 NUMERIC_ORDERS = tuple(range(1, 11))
 NUMERIC_SLOPE = Fraction(1, 2)
@@ -301,11 +316,12 @@ def _claim_biased_not_rnn(rec, f) -> None:
         return check
 
     rec.step(
-        r"$\kappa_N$ of the biased score is not a decayed RNN: a scalar-decay recurrence with "
+        r"$\kappa_N$ of the biased score has no *scalar* decay: a scalar-decay recurrence with "
         r"time-invariant features gives weights $\gamma^{t-s} h(q, k)$, geometric in "
         r"$n = t - s$, but $p(n) = \kappa_N(x - m n)$ is a polynomial of degree $N$ in $n$ "
         r"(leading coefficient $(-m)^N / N!$): $p(n+1) = \gamma\, p(n)$ forces $\gamma = 1$, "
-        r"and then $p(n+1) - p(n)$ has the nonzero leading coefficient $(-m)^N / (N-1)!$.",
+        r"and then $p(n+1) - p(n)$ has the nonzero leading coefficient $(-m)^N / (N-1)!$. "
+        r"A finite-state recurrence with a matrix transition still computes it (next steps).",
     )
     for order in BIASED_ORDERS:
         rec.verify(
@@ -313,6 +329,241 @@ def _claim_biased_not_rnn(rec, f) -> None:
             no_decay_fits(order),
             "symbolic x, m (m != 0 generic), gamma; coefficients in n solved for gamma",
         )
+
+
+SHIFT = (
+    "kappa_N(x + y) = sum_{j=0}^{N} y^j / j! kappa_{N-j}(x) (all N >= 0): both sides are "
+    "sum_{i+j<=N} x^i y^j / (i! j!)"
+)
+JORDAN = (
+    "biased Taylor-N == Jordan-block recurrence R_t = exp(-m J) R_{t-1} + e_0 phi(k_t) v_t^T, "
+    "read out sum_j <phi_{N-j}(q_t), R^(j)_t>"
+)
+
+
+def _claim_biased_recurrence(rec, f) -> None:
+    """kappa_N(x - m n) by the shift identity: exact recurrence, Jordan-block transition."""
+    import sympy
+
+    from derivations._latex import tex
+
+    i, j = sympy.symbols("i j", integer=True, nonnegative=True)
+    x, y = sympy.symbols("x y")
+    rec.statement["biased"] = tex(
+        r"\kappa_N(x - m n) = \sum_{j=0}^{N} \frac{(-m n)^j}{j!}\, \kappa_{N-j}(x) \qquad "
+        r"(x, m \in \mathbb{R},\ n \ge 0,\ N \ge 0)",
+        claim=SHIFT,
+    )
+    rec.statement["biased_recurrence"] = tex(
+        r"R^{(i)}_t = \sum_{l=0}^{i} \frac{(-m)^{i-l}}{(i-l)!} R^{(l)}_{t-1} + "
+        r"[i = 0]\, \phi(\tilde k_t) v_t^{T},\quad N_t = \sum_{j=0}^{N} "
+        r"\langle \phi_{N-j}(\tilde q_t), R^{(j)}_t \rangle \qquad \Bigl(R^{(i)}_t = "
+        r"\sum_{s \le t} \tfrac{(-m (t-s))^i}{i!}\, \phi_{N-j}(\tilde k_s) v_s^{T},\ "
+        r"0 \le i \le j;\ \text{exact, numerically poor}\Bigr)",
+        claim=f"{JORDAN} (symmetric basis)",
+    )
+    rec.step(
+        r"The shift identity: both sides of $\kappa_N(x + y) = \sum_{j \le N} \frac{y^j}{j!} "
+        r"\kappa_{N-j}(x)$ are $\sum_{i + j \le N} x^i y^j / (i!\, j!)$ -- on the left by "
+        r"the binomial theorem, the coefficient of $x^i y^j$ in $(x+y)^{i+j}/(i+j)!$ being "
+        r"$\binom{i+j}{i} / (i+j)!$; on the right by expanding $\kappa_{N-j}(x)$, whose terms "
+        r"$i \le N - j$ are the triangle $i + j \le N$. The coefficient:",
+        sympy.Eq(
+            sympy.binomial(i + j, i) / sympy.factorial(i + j),
+            1 / (sympy.factorial(i) * sympy.factorial(j)),
+            evaluate=False,
+        ),
+    )
+
+    def coefficient():
+        return sympy.simplify(
+            sympy.expand_func(
+                sympy.binomial(i + j, i) / sympy.factorial(i + j)
+                - 1 / (sympy.factorial(i) * sympy.factorial(j))
+            )
+        )
+
+    rec.prove(
+        SHIFT,
+        lambda: coefficient() == 0,
+        "symbolic i, j >= 0 (so every N): binomial(i+j, i)/(i+j)! = 1/(i! j!), sympy "
+        "expand_func; the triangle i + j <= N is the index set of both sides",
+    )
+
+    def kap(order, arg):
+        return sum(arg**n / sympy.factorial(n) for n in range(order + 1))
+
+    rec.verify(
+        "shift identity as a polynomial identity in x, y",
+        lambda: all(
+            sympy.expand(
+                kap(order, x + y)
+                - sum(y**jj / sympy.factorial(jj) * kap(order - jj, x) for jj in range(order + 1))
+            )
+            == 0
+            for order in SHIFT_ORDERS
+        ),
+        f"N = {SHIFT_ORDERS[0]}..{SHIFT_ORDERS[-1]} (an independent re-check of the proof)",
+    )
+    rec.step(
+        r"The recurrence: with $y = -m n$ and $\kappa_{N-j}(c\, q \cdot k) = "
+        r"\langle \phi_{N-j}(\tilde q), \phi_{N-j}(\tilde k) \rangle$ (D1, orders "
+        r"$\le N - j$), the biased numerator is $\sum_j \langle \phi_{N-j}(\tilde q_t), "
+        r"R^{(j)}_t \rangle$ with $R^{(i)}_t = \sum_{s \le t} (-m(t-s))^i / i!\, "
+        r"\phi(\tilde k_s) v_s^T$. As $(t - s)^i / i! = \sum_{l \le i} (t-1-s)^l / l! \cdot "
+        r"1/(i-l)!$ (the binomial theorem again), the states of one feature obey "
+        r"$R_t = e^{-m J} R_{t-1} + e_0\, \phi(\tilde k_t) v_t^T$ with $J$ the nilpotent shift "
+        r"$(J R)^{(i)} = R^{(i-1)}$: a unipotent transition, similar to one Jordan block, whose "
+        r"state of order $i$ carries polynomials of degree $i$ in $n$. The decay "
+        r"$\gamma = e^{-m}$ of the unbiased score is its scalar analogue. Instances: symbolic "
+        r"$q, k, v, m$ and $r = \sqrt{c}$ in $\mathbb{Q}[m, r, q, k, v]$, numerator and "
+        r"denominator, against the parallel form with $\kappa_N$ from sympy's series of exp.",
+    )
+
+    def jordan(basis):
+        def check():
+            for d in DIMS:
+                m, r, q, k, v, one = _ring(JORDAN_LENGTH, d, VALUE_DIM)
+                ones = [[one] for _ in range(JORDAN_LENGTH)]
+                for order in JORDAN_ORDERS:
+                    coeffs = _exp_coeffs(order)
+                    for vals in (v, ones):
+                        ref = _biased_parallel(q, k, vals, r, m, coeffs, one)
+                        rows = _jordan_scan(q, k, vals, order, r, m, basis, f, one)
+                        if rc._same(rows, ref) != f["biased_recurrence_exists"]:
+                            return False
+            return True
+
+        return check
+
+    for basis in ("tensor", "symmetric"):
+        rec.verify(
+            f"{JORDAN} ({basis} basis)",
+            jordan(basis),
+            f"T = {JORDAN_LENGTH}, d in {DIMS}, N in {JORDAN_ORDERS}, d_v = {VALUE_DIM}, "
+            "symbolic m; numerator and denominator separately",
+        )
+    _claim_biased_conditioning(rec)
+
+
+def _biased_parallel(q, k, v, r, m, coeffs, one):
+    """sum_{s <= t} kappa_N(r^2 q_t.k_s - m (t - s)) v_s (kappa_N from sympy's series of exp)."""
+    rows = []
+    for t in range(len(q)):
+        num = [0 * one] * len(v[0])
+        for s in range(t + 1):
+            w = rc._kappa(r * r * rc._dot(q[t], k[s], one) - m * (t - s), coeffs, one)
+            num = [acc + w * vj for acc, vj in zip(num, v[s])]
+        rows.append(num)
+    return rows
+
+
+def _jordan_scan(q, k, v, order, r, m, basis, f, one):
+    """R^(j) blocks (j = 0..N) over the features of orders <= N - j; transition exp(-m J)."""
+    from sympy import QQ
+
+    step = [QQ(1, math.factorial(p)) * (-m) ** p for p in range(order + 1)]
+    blocks = [None] * (order + 1)  # blocks[j][i]: the order-i state over phi_{N-j}
+    rows = []
+    for t in range(len(q)):
+        out = [0 * one] * len(v[t])
+        for j in range(order + 1):
+            kf = rc._features([r * x for x in k[t]], order - j, basis, f, one)
+            if blocks[j] is None:
+                blocks[j] = [[[0 * one] * len(v[t]) for _ in kf] for _ in range(j + 1)]
+            old = blocks[j]
+            new = []
+            for i in range(j + 1):
+                st = [
+                    [sum((step[i - l] * old[l][a][b] for l in range(i + 1)), 0 * one)
+                     for b in range(len(v[t]))]
+                    for a in range(len(kf))
+                ]  # fmt: skip
+                if i == 0:
+                    st = [[sj + mono * vj for sj, vj in zip(row, v[t])]
+                          for row, (_, mono) in zip(st, kf)]  # fmt: skip
+                new.append(st)
+            blocks[j] = new
+            qf = rc._features([r * x for x in q[t]], order - j, basis, f, one)
+            out = [o + x for o, x in zip(out, rc._readout(qf, new[j]))]
+        rows.append(out)
+    return rows
+
+
+def biased_recurrence_conditioning(order: int, score, shift) -> list:
+    """[exact, sum |a_j|, condition, rel. error float32, bound float32, rel. error float64,
+    bound float64] of kappa_N(x - y) = sum_j a_j, a_j = (-y)^j / j! kappa_{N-j}(x) (D12).
+
+    The terms a_j are what the Jordan-block recurrence reads out for one key at distance n
+    (y = m n); each is rounded once to the format and summed left to right, every operation
+    rounded exactly (D10's ``round_to_bits``). The bound gamma_{N+1}(u) sum |a_j| / |exact| is
+    Higham's (eq. 4.4 with one rounding per term); the condition is sum |a_j| / |exact|.
+
+    Raises:
+        TypeError / ValueError: ``order`` not an int >= 0; ``score``, ``shift`` not rationals.
+    """
+    from derivations.rounding import gamma, round_to_bits
+
+    order = check_int("order", order, 0)
+    x, y = Fraction(score), Fraction(shift)
+    terms = [
+        Fraction((-y) ** j) / math.factorial(j) * tr.kappa(order - j, x) for j in range(order + 1)
+    ]
+    exact = tr.kappa(order, x - y)
+    total = sum(abs(a) for a in terms)
+    out = [float(exact), float(total), float(total / abs(exact))]
+    for bits, emin in ((24, -126), (53, -1022)):
+        acc = Fraction(0)
+        for a in terms:
+            acc = round_to_bits(acc + round_to_bits(a, bits, emin), bits, emin)
+        u = 2.0**-bits
+        out += [float(abs(acc - exact) / abs(exact)), gamma(order + 1, u) * out[2]]
+    return out
+
+
+def _claim_biased_conditioning(rec) -> None:
+    rows = [[n, x, y] + biased_recurrence_conditioning(n, x, y) for n, x, y in CONDITIONING]
+    rec.tables["biased_conditioning"] = (
+        [
+            "N",
+            "x",
+            "m n",
+            "kappa_N(x - m n)",
+            "sum |a_j|",
+            "condition",
+            "rel. error float32",
+            "bound float32",
+            "rel. error float64",
+            "bound float64",
+        ],
+        rows,
+    )
+    order, slope, length = GROWTH
+    grow = max(Fraction((slope * length) ** i) / math.factorial(i) for i in range(order + 1))
+    rec.step(
+        r"Exact but numerically poor: the terms $a_j = (-m n)^j / j!\, \kappa_{N-j}(x)$ "
+        r"alternate in sign and grow like $(m n)^j / j!$ while their sum may be small. The table "
+        r"puts the biased score at $x - m n = 0$ ($\kappa_N(0) = 1$): each term rounded once, "
+        r"summed left to right, every rounding exact (D10's emulation); the observed relative "
+        r"error follows the condition $\sum_j \lvert a_j \rvert / \lvert \kappa_N \rvert$ "
+        r"and stays within Higham's $\gamma_{N+1}(u)$ times it; at "
+        f"N = {CONDITIONING[-1][0]} (condition {rows[-1][5]:.2g}) the float32 sum is off by "
+        f"{rows[-1][6]:.1%} of the exact 1. The states grow too: the "
+        rf"order-$i$ state of one key holds $(m t)^i / i!$, {float(grow):.2g} at "
+        rf"$N = {order}$, $m = {slope}$, $T = {length}$ (float16's largest is 65504). And "
+        r"$\kappa_N(x - m n)$ approximates $e^{x - m n}$ only while $\lvert x - m n \rvert$ is "
+        r"within D4's radius; the decayed form $\gamma^n \kappa_N(x)$ keeps the bias exact.",
+    )
+    rec.verify(
+        "the biased recurrence is ill-conditioned: float32 errors within gamma_{N+1}(u) times the "
+        "condition, which exceeds 1e3 from N = 8, x = m n = 4 on",
+        lambda: (
+            all(r[6] <= r[7] and r[8] <= r[9] for r in rows)
+            and all(r[5] > 1e3 for r in rows[1:])
+            and rows[-1][6] > 1e-2
+        ),
+        f"(N, x, m n) in {CONDITIONING}, float32 and float64 emulated exactly",
+    )
 
 
 # -- exact instances ------------------------------------------------------------------------------
@@ -606,8 +857,9 @@ def derive(**wrong) -> Derivation:
     Keyword overrides (wrong-statement tests): ``bias_sign`` (1 right; -1 puts the bias
     +m (t - s) in the factorization), ``chunk_decay_extra`` (0 right; 1 decays the state read
     in the chunked form once too often), ``biased_fits`` (False right; True claims a decay
-    fits kappa_N of the biased score), ``taylor_coefficient`` / ``multi_indices`` /
-    ``monomial_weight`` (feature-map exports).
+    fits kappa_N of the biased score), ``biased_recurrence_exists`` (True right; False states
+    the old claim that no recurrence computes kappa_N of the biased score),
+    ``taylor_coefficient`` / ``multi_indices`` / ``monomial_weight`` (feature-map exports).
 
     Raises:
         TypeError: an unknown override name.
@@ -621,6 +873,7 @@ def derive(**wrong) -> Derivation:
             "bias_sign": 1,
             "chunk_decay_extra": 0,
             "biased_fits": False,
+            "biased_recurrence_exists": True,
         },
     )
     rec = Derivation("D12", "ALiBi and decay: causal softmax with a linear bias as decayed RNNs")
@@ -638,6 +891,7 @@ def derive(**wrong) -> Derivation:
     _claim_chunk(rec, f)
     _claim_relative(rec)
     _claim_biased_not_rnn(rec, f)
+    _claim_biased_recurrence(rec, f)
     _claim_forms_agree(rec, f)
     _claim_non_causal(rec, f)
     _claim_numeric(rec)

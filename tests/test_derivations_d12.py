@@ -1,13 +1,16 @@
 """D12 (derivations.decay): ALiBi softmax as decayed RNNs. The record holds, each wrong statement
 (bias sign flipped, decay once too often in the chunked form, a decay claimed for kappa_N of the
-biased score, a wrong feature map) makes its claim fail, and the exports follow their formulas."""
+biased score, no recurrence claimed for it, a wrong feature map) makes its claim fail, and the
+exports follow their formulas."""
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
+import sympy
 
 from derivations import decay
 from derivations import feature_maps as fm
@@ -102,3 +105,71 @@ def test_decay_slope_round_trip():
         decay.slope_from_decay(0.0)
     with pytest.raises(TypeError, match="decay"):
         decay.slope_from_decay("0.5")
+
+
+def test_no_recurrence_statement_fails():
+    """The old statement (no recurrence computes kappa_N of the biased score) fails the Jordan-block
+    check in both bases; nothing else fails."""
+    failed = _failed(decay.derive(biased_recurrence_exists=False))
+    assert failed == [f"{decay.JORDAN} (tensor basis)", f"{decay.JORDAN} (symmetric basis)"]
+
+
+def test_biased_statement_and_step_wording(record):
+    """Step 5 says *scalar* decay, the record states the exact recurrence and its caveat."""
+    texts = [s.text for s in record.steps]
+    assert not any("no decayed RNN computes it" in t or "is not a decayed RNN" in t for t in texts)
+    assert any("has no *scalar* decay" in t and "matrix transition" in t for t in texts)
+    assert any("numerically poor" in t and "Jordan block" not in t for t in texts)
+    assert "numerically poor" in record.statement["biased_recurrence"].latex()
+    statuses = {c.name: c.status for c in record.claims}
+    assert statuses[decay.SHIFT] is Status.PROVED
+    assert statuses[f"{decay.JORDAN} (symmetric basis)"] is Status.VERIFIED
+
+
+def test_shift_identity_and_transition_independently():
+    """kappa_N(x + y) = sum_j y^j/j! kappa_{N-j}(x) at random rationals (exact), and exp(-m J) of
+    the nilpotent shift has the entries (-m)^(i-l)/(i-l)! the recurrence uses (sympy's exp)."""
+    import random
+
+    def kappa(n, z):
+        return sum(Fraction(z) ** i / math.factorial(i) for i in range(n + 1))
+
+    rng = random.Random(5)
+    for _ in range(50):
+        n = rng.randint(0, 10)
+        x, y = Fraction(rng.randint(-40, 40), 7), Fraction(rng.randint(-40, 40), 3)
+        rhs = sum(y**j / math.factorial(j) * kappa(n - j, x) for j in range(n + 1))
+        assert kappa(n, x + y) == rhs
+    m = sympy.Symbol("m")
+    size = 5
+    shift = sympy.Matrix(size, size, lambda i, j: 1 if i == j + 1 else 0)
+    expm = (-m * shift).exp()
+    for i in range(size):
+        for j in range(size):
+            want = (-m) ** (i - j) / sympy.factorial(i - j) if j <= i else 0
+            assert sympy.simplify(expm[i, j] - want) == 0
+
+
+def test_biased_conditioning_reproduced_in_numpy(record):
+    """The float32 column of the conditioning table, reproduced with numpy float32 arithmetic:
+    the terms a_j rounded to float32 and summed in float32 lose digits as the condition grows,
+    within Higham's gamma_{N+1}(u) sum|a_j| (D10), and the N = 16 row is off by more than 1 %."""
+    rows = record.tables["biased_conditioning"][1]
+    u = 2.0**-24
+    for n, x, y, exact, total, cond, err32, bound32, _, _ in rows:
+        terms = [
+            Fraction(-y) ** j
+            / math.factorial(j)
+            * sum(Fraction(x) ** i / math.factorial(i) for i in range(n - j + 1))
+            for j in range(n + 1)
+        ]
+        assert exact == 1.0 and float(sum(terms)) == 1.0
+        acc = np.float32(0)
+        for a in terms:
+            acc = np.float32(acc + np.float32(float(a)))
+        rel = abs(float(acc) - 1.0)
+        gamma = (n + 1) * u / (1 - (n + 1) * u)
+        assert total == float(sum(abs(a) for a in terms)) and cond == total
+        assert rel <= gamma * total and rel <= bound32
+        assert rel == err32  # numpy's float32 sum is the record's exact emulation
+    assert rows[-1][6] > 1e-2 and rows[-1][5] > 1e6
