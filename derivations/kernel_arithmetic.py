@@ -112,7 +112,7 @@ FAST_LOG_F32_ULPS = ulps_from_exact(3.0, "correctly rounded")
 TF32_BITS = 11
 
 ACCUMULATIONS = ("nearest", "truncate")
-EXP_ARGUMENTS = ("subtract", "fma-scaled")
+EXP_ARGUMENTS = ("subtract", "fma-scaled", "mul-sub-scaled")
 SOFTCAP_ARGUMENTS = ("divide", "reciprocal", "scaled")
 ALIBI_ANCHORS = ("distance", "key-index", "either")
 NORMALIZATIONS = ("divide", "reciprocal")
@@ -128,7 +128,7 @@ class KernelArithmetic(NamedTuple):
     Fields: ``accumulation`` of matrix-product sums (``nearest`` | ``truncate``); ``tf32``
     (float32 matrix inputs rounded to TF32); ``exp_ulps`` (None: the device's cited exp);
     ``exp_argument`` (``subtract``: exp(fl(x - m)); ``fma-scaled``: exp2(fma(x, c log2 e,
-    -m c log2 e))); ``tanh_rel`` (None: the library's ``TANH_ULPS``); ``softcap_argument``
+    -m c log2 e)); ``mul-sub-scaled``: the same with a rounded product first); ``tanh_rel`` (None: the library's ``TANH_ULPS``); ``softcap_argument``
     (:data:`SOFTCAP_ARGUMENTS`); ``softcap_product`` (C tanh rounded on its own, or folded into
     the exponent's scale); ``bias_roundings`` (roundings of an ALiBi bias value before it is
     added); ``alibi_anchor`` (``distance``: -m |t' - s|; ``key-index``: +m s on causal rows, the
@@ -170,12 +170,13 @@ class KernelArithmetic(NamedTuple):
 
 
 #: FlashAttention-2 as its sources state it (csrc/flash_attn/src/softmax.h, utils.h, alibi.h,
-#: flash_api.cpp; built with --use_fast_math), tensor cores per Fasi et al.
+#: flash_api.cpp; built with --use_fast_math), tensor cores per Fasi et al.; the exponent's
+#: unfused form (PyTorch's build) is the larger bound and contains the FFMA one
 FLASH_ATTENTION_2 = KernelArithmetic(
     name="flash-attention-2",
     accumulation="truncate",
     exp_ulps=EX2_APPROX_F32_ULPS.value,
-    exp_argument="fma-scaled",
+    exp_argument="mul-sub-scaled",
     tanh_rel=TANH_APPROX_F32_REL.value,
     softcap_argument="scaled",
     softcap_product=False,
@@ -185,10 +186,11 @@ FLASH_ATTENTION_2 = KernelArithmetic(
     div_ulps=LIBRARY_DIV_ULPS["cuda-fast-div"].value,
     flush_to_zero=True,
 )
-#: the default per device: the CPU's torch kernels (D10 as stated); on CUDA the envelope of the
-#: kernels people run there (FlashAttention-2's arithmetic covers SDPA's flash and the eager
-#: path's tensor-core GEMMs, whose products also truncate)
-DEVICE_DEFAULTS = {"cpu": KernelArithmetic(), "cuda": FLASH_ATTENTION_2}
+#: the default per device, for a kernel that declares no arithmetic: on the CPU D10 as stated,
+#: with an ALiBi bias anchored either way (a key-indexed bias is as common as the distance
+#: form); on CUDA FlashAttention-2's arithmetic, whose departures contain those of SDPA's flash
+#: path and of the eager path's tensor-core GEMMs (whose sums also truncate)
+DEVICE_DEFAULTS = {"cpu": KernelArithmetic(alibi_anchor="either"), "cuda": FLASH_ATTENTION_2}
 PRESETS = {"cpu": KernelArithmetic(), "flash-attention-2": FLASH_ATTENTION_2}
 
 
@@ -241,16 +243,20 @@ def tf32_product_rel(tf32: bool) -> float:
     return (1.0 + ut) ** 2 - 1.0
 
 
-def fused_exponent_abs_error(shift_abs, max_abs, u: float):
-    """|e_hat - (x - m)| for the exponent of exp2(fma(x, s, -fl(m s))) / log2 e, s = fl(c log2 e)
-    the scale's rounded product, per key (derived; floats or arrays):
+def fused_exponent_abs_error(shift_abs, max_abs, u: float, *, fused: bool = True):
+    """|e_hat - (x - m)| for the exponent of exp2(x s - fl(m s)) / log2 e, s = fl(c log2 e) the
+    scale's rounded product, per key, up to a part common to the row (derived; floats or
+    arrays). fl(m s) = m s (1 + d2) is common to the row and cancels in N / D (D6) except where
+    a later rounding multiplies it:
 
-        fl(m s) = m s (1 + d2) is common to the row; fma rounds once: e_hat = [(x - m) s -
-        m s d2](1 + d3), s = c log2 e (1 + d1), so in natural units |e_hat - (x - m)| <=
-        gamma_2 |x - m| + u^2 (1 + u) |m| (the d2 d3 cross term: the only part not common to the
-        row; the common part cancels in N / D, D6).
+    * ``fused`` (one FMA, FlashAttention-2's FFMA): e_hat = [(x - m) s - m s d2](1 + d3),
+      s = c log2 e (1 + d1): |e_hat - (x - m) - common| <= gamma_2 |x - m| + u^2 (1 + u) |m|;
+    * unfused (``fused=False``: fl(fl(x s) - fl(m s)), PyTorch's build of the same kernel with
+      UNFUSE_FMA): e_hat = [(x - m) s (1 + d1') + m s (d1' - d2)](1 + d3), the product's own
+      d1' is not common: |e_hat - (x - m) - common| <= gamma_3 |x - m| + u (1 + 2u)(1 + u) |m|.
 
-    ``shift_abs`` bounds |x - m| (scaled units), ``max_abs`` |m|. The score error e_x adds on top.
+    In natural units (divided by log2 e); ``shift_abs`` bounds |x - m| (scaled units),
+    ``max_abs`` |m|. The score error e_x adds on top.
 
     Raises:
         TypeError, ValueError: bad arguments.
@@ -258,7 +264,9 @@ def fused_exponent_abs_error(shift_abs, max_abs, u: float):
     uu = _unit(u)
     sh = check_real("shift_abs", shift_abs, nonneg=True, array_ok=True)
     m = check_real("max_abs", max_abs, nonneg=True, array_ok=True)
-    return _result(gamma(2, uu) * sh + uu * uu * (1.0 + uu) * m)
+    if fused:
+        return _result(gamma(2, uu) * sh + uu * uu * (1.0 + uu) * m)
+    return _result(gamma(3, uu) * sh + uu * (1.0 + 2.0 * uu) * (1.0 + uu) * m)
 
 
 def reciprocal_normalization_rel(u: float, rcp_ulps: float) -> float:
@@ -304,12 +312,38 @@ def split_kv_scale_rel(lse_abs, combined_lse_abs, lse_gap_abs, u: float, exp_ulp
     return _result(grown)
 
 
+def split_kv_weighted_scale_rel(lse_abs, combined_lse_abs, n_splits: int, u: float, exp_ulps):
+    """A bound on sum_i s_i theta_i, the scales' relative errors weighted by the exact scales
+    s_i = exp(-g_i), g_i = L - L_i >= 0, sum_i s_i = 1 (derived; floats or arrays):
+
+        theta_i <= [e^{a + b}(1 + r) - 1] + e^{a + b}(1 + r)(e^{u g_i} - 1) and
+        e^{-g}(e^{u g} - 1) <= u g e^{-(1 - u) g} <= u / ((1 - u) e), so
+        sum_i s_i theta_i <= e^{a + b}(1 + r) - 1 + P e^{a + b}(1 + r) u / ((1 - u) e),
+
+    a = ``lse_abs`` (every split's |L_hat_i - L_i|), b = ``combined_lse_abs`` (|L_hat - L|),
+    r = 2 exp_ulps u. The subtraction's error u g_i grows with a split's distance below the
+    combined L, but that split's weight e^{-g_i} shrinks faster: no bound on g_i is needed.
+    :func:`split_kv_output_bound` takes it as its ``scale_rel`` (it is linear in s_i theta_i).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    uu = _unit(u)
+    a = check_real("lse_abs", lse_abs, nonneg=True, array_ok=True)
+    b = check_real("combined_lse_abs", combined_lse_abs, nonneg=True, array_ok=True)
+    p = check_int("n_splits", n_splits, 1)
+    with np.errstate(over="ignore"):
+        grow = np.exp(a + b) * (1.0 + ulps_to_relative(exp_ulps, uu))
+    return _result(grow - 1.0 + p * grow * uu / ((1.0 - uu) * np.e))
+
+
 def split_kv_output_bound(split_bound, split_output_abs, scale_rel, n_splits: int, u: float):
     """|o_hat - o| for o = sum_i s_i o_i (s_i = exp(L_i - L), sum_i s_i = 1) computed from
     partial outputs o_hat_i with |o_hat_i - o_i| <= beta (``split_bound``), |o_i| <= a
     (``split_output_abs``) and scales s_hat_i = s_i (1 + theta_i), |theta_i| <= theta
-    (``scale_rel``), summed in P = ``n_splits`` products and additions (derived; floats or
-    arrays, elementwise):
+    (``scale_rel``; or theta a bound on sum_i s_i theta_i, :func:`split_kv_weighted_scale_rel`:
+    every term below is linear in s_i theta_i), summed in P = ``n_splits`` products and additions
+    (derived; floats or arrays, elementwise):
 
         o_hat - o = sum_i s_i [(1 + theta_i)(o_hat_i - o_i) + theta_i o_i] + rounding, so
         |o_hat - o| <= (1 + theta) beta + theta a + gamma_P (1 + theta)(a + beta).
@@ -358,8 +392,8 @@ def describe(arith: KernelArithmetic) -> str:
         parts.append("TF32 matrix inputs")
     if arith.exp_ulps is not None:
         parts.append(f"exp within {arith.exp_ulps:g} ulps")
-    if arith.exp_argument == "fma-scaled":
-        parts.append("exponent by one FMA (exp2)")
+    if arith.exp_argument != "subtract":
+        parts.append(f"exponent {arith.exp_argument} (exp2)")
     if arith.tanh_rel is not None:
         parts.append(f"tanh relative error {arith.tanh_rel:.3g}")
     if arith.softcap_argument != "divide":
@@ -393,6 +427,7 @@ EXPORTS = (
     "reciprocal_normalization_rel",
     "flushed_abs_error",
     "split_kv_scale_rel",
+    "split_kv_weighted_scale_rel",
     "split_kv_output_bound",
     "fast_log_abs_error",
 )

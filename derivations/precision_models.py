@@ -28,6 +28,9 @@ plus the lemmas here:
   gamma_{b - 1 + ceil(n/b) - 1} (P. Blanchard, N. J. Higham, T. Mary, SIAM J. Sci. Comput. 42(3),
   2020, eq. 2.4): :func:`summation_index`, :func:`accumulation_gamma`, which says "not
   applicable" with the reason where no gamma exists. Never inferred by a probe, only declared.
+* ``envelope``: the elementwise largest of the ``fused``, ``eager`` and ``online:16`` bounds;
+  each bounds its own arithmetic, so their maximum bounds a kernel that computes by any of them
+  (the model of a bf16/fp16 kernel that declares none).
 
 Backward (dq, dk, dv) of softmax attention, in FlashAttention-2's order (Algorithm 2): P
 recomputed from the log-sum-exp L (:func:`lse_abs_error`, :func:`recomputed_weight_rel`),
@@ -54,7 +57,7 @@ from derivations.rounding import (
     ulps_to_relative,
 )
 
-MODELS = ("two-level", "fused", "online", "eager", "input-accumulation")
+MODELS = ("two-level", "fused", "online", "eager", "input-accumulation", "envelope")
 #: the models a probe may infer (float32 accumulation); input-type accumulation is only declared
 INFERABLE = ("two-level", "fused", "online", "eager")
 SCHEMES = ("recursive", "pairwise", "blocked")
@@ -71,6 +74,8 @@ MODEL_SOURCES = {
     "Face transformers' eager_attention_forward)",
     "input-accumulation": "Higham eq. 4.4 (recursive), eq. 4.6 (pairwise); Blanchard, Higham, "
     "Mary, SIAM J. Sci. Comput. 42(3) 2020 (blocked)",
+    "envelope": "the elementwise largest of the fused, eager and online:16 bounds (each a "
+    "bound of its own arithmetic, so their maximum bounds any of them)",
 }
 
 #: maximum error of log in ulps of the exact result (the log-sum-exp of the backward pass)
@@ -111,14 +116,15 @@ class PrecisionModel(NamedTuple):
 
 
 def parse_precision(spec: str) -> PrecisionModel:
-    """``two-level`` | ``fused`` | ``eager`` | ``online:B`` | ``input-accumulation:recursive``
-    | ``input-accumulation:pairwise`` | ``input-accumulation:blocked:B`` -> PrecisionModel.
+    """``two-level`` | ``fused`` | ``eager`` | ``envelope`` | ``online:B`` |
+    ``input-accumulation:recursive`` | ``input-accumulation:pairwise`` |
+    ``input-accumulation:blocked:B`` -> PrecisionModel.
 
     Raises:
         ValueError: naming ``precision`` and the accepted forms.
     """
     expected = (
-        "expected two-level, fused, eager, online:B, input-accumulation:recursive, "
+        "expected two-level, fused, eager, envelope, online:B, input-accumulation:recursive, "
         "input-accumulation:pairwise or input-accumulation:blocked:B (B a positive integer)"
     )
     if not isinstance(spec, str):
@@ -131,7 +137,7 @@ def parse_precision(spec: str) -> PrecisionModel:
             raise ValueError(f"precision: {expected}, got {spec!r}")
         return int(text)
 
-    if name in ("two-level", "fused", "eager") and len(parts) == 1:
+    if name in ("two-level", "fused", "eager", "envelope") and len(parts) == 1:
         return PrecisionModel(name)
     if name == "online" and len(parts) == 2:
         return PrecisionModel(name, block=block(parts[1]))

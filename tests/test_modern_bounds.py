@@ -112,12 +112,3 @@ def test_decayed_taylor_reference_is_exact_on_dyadic_inputs():
     ref = exact_reference(q, k, v, DECAYS, lambda x: [Fraction(1)] + list(x)).numpy()
     got = structured_reference(q, k, v, kernel="taylor:1", scale=1.0, causal=True, decay=DECAYS)
     assert np.array_equal(got, ref)
-
-
-def test_precision_models_refuse_transformed_scores():
-    q, k, v = qkv(dtype=torch.float32)
-    with pytest.raises(ValueError, match="two-level"):
-        attention_error_bound(
-            "softmax", q.bfloat16(), k.bfloat16(), v.bfloat16(), dtype="bfloat16",
-            precision="fused", softcap=2.0,
-        )  # fmt: skip

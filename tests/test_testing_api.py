@@ -71,7 +71,7 @@ def test_one_element_a_few_ulps_beyond_the_bound_is_rejected():
     text = str(info.value)
     assert "Mismatched elements: 1 / 65536" in text
     assert "at index (0, 1, 300, 7)" in text and "ulps of bfloat16" in text
-    assert "precision model 'fused'" in text
+    assert "precision model 'envelope'" in text
 
 
 def test_tolerance_is_tighter_than_a_unit_roundoff_model_where_it_can_be():
@@ -146,9 +146,10 @@ def test_readme_example_passes_in_bfloat16_under_the_eager_model(tmp_path):
     assert {r["status"] for r in out["results"]} == {"pass"} and len(out["results"]) == 4
 
 
-def test_bf16_accumulation_fails_against_the_default_fused_model():
+def test_bf16_accumulation_fails_against_the_default_envelope_model():
     """A kernel accumulating P.V in bf16 on long rows, checked as a plain function in bf16: no
-    model bit-matches it, so the default (fused) model decides, and dtype-agreement fails."""
+    model bit-matches it, so the default (envelope: fused, eager, online:16) model decides, and
+    dtype-agreement fails."""
     import lowprec_variants as lv
 
     from verify import profiles
@@ -166,7 +167,7 @@ def test_bf16_accumulation_fails_against_the_default_fused_model():
             get("dtype-agreement"), variant, RunContext(dtype="bfloat16", max_examples=1)
         )
     assert res.status == "fail" and res.max_ratio > 1
-    assert "precision model fused" in res.reason
+    assert "precision model envelope" in res.reason
 
 
 def test_pytest_plugin_runs_the_bfloat16_battery(tmp_path):

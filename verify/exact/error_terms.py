@@ -342,20 +342,34 @@ def normalized_scores(q: np.ndarray, k: np.ndarray, c: float, u: float):
     return x, e_x, inflate(c * unit_abs, 1)
 
 
-def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float):
+def transformed_scores(
+    x: np.ndarray, e_x: np.ndarray, transform: dict, u: float, *, arith=None, tanh_rel=None
+):
     """Scores (..., T, S) and their error bound after softcapping, then a given additive bias
     (D16's ALiBi bound with b = |bias|: one rounded addition; its u b term, the rounding of
     fl(m d), only adds margin for an exact bias), then the ALiBi bias.
 
-    The bias is -m_h |t' - s| with t' = t + S - T (``verify.attention.structure``).
+    The bias is -m_h |t' - s| with t' = t + S - T (``verify.attention.structure``). ``arith``
+    (D17's ``KernelArithmetic``, default D10's) sets the softcap's argument roundings, tanh
+    error and cap product, the ALiBi bias's roundings and anchor (``key-index``: the bias
+    m_h s FlashAttention adds on causal rows, same softmax; ``either``: the larger magnitude);
+    ``tanh_rel`` overrides the tanh's relative error.
     """
+    from derivations import kernel_arithmetic as ka
+
+    arith = ka.parse_arithmetic(arith)
     cap = transform.get("softcap")
     if cap is not None:
+        k_arg = ka.SOFTCAP_ARGUMENT_ROUNDINGS[arith.softcap_argument]
+        r_tanh = tanh_rel if tanh_rel is not None else ka.tanh_relative(arith, u)
         e_x = vec(
-            lambda ex, xa: d16.softcap_score_abs_error(ex, xa, cap, u, d16.TANH_ULPS.value),
+            lambda ex, xa: d16.softcap_score_abs_error(
+                ex, xa, cap, u, d16.TANH_ULPS.value, argument_roundings=k_arg,
+                tanh_rel=r_tanh, product_rounded=arith.softcap_product,
+            ),
             e_x,
             np.abs(x),
-        )
+        )  # fmt: skip
         x = cap * np.tanh(x / cap)
     given = transform.get("bias")
     if given is not None:  # an additive score bias given exactly: one rounded addition
@@ -368,9 +382,19 @@ def transformed_scores(x: np.ndarray, e_x: np.ndarray, transform: dict, u: float
     if slopes is not None:
         T, S = x.shape[-2], x.shape[-1]
         dist = np.abs(np.arange(T)[:, None] + (S - T) - np.arange(S)[None, :])
-        bias = np.asarray(slopes, dtype=np.float64)[:, None, None] * dist  # (H, T, S)
-        bias = np.broadcast_to(bias, x.shape)
-        e_x = vec(lambda ex, xa, b: d16.alibi_score_abs_error(ex, xa, b, u), e_x, np.abs(x), bias)
+        slope = np.asarray(slopes, dtype=np.float64)[:, None, None]
+        bias = np.broadcast_to(slope * dist, x.shape)  # (H, T, S)
+        size = bias  # the magnitude of the bias the kernel adds (its rounding scales with it)
+        if arith.alibi_anchor != "distance":
+            keyed = np.broadcast_to(slope * np.arange(S)[None, :], x.shape)
+            size = keyed if arith.alibi_anchor == "key-index" else np.maximum(bias, keyed)
+        kb = arith.bias_roundings
+        e_x = vec(
+            lambda ex, xa, b: d16.alibi_score_abs_error(ex, xa, b, u, bias_roundings=kb),
+            e_x,
+            np.abs(x),
+            size,
+        )
         x = x - bias
     return x, e_x
 

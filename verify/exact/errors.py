@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from derivations import kernel_arithmetic as ka
 from derivations import precision_models as pm
 from derivations import rounding as d10
 from derivations import structure as d15
@@ -191,6 +192,7 @@ def attention_error_bound(
     div_library: str | None = None,
     precision: str | None = None,
     eps_mode: str = "add",
+    arithmetic: Any = None,
     **structure: Any,
 ) -> ErrorBound:
     """Elementwise bound on |o_hat - o| for kernel attention computed in ``dtype``.
@@ -219,6 +221,10 @@ def attention_error_bound(
             for bf16/fp16 inputs; None = ``two-level``. Models other than ``two-level``
             describe softmax kernels (sum denominator, no eps) and are the same as
             ``two-level`` for float32/float64 inputs (nothing is stored in a narrower type).
+        arithmetic: the kernel's arithmetic (D17, ``derivations.kernel_arithmetic``): a
+            ``KernelArithmetic``, a preset name (``cpu``, ``flash-attention-2``, optionally
+            ``+split:P``) or None (the device's default); used by the softmax bounds (sum
+            denominator, no eps), whatever the dtype.
         eps_mode: ``add`` (N/(D + eps)) or ``floor`` (N/max(D, eps), ``sum`` only: the exact max
             keeps the denominator's error bound, ``verify.exact.eps_floor``).
         structure: the modern keywords of ``verify.attention`` (D12-D16): ``window``,
@@ -229,8 +235,8 @@ def attention_error_bound(
             ``decay`` (causal ``taylor:N``: each weight gamma^(t-s) kappa_N carries the extra
             relative error gamma_{2(t-s)+2}(u) of its decay factor,
             :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
-            the scores and their error (D16) for ``softmax`` and ``sigmoid`` under the
-            two-level model.
+            the scores and their error (D16) for ``softmax`` (under every precision model and
+            arithmetic) and ``sigmoid`` (two-level model).
 
     Returns:
         :class:`ErrorBound` (``bound`` is 0 on rows with no visible key: zeros are required).
@@ -270,23 +276,22 @@ def attention_error_bound(
     else:
         o_exact = None
     model = stored_model(precision, kernel, denominator, eps, dtype)
-    if model is not None and setup.get("transform"):
-        raise ValueError(
-            f"precision: the model {model.spec!r} does not cover softcap, ALiBi or sigmoid "
-            "scores (D16 extends the two-level model only); pass precision='two-level'"
-        )
+    softmax_sum = setup["family"] == "exp" and denominator == "sum" and not eps
+    if model is None and softmax_sum:  # one recipe for softmax: the two-level model there
+        model = pm.PrecisionModel("two-level")
+    arith = ka.parse_arithmetic(arithmetic, device)
     n_vis = vis.sum(-1)
     ref_bound = None  # the float64 reference's own bound, when it is needed (softmax models)
     if model is not None:
         if o_abs is None:  # |o| <= |float64 reference| + its own bound (tighter than A/D)
             ref_bound, _ = models.softmax_model_bound(
                 {**setup, "form": "parallel"}, pm.PrecisionModel("two-level"), "float64",
-                "float64", None,
+                "float64", None, ka.KernelArithmetic(),
             )  # fmt: skip
             ref = float64_reference(kernel, q, k, v, causal=causal, attn_mask=attn_mask,
                                     scale=scale, **structure)  # fmt: skip
             o_abs = np.abs(ref) + ref_bound
-        bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs)
+        bound, how = models.softmax_model_bound(setup, model, dtype, acc, o_abs, arith)
         cond, desc = 1.0, how
     else:
         bound, cond, how = error_terms.core_bound(
@@ -313,8 +318,9 @@ def attention_error_bound(
             ref = ref_bound
         elif model is not None:  # softmax: the same recipe, vectorized (models.py)
             ref, _ = models.softmax_model_bound(
-                ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None
-            )
+                ref_setup, pm.PrecisionModel("two-level"), "float64", "float64", None,
+                ka.KernelArithmetic(),
+            )  # fmt: skip
         else:
             ref, _, _ = error_terms.core_bound(
                 ref_setup, u=_U64, eta_log2=d10.underflow_abs_error_log2("float64"), o_abs=None
@@ -332,7 +338,7 @@ def attention_error_bound(
         cond=cond,
         description=desc,
         notes=notes,
-        model=None if model is None else model.spec,
+        model=None if model is None or model.name == "two-level" else model.spec,
     )
 
 
@@ -340,10 +346,12 @@ FORMS = (*FORM_NAMES, "any")
 
 
 def default_precision(dtype: str) -> str:
-    """The precision model of a softmax kernel that declares none: ``fused`` (P stored in the
-    input type before P.V, float32 accumulation: FlashAttention, SDPA) for bfloat16/float16,
-    ``two-level`` otherwise (nothing is stored narrower than the arithmetic)."""
-    return "fused" if dtype in ("bfloat16", "float16") else "two-level"
+    """The precision model of a softmax kernel that declares none: ``envelope`` (the largest
+    of the fused, eager and online:16 bounds: FlashAttention and SDPA store P in the input type
+    before P.V, eager code rounds the scores and weights, online kernels rescale per block) for
+    bfloat16/float16, ``two-level`` otherwise (nothing is stored narrower than the
+    arithmetic)."""
+    return "envelope" if dtype in ("bfloat16", "float16") else "two-level"
 
 
 def stored_model(
@@ -533,7 +541,7 @@ def float64_reference(
         form="parallel", basis=None, exp_ulps=st["exp_ulps"], projection=st["projection"],
         shifted=st["shifted"], transform=st["transform"],
     )[0]  # fmt: skip
-    N = np.einsum("...ts,...sj->...tj", w, st["v"])
+    N = w @ st["v"]
     n = vis.sum(-1)[..., None]
     eps = st["eps"]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -555,12 +563,34 @@ def float64_reference(
 
 
 def roundoff_units(observed: float, reference_abs: float, dtype: str) -> float:
-    """Error in units of roundoff of ``dtype``, relative to max(|reference|, tiny)."""
-    u = d10.unit_roundoff(dtype)
-    scale = max(abs(reference_abs), d10.underflow_abs_error(dtype))
-    if scale == 0.0:
-        return 0.0 if observed == 0 else math.inf
-    return observed / (u * scale)
+    """|observed| / (u max(|reference|, eta)): an error in units of roundoff u of ``dtype``
+    relative to the reference, floored at the subnormal rounding error eta (D10:
+    ``unit_roundoff``, ``underflow_abs_error_log2``; float64 eta = 2^-1075).
+
+    Evaluated in rational arithmetic and rounded once, so no intermediate underflows: u eta, or
+    u |reference| for a subnormal reference, is below the smallest float64 subnormal and would
+    round to 0. A quotient past float64 is inf; NaN in either argument gives NaN; an infinite
+    ``observed`` gives inf, an infinite reference (finite ``observed``) 0.
+
+    Raises:
+        TypeError, ValueError: ``dtype`` not a dtype name of ``derivations.rounding``.
+    """
+    from fractions import Fraction
+
+    u = Fraction(d10.unit_roundoff(dtype))
+    eta = Fraction(2) ** d10.underflow_abs_error_log2(dtype)
+    obs, ref = abs(float(observed)), abs(float(reference_abs))
+    if math.isnan(obs) or math.isnan(ref):
+        return math.nan
+    if math.isinf(obs):
+        return math.inf
+    if math.isinf(ref):
+        return 0.0
+    quotient = Fraction(obs) / (u * max(Fraction(ref), eta))
+    try:
+        return float(quotient)
+    except OverflowError:
+        return math.inf
 
 
 def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "output"):
