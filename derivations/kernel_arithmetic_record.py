@@ -31,7 +31,15 @@ from derivations.rounding import (
     round_to_bits,
     ulps_to_relative,
 )
-from derivations.transform_rounding import P_TOY, U_TOY, _rnd
+from derivations.transform_rounding import (
+    P_TOY,
+    U_TOY,
+    _directed,
+    _frac,
+    _rnd,
+    _spacing,
+    _within,
+)
 
 #: bits of the "exact" values of transcendental functions (mpmath)
 _PREC = 256
@@ -54,44 +62,9 @@ FAST_LOG = "fast log: 2^-21.41 + 7 * 2^-24 |log x| from the two cited regimes (f
 
 
 # -- the toy arithmetic ---------------------------------------------------------------------------
-def _frac(v) -> Fraction:
-    """An mpmath number as the exact Fraction it is (``_mpf_`` = sign, mantissa, exponent)."""
-    sign, man, exp, _ = mpmath.mpf(v)._mpf_
-    return (-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)
-
-
-def _spacing(a: Fraction, bits: int = P_TOY) -> Fraction:
-    """The spacing of the ``bits``-bit grid in the binade of ``a`` > 0 (one ulp there)."""
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    return Fraction(2) ** (e - bits + 1)
-
-
-def _directed(x: Fraction, up: bool, bits: int = P_TOY) -> Fraction:
-    """``x`` rounded up (toward +inf) or down on the ``bits``-bit grid (unbounded exponent)."""
-    if x == 0:
-        return x
-    a = abs(x)
-    step = _spacing(a, bits)
-    lo = (a // step) * step
-    hi = lo if lo == a else lo + step
-    if x > 0:
-        return hi if up else lo
-    return -lo if up else -hi
-
-
 def _trunc(x: Fraction, bits: int = P_TOY) -> Fraction:
-    """Rounding toward zero: a directed rounding, |delta| < 2u."""
+    """Rounding toward zero on the ``bits``-bit grid: a directed rounding, |delta| < 2u."""
     return _directed(x, x < 0, bits)
-
-
-def _within(exact: Fraction, radius: Fraction, up: bool, bits: int = P_TOY) -> Fraction:
-    """An adversarial library result: the grid number farthest from ``exact`` on the side
-    ``up`` with |result - exact| <= ``radius``; the nearest grid number if the band holds no
-    other."""
-    y = _directed(exact + radius if up else exact - radius, not up, bits)
-    return y if abs(y - exact) <= radius else round_to_bits(exact, bits)
 
 
 def _lib_ulps(exact: Fraction, ulps: float, up: bool, bits: int = P_TOY) -> Fraction:
