@@ -52,6 +52,7 @@ EMIN_TOY = -14
 MMA = "matrix-product sums at the unit mma_unit: 2u under truncation (toy format, p = 11)"
 TF32 = "TF32 inputs: a product's relative error (1 + u_tf32)^2 - 1 (toy format, p = 11)"
 FUSED = "exponent by one FMA: gamma_2 |x - m| + u^2 (1 + u) |m| off a row-common shift (toy)"
+UNFUSED = "exponent unfused: gamma_3 |x - m| + u (1 + 2u)(1 + u) |m| off a row-common shift"
 WEIGHTS = "ex2.approx of the fused exponent: D10's exp bound at the fused error (toy format)"
 RECIPROCAL = "normalization by rcp.approx and a product: (1 + 2 k u)(1 + u) - 1 (toy format)"
 FLUSH = "flush-to-zero: absolute error u |y| + the smallest normal number (toy format)"
@@ -204,8 +205,8 @@ def _check_fused_exponent(rec, f) -> list:
     rng = random.Random(1703)
     l2e = _log2e()
     u = Fraction(U_TOY)
-    ratios, w_ratios, ok, w_ok = [], [], True, True
-    exceeded = {"u": False, "cross": False}
+    ratios, w_ratios, uf_ratios, ok, w_ok, uf_ok = [], [], [], True, True, True
+    exceeded = {"u": False, "cross": False, "fused": False}
     ex2 = ka.EX2_APPROX_F32_ULPS.value
     rows = _exponent_rows(rng)
     for c, m, keys in rows:
@@ -230,7 +231,14 @@ def _check_fused_exponent(rec, f) -> list:
             w_err = max(abs(_lib_ulps(two, ex2, up) / target - 1) for up in (True, False))
             w_ok = w_ok and w_err <= w_bound
             w_ratios.append(float(w_err / w_bound))
+            # unfused, fl(fl(x s) - fl(m s)): the product's own rounding is not common
+            uf_err = abs(_rnd(_rnd(x * s) - ms) + kappa - (x - m) * c * l2e) / l2e
+            uf_bound = f["fused_exponent"](float(big_x), float(big_m), U_TOY, fused=False)
+            uf_ok = uf_ok and uf_err <= Fraction(uf_bound)
+            uf_ratios.append(float(uf_err / Fraction(uf_bound)) if uf_bound else 0.0)
+            exceeded["fused"] = exceeded["fused"] or uf_err > bound
     worst, w_worst, n = max(ratios), max(w_ratios), len(ratios)
+    uf_worst = max(uf_ratios)
     rec.verify(
         FUSED,
         lambda: ok and worst > 0.05 and exceeded["u"] and exceeded["cross"],
@@ -249,10 +257,17 @@ def _check_fused_exponent(rec, f) -> list:
         f"exponent against e^(c (x - m)) times the row-common 2^(-kappa): max observed/bound "
         f"{w_worst:.3f}",
     )
+    rec.verify(
+        UNFUSED,
+        lambda: uf_ok and uf_worst > 0.05 and exceeded["fused"],
+        f"the same {n} keys, the exponent fl(fl(x s) - fl(m s)): max observed/bound "
+        f"{uf_worst:.3f}; the fused bound is exceeded: {exceeded['fused']}",
+    )
     return [
         ["fused exponent", n, worst, "u |x - m| (gamma_2 -> u)", exceeded["u"]],
         ["fused exponent", n, worst, "no u^2 (1 + u) |m| cross term", exceeded["cross"]],
         ["ex2.approx weight", n, w_worst, "", ""],
+        ["unfused exponent", n, uf_worst, "the fused bound", exceeded["fused"]],
     ]
 
 
@@ -510,6 +525,12 @@ def _statements(rec) -> None:
         r"\text{ the same for every key of the row; the exponent one FMA}\bigr)",
         claim=FUSED,
     )
+    rec.statement["unfused_exponent"] = tex(
+        r"\Bigl|\frac{\hat e}{\log_2 e} - c(x - m) - \kappa\Bigr| \le \gamma_3\, c\,|x - m| + "
+        r"u(1 + 2u)(1+u)\, c\,|m|,\quad \hat e = \mathrm{fl}\bigl(\mathrm{fl}(x s) - "
+        r"\mathrm{fl}(m s)\bigr) \qquad (\text{the product } x s \text{ rounded on its own})",
+        claim=UNFUSED,
+    )
     rec.statement["ex2_weight"] = tex(
         r"\Bigl|\frac{\widehat{2^{\hat e}}}{e^{c(x - m) + \kappa}} - 1\Bigr| \le "
         r"e^{\epsilon}(1 + r) - 1,\quad \epsilon = \gamma_2\, c\,|x - m| + u^2(1+u)\, c\,|m| "
@@ -570,7 +591,9 @@ def _steps(rec) -> None:
         r"is left is $(x - m) c \log_2 e\,[(1 + \delta_1)(1 + \delta_3) - 1] - m s \delta_2 "
         r"\delta_3$, at most $\gamma_2 c|x - m| + u^2 (1 + u) c|m|$ after division by "
         r"$\log_2 e$. The cross term matters only for keys next to the maximum, where "
-        r"$|x - m|$ is a few ulps of $m$."
+        r"$|x - m|$ is a few ulps of $m$. Unfused, $\mathrm{fl}(x s) = x s (1 + \delta_1')$ "
+        r"adds $(x - m) s \delta_1'$ and $m s \delta_1' (1 + \delta_3)$, which is not common "
+        r"to the row: $\gamma_3 c|x - m| + u (1 + 2u)(1 + u) c|m|$."
     )
     rec.step(
         r"Weight: $2^{\hat e} = e^{c(x - m) + \kappa + \epsilon'}$ with $|\epsilon'| \le "

@@ -59,13 +59,14 @@ def test_wrong_statements_fail_their_own_claims():
     wrong = {
         "mma_unit": lambda u, accumulation: u,  # truncation bounded with u, not 2u
         "tf32_product_rel": lambda tf32: 2.0**-11 if tf32 else 0.0,  # one rounding
-        "fused_exponent": lambda sh, m, u: u * sh + u * u * (1 + u) * m,  # u for gamma_2
+        "fused_exponent": lambda sh, m, u, fused=True: u * sh + u * u * (1 + u) * m,  # u, gamma_2
         "reciprocal": lambda u, k: u,  # the IEEE division's bound
         "flushed": lambda tiny, ftz, eta: eta,  # no flush term
         "fast_log": lambda lg: ulps_to_relative(ka.FAST_LOG_F32_ULPS, U) * lg,  # ulps only
     }
     failed = _failed(d17.derive(**wrong))
     assert failed == {
+        d17.UNFUSED,
         d17.MMA,
         d17.TF32,
         d17.FUSED,
@@ -77,10 +78,17 @@ def test_wrong_statements_fail_their_own_claims():
 
 
 def test_fused_exponent_without_the_cross_term_fails():
-    def no_cross(shift_abs, max_abs, u):
+    def no_cross(shift_abs, max_abs, u, fused=True):
         return gamma(2, u) * shift_abs
 
     assert d17.FUSED in _failed(d17.derive(fused_exponent=no_cross))
+
+
+def test_unfused_exponent_with_the_fused_bound_fails():
+    def fused_for_both(shift_abs, max_abs, u, fused=True):
+        return ka.fused_exponent_abs_error(shift_abs, max_abs, u)
+
+    assert _failed(d17.derive(fused_exponent=fused_for_both)) == {d17.UNFUSED}
 
 
 def test_split_scale_without_the_subtraction_fails():
