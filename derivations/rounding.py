@@ -6,6 +6,13 @@ SIAM, 2002 (cited as "Higham"): the standard model fl(x op y) = (x op y)(1 + del
 |theta_n| <= gamma_n = n u/(1 - n u)); Lemma 3.3 (gamma arithmetic); eq. 3.5 (dot products);
 eq. 4.4 (sums); eq. 5.3 (Horner).
 
+Assumptions (stated in the D10 record, each shown necessary there by a float32 instance):
+IEEE 754 binary arithmetic rounding to nearest, ties to even; float32 matrix products in full
+float32 (no TF32); gradual underflow (no flush-to-zero of subnormals: ``underflow_abs_error`` is
+half the subnormal spacing); division and square root correctly rounded, unless a library
+division of ``LIBRARY_DIV_ULPS`` is cited. FMA contraction is covered: an FMA rounds once where
+the model counts a product and an addition, so every bound here holds with it.
+
 How the pieces compose (each function's docstring states exactly what it bounds):
 
 1. Scores x = c (q . k): ``score_abs_error`` = gamma_{d + r_c} c sum_i |q_i k_i|, r_c the roundings

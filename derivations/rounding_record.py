@@ -20,6 +20,7 @@ def derive(
     gamma_fn: Callable[[Any, Any], Any] | None = None,
     unit_roundoffs: Mapping[str, Any] | None = None,
     always_exact_products: tuple[tuple[str, str], ...] | None = None,
+    dropped_assumptions: tuple[str, ...] = (),
 ) -> Derivation:
     """Build the D10 record.
 
@@ -29,9 +30,15 @@ def derive(
         always_exact_products: (input, accumulation) dtype pairs claimed to multiply exactly
             for every input (e.g. adding ``("bfloat16", "float32")``, which can underflow or
             overflow).
+        dropped_assumptions: names of ``rounding_claims.ASSUMPTIONS`` claimed unnecessary (e.g.
+            ``("gradual underflow",)``: the model claimed to hold under flush-to-zero).
+
+    Raises:
+        ValueError: an unknown name in ``dropped_assumptions``.
     """
     gam = gamma_fn or (lambda nn, uu: nn * uu / (1 - nn * uu))
     rec = Derivation("D10", "Floating-point error model (stated precision)")
+    claims.claim_assumptions(rec, dropped_assumptions)
     claims.claim_unit_roundoff(rec, unit_roundoffs)
     claims.claim_gamma_lemma(rec, gam)
     # elementary operations

@@ -120,6 +120,69 @@ def test_mixed_ulp_convention_is_rejected(monkeypatch):
     assert any("one convention" in n for n in _failed(rec)), _failed(rec)
 
 
+# -- D10: the standard model's assumptions, each necessary; FMA covered ------------------------
+def test_d10_statement_states_its_assumptions():
+    rec = _scratch("D10")
+    rounding_claims.claim_assumptions(rec)
+    text = rec.statement["assumptions"].latex()
+    for needle in (
+        "round to nearest (ties to even)",
+        "no TF32",
+        "no flush-to-zero",
+        "square root correctly rounded unless a library division is cited",
+        "FMA contraction covered",
+    ):
+        assert needle in text, needle
+    assert not _failed(rec)
+    fma = next(c for c in rec.claims if c.name == rounding_claims.FMA_COVERED)
+    assert fma.status is Status.PROVED
+    cited = next(c for c in rec.claims if c.status is Status.CITED)
+    assert "IEEE Std 754-2019" in cited.source and "Higham" in cited.source
+
+
+@pytest.mark.parametrize("name", list(rounding_claims.ASSUMPTIONS))
+def test_dropping_an_assumption_fails(name):
+    """Claiming the model holds without one assumption fails that assumption's instance only."""
+    rec = _scratch("D10")
+    rounding_claims.claim_assumptions(rec, (name,))
+    assert _failed(rec) == [
+        f"{name} is needed: without it one float32 operation errs by more than the model's bound"
+    ]
+    with pytest.raises(ValueError, match="dropped"):
+        rounding_claims.claim_assumptions(_scratch("D10"), ("no NaN",))
+
+
+def test_assumption_instances_in_numpy_and_torch():
+    """The instances, reproduced in real float32 arithmetic: round to nearest keeps x's error
+    below u where truncation (masking the low bits) does not; 11-bit TF32 inputs lose 2^-11 on
+    a product; torch's flush-denormal mode (where the CPU supports it) zeroes a subnormal product
+    that gradual underflow keeps exactly; a / b is within u |a/b| where a * (1 / b) is not."""
+    u = 2.0**-24
+    x = Fraction(1) + (2 - Fraction(1, 2**10)) * Fraction(1, 2**24)
+    near = np.float32(float(x))  # float64 holds x exactly; one rounding to float32
+    assert abs(Fraction(float(near)) - x) <= u * x
+    assert float(near) == 1.0 + 2.0**-23  # rounded up to the nearest float32
+    assert abs(Fraction(1) - x) > u * x  # truncation, to 1, errs above u
+    a = np.float32(1 + 2.0**-12)
+    tf32 = np.array([a], dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    a_tf32 = tf32.view(np.float32)[0]  # 10 stored significand bits (TF32), here truncated to 1
+    assert float(a_tf32) == 1.0
+    err = abs(Fraction(float(np.float32(a_tf32 * a_tf32))) - Fraction(float(a)) ** 2)
+    assert err > Fraction(u / (1 - u)) * Fraction(float(a)) ** 2
+    t = torch.tensor([2.0**-70], dtype=torch.float32) * torch.tensor([1.5 * 2.0**-60])
+    assert t.item() == 1.5 * 2.0**-130  # gradual underflow: exact
+    if torch.set_flush_denormal(True):
+        try:
+            ftz = torch.tensor([2.0**-70], dtype=torch.float32) * torch.tensor([1.5 * 2.0**-60])
+            assert ftz.item() == 0.0
+        finally:
+            torch.set_flush_denormal(False)
+    an, bn = np.float32(67 / 64), np.float32(513 / 512)
+    exact = Fraction(67, 64) / Fraction(513, 512)
+    assert abs(Fraction(float(an / bn)) - exact) <= u * exact
+    assert abs(Fraction(float(an * (np.float32(1) / bn))) - exact) > u * exact
+
+
 # -- D8: power attention, proved in general ---------------------------------------------------
 def test_power_attention_limit_general_and_configuration():
     rec = separation.derive()

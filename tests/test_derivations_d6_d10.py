@@ -119,6 +119,11 @@ def _failed_names(rec):
             {"always_exact_products": (("bfloat16", "float32"),)},
             "every product is exact for bfloat16",
         ),
+        (
+            rounding_record,
+            {"dropped_assumptions": ("gradual underflow",)},
+            "gradual underflow is needed",
+        ),
         (related, {"claim_exp_full_rank_d2": True}, "(injected) exp(q_i . k_j) is full rank"),
     ],
 )
