@@ -4,8 +4,11 @@ Windows follow FlashAttention's ``window_size=(left, right)``: positions are ali
 (t' = t + S - T for T queries and S keys), key s is visible from query t iff
 t' - left <= s <= t' + right, and -1 means unbounded on that side. ``causal=True`` is right = 0
 (so a window is also how causal T != S is written); Hugging Face's ``sliding_window=W`` is
-(W - 1, 0). Grouped key/value heads (GQA): query head h of H uses key/value head
-h // (H / G) of G, the ``repeat_interleave`` map of SDPA's ``enable_gqa``.
+(W - 1, 0) (transformers 5.23.0, the version ``constraints.txt`` pins: ``masking_utils``,
+``sliding_window_overlay`` keeps kv_idx > q_idx - W, and'ed with ``causal_mask_function``,
+kv_idx <= q_idx, in ``sliding_window_causal_mask_function``). Grouped key/value heads (GQA):
+query head h of H uses key/value head h // (H / G) of G, the ``repeat_interleave`` map of SDPA's
+``enable_gqa``.
 
 Results, each closed by a check in ``derive()``:
 - the number of visible keys has the closed form max(0, hi - lo + 1) with
@@ -106,6 +109,11 @@ def kv_head(h: int, heads: int, kv_heads: int) -> int:
 def hf_sliding_window(width: int) -> tuple[int, int]:
     """The (left, right) window of Hugging Face's ``sliding_window=W``: (W - 1, 0) (D15).
 
+    As of transformers 5.23.0 (pinned in ``constraints.txt``): ``masking_utils``'s
+    ``sliding_window_causal_mask_function`` keeps kv_idx > q_idx - W and kv_idx <= q_idx, W keys
+    including the query's own position (q_idx the absolute position, so bottom-right aligned).
+    The bidirectional overlay of the same module keeps |q_idx - kv_idx| <= W instead: (W, W).
+
     Raises:
         TypeError / ValueError: ``width`` not an int >= 1.
     """
@@ -116,6 +124,9 @@ def hf_sliding_window(width: int) -> tuple[int, int]:
 
 
 COUNT = "visible_count = number of visible keys (closed form)"
+HF_WINDOW = (
+    "Hugging Face's causal sliding_window = W keeps the keys q - W < s <= q: the window (W - 1, 0)"
+)
 HISTORY = "W_t - W_{t-1} = f(t) - f(t - L - 1) (all t, L >= 0)"
 GQA = "kv_head = the repeat_interleave map; repeat (tile) agrees only for G in {1, H}"
 
@@ -331,6 +342,16 @@ def derive(**wrong) -> Derivation:
         "FlashAttention-2's window_size (Dao, arXiv:2307.08691, and its flash_attn_func "
         "documentation)",
         "the forms; the closed-form count and the finite-history RNN below are this project's",
+    )
+    rec.cite(
+        HF_WINDOW,
+        "Hugging Face transformers 5.23.0 (the version constraints.txt pins), "
+        "src/transformers/masking_utils.py: sliding_window_overlay (kv_idx > q_idx - "
+        "sliding_window) and'ed with causal_mask_function (kv_idx <= q_idx) in "
+        "sliding_window_causal_mask_function, used by create_sliding_window_causal_mask",
+        "the convention as of that version (its bidirectional overlay keeps |q_idx - kv_idx| <= "
+        "W, i.e. (W, W)); hf_sliding_window and the checks against transformers in "
+        "tests/test_derivations_d15.py are this project's",
     )
     rec.cite(
         "grouped-query attention: G key/value heads shared by groups of H/G query heads",

@@ -65,3 +65,44 @@ def test_bad_arguments():
         st.visible_count(2, 2, 2, 0, 0)
     with pytest.raises(TypeError, match="width"):
         st.hf_sliding_window(2.0)
+
+
+def test_hf_sliding_window_against_transformers():
+    """The cited convention, read off the pinned transformers: its causal sliding-window mask
+    function keeps exactly the keys of hf_sliding_window(W) (T = S, every query and key), the
+    installed version is the one constraints.txt pins and the record cites, and the
+    bidirectional overlay is the other convention (W, W) the citation warns about."""
+    import re
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    masking = pytest.importorskip("transformers.masking_utils")
+
+    def idx(i):  # the mask functions take index tensors (vmap over positions)
+        return torch.tensor(i)
+
+    pins = (Path(__file__).resolve().parents[1] / "constraints.txt").read_text()
+    pinned = re.search(r"^transformers==(\S+)$", pins, re.M).group(1)
+    assert transformers.__version__ == pinned
+    cite = next(c for c in st.derive().claims if c.name == st.HF_WINDOW)
+    assert cite.status is Status.CITED and f"transformers {pinned}" in cite.source
+    assert "masking_utils" in cite.source and "sliding_window_overlay" in cite.source
+    n = 7
+    for width in (1, 2, 3, 5, 9):
+        left, right = st.hf_sliding_window(width)
+        causal = masking.sliding_window_causal_mask_function(width)
+        both = masking.sliding_window_bidirectional_overlay(width)
+        for q in range(n):
+            for kv in range(n):
+                got = bool(causal(idx(0), idx(0), idx(q), idx(kv)))
+                assert got == st.window_visible(q, kv, n, n, left, right)
+                got = bool(both(idx(0), idx(0), idx(q), idx(kv)))
+                assert got == st.window_visible(q, kv, n, n, width, width)
+    # the wrong reading (W, 0): W + 1 keys, one too many
+    assert not all(
+        bool(masking.sliding_window_causal_mask_function(3)(idx(0), idx(0), idx(q), idx(kv)))
+        == st.window_visible(q, kv, n, n, 3, 0)
+        for q in range(n)
+        for kv in range(n)
+    )
