@@ -31,7 +31,8 @@ edge of their cited band, adversarially), with its largest observed/bound ratio 
 vacuous) and a twin that drops a term and is exceeded.
 
 Numeric exports: ``softcap_score_abs_error``, ``alibi_score_abs_error``,
-``normalized_score_abs_error``, ``sigmoid_weight_relative_bound``, ``TANH_ULPS``.
+``normalized_score_abs_error``, ``sigmoid_weight_relative_bound``, ``sigmoid_limits`` (the
+range of the sigmoid bound in a format), ``TANH_ULPS``.
 """
 
 from __future__ import annotations
