@@ -6,7 +6,9 @@ Numeric exports (plain Python, no sympy at import) used by ``verify/``:
 
 Convention: exp(c q.k) = sum_alpha Phi(q)_alpha Phi(k)_alpha with
 Phi(x)_alpha = (sqrt(c) x)^alpha / sqrt(alpha!), so ``monomial_weight(alpha) = 1/alpha!`` is the
-*squared* feature coefficient (it already contains the 1/n! of the Taylor series).
+*squared* feature coefficient (it already contains the 1/n! of the Taylor series). The tensor map
+up to order 2, (1, x, x (x) x / sqrt(2)), is Based's Taylor feature map (Arora et al. 2024, cited
+in the record).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim, check_order
 
 BASES = ("symmetric", "tensor")
+#: the cited order-2 map (D1's tensor map at N = 2)
+BASED = (
+    "the 1/sqrt(2)-weighted Taylor-2 feature map phi(x) = (1, x, x (x) x / sqrt(2)): "
+    "phi(q).phi(k) = 1 + q.k + (q.k)^2 / 2"
+)
 
 
 def taylor_coefficient(n: int) -> Fraction:
@@ -453,14 +460,25 @@ def _claim_kernel_identity(rec, f, f_sym, f_ten) -> None:
         ),
     )
     rec.step(
-        r"Order 2: the symmetric map has weight $1 / \sqrt{2}$ on $x_i^2$ and 1 on "
-        r"$x_i x_j$ ($i < j$); an element-wise square $x_i^2$ alone misses the cross terms for "
-        r"$d > 1$. The order-2 coordinates ($c = 1$) are",
+        r"Order 2: the tensor map up to order 2, $(1, x, x \otimes x / \sqrt{2})$ with $c$ "
+        r"absorbed in $x$, is the Taylor feature map of Based (Arora et al. 2024), "
+        r"$\phi(q) \cdot \phi(k) = 1 + q \cdot k + (q \cdot k)^2 / 2$; the symmetric map keeps "
+        r"each $x_i x_j$ ($i < j$) once, with weight $1 = \sqrt{2} \cdot \sqrt{2} / 2$ for its "
+        r"two tensor coordinates, and $1 / \sqrt{2}$ on $x_i^2$; an element-wise square "
+        r"$x_i^2$ alone misses the cross terms for $d > 1$. The order-2 coordinates ($c = 1$) are",
         tex(
             r"\Phi(x)_{2 e_i} = @w\, x_i^2, \qquad \Phi(x)_{e_i + e_j} = x_i x_j \quad (i < j)",
             claim="order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",
             w=sympy.sqrt(sympy.Rational(1, 2)),
         ),
+    )
+    rec.cite(
+        BASED,
+        "S. Arora, S. Eyuboglu, M. Zhang, A. Timalsina, S. Alberti, D. Zinsley, J. Zou, A. Rudra, "
+        "C. Re, 'Simple linear attention language models balance the recall-throughput "
+        "tradeoff', ICML 2024 (arXiv:2402.18668): Based's Taylor feature map",
+        "the order-2 map (1, x, x (x) x / sqrt(2)) is theirs; its order-N generalization by the "
+        "multinomial theorem, the symmetric basis and the checks here are this project's",
     )
     rec.verify(
         "order-2 weights: 1/sqrt(2) on squares, 1 on cross terms",

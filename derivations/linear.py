@@ -13,6 +13,7 @@ Numeric exports (plain Python): ``FEATURE_MAPS``, ``parse_feature_map``, ``featu
 from __future__ import annotations
 
 from derivations import feature_maps as fm
+from derivations import recurrent as rc
 from derivations._latex import tex
 from derivations._record import Derivation, pick
 from derivations._validate import check_choice, check_dim
@@ -366,7 +367,8 @@ def _claim_any_feature_map(rec) -> None:
     """4. Kernel linear attention: state form == parallel form for symbolic feature values."""
     rec.step(
         r"Any feature map: with symbolic feature values $\phi(q_t)_i$, $\phi(k_s)_i$ "
-        "(identity, elu+1, relu, Taylor-N and FAVOR+ enter only through these values), the "
+        "(identity, elu+1 of Katharopoulos et al. 2020, relu, Taylor-N -- at N = 2 Based's map, "
+        "D1 -- and FAVOR+ enter only through these values), the "
         r"recurrent state form equals the parallel form with kernel $\phi(q_t) \cdot "
         r"\phi(k_s)$.",
     )
@@ -402,6 +404,14 @@ def derive(**wrong) -> Derivation:
         },
     )
     rec = Derivation("D3", "Linear attention as the first-order truncation")
+    rec.cite(
+        "kernel linear attention o_t = phi(q_t)^T S_t / phi(q_t)^T z_t with its recurrent state, "
+        "and the elu+1 feature map phi(x) = elu(x) + 1",
+        rc.KATHAROPOULOS,
+        "the form, its recurrent (RNN) reading and the elu+1 map are theirs; linear attention "
+        "as the first-order Taylor truncation is the view of Mongaras & Larson 2025 (cited in "
+        "D2); the identities and the checks below are this project's",
+    )
     _statement(rec)
     _claim_first_order_term(rec, f)
     _claim_kappa_1(rec, f)

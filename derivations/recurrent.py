@@ -24,6 +24,13 @@ ORDERS = (0, 1, 2, 3)
 VALUE_DIM = 2
 CHUNK_SIZES = (1, 2, 3, 4)
 CHUNK_STATES = ("before", "current")
+#: the recurrent form of kernel attention and the elu+1 map (cited in D2 and D3)
+KATHAROPOULOS = (
+    "A. Katharopoulos, A. Vyas, N. Pappas, F. Fleuret, 'Transformers are RNNs: Fast "
+    "Autoregressive Transformers with Linear Attention', ICML 2020 (arXiv:2006.16236), "
+    "Sec. 3.2 (linearized attention; phi(x) = elu(x) + 1, eq. 7), Sec. 3.3-3.4 (causal masking, "
+    "the recurrent form)"
+)
 
 
 def chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -408,6 +415,20 @@ def derive(**wrong) -> Derivation:
     )
     check_choice("chunk_state", f["chunk_state"], CHUNK_STATES)
     rec = Derivation("D2", "Softmax attention is an RNN: parallel, recurrent and chunked forms")
+    rec.cite(
+        "kernel attention phi(q_t).phi(k_s) is an RNN: S_t = S_{t-1} + phi(k_t) v_t^T, "
+        "z_t = z_{t-1} + phi(k_t), o_t = phi(q_t)^T S_t / phi(q_t)^T z_t (causal)",
+        KATHAROPOULOS,
+        "the recurrent form of kernel (linear) attention is theirs; its application to every "
+        "order of the exp series with the D1 feature maps, the chunked form and the exact "
+        "instance checks are this project's",
+    )
+    rec.cite(
+        "softmax attention as an infinite sum of linear RNNs through the Taylor series of exp",
+        "Mongaras & Larson 2025, 'On the Expressiveness of Softmax Attention: A Recurrent "
+        "Neural Network Perspective', arXiv 2507.23632",
+        "the view; the order-by-order states, the readout and the checks below are this project's",
+    )
     _statement(rec)
     # -- general proof
     _claim_prefix_sum(rec)

@@ -654,7 +654,8 @@ def weighted_sum_relative_bound(
 
 
 def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> float:
-    """Relative error of fl(elu(x_hat) + 1) with x_hat = fl(scale x) (one rounding).
+    """Relative error of fl(elu(x_hat) + 1) with x_hat = fl(scale x) (one rounding); the elu+1
+    feature map of Katharopoulos et al. 2020 (eq. 7).
 
     x > 0: (x_hat + 1) rounded: (1 + u)^2 - 1; x <= 0: exp(x_hat), |x_hat - x| <= u |x|:
     ``exp_relative_bound(u |x|_max, u, exp_ulps)``. The larger of the two.

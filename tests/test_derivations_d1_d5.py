@@ -69,6 +69,31 @@ def test_expected_statuses(records):
     assert all(v >= 1 for v in proved.values()), proved
 
 
+def _cited(rec, needle):
+    return [c for c in rec.claims if c.status is Status.CITED and needle in c.source]
+
+
+def test_kernel_attention_and_feature_maps_are_credited(records):
+    """Katharopoulos, Vyas, Pappas & Fleuret (ICML 2020) for the recurrent form of kernel
+    attention (D2, D3) and elu+1 (D3, where it is introduced); Based (Arora et al. 2024) for the
+    1/sqrt(2)-weighted Taylor-2 map (D1, its order-2 step); each says what is theirs and what is
+    the project's. Without the citations (the old records) these lists were empty."""
+    for key in ("D2", "D3"):
+        (cite,) = _cited(records[key], "Katharopoulos, A. Vyas, N. Pappas, F. Fleuret")
+        assert "Transformers are RNNs" in cite.source and "ICML 2020" in cite.source
+        assert "theirs" in cite.detail and "this project's" in cite.detail
+    (elu,) = _cited(records["D3"], "Katharopoulos")
+    assert "elu(x) + 1" in elu.name and "eq. 7" in elu.source
+    step = next(s for s in records["D3"].steps if s.text.startswith("Any feature map"))
+    assert "elu+1 of Katharopoulos et al. 2020" in step.text
+    (based,) = _cited(records["D1"], "Arora")
+    assert "Simple linear attention language models balance the recall-throughput" in based.source
+    assert "1/sqrt(2)" in based.name and "ICML 2024" in based.source
+    step = next(s for s in records["D1"].steps if s.text.startswith("Order 2"))
+    assert "Based (Arora et al. 2024)" in step.text
+    assert _cited(records["D2"], "Mongaras & Larson")
+
+
 def test_unknown_override_is_a_type_error():
     for mod in MODULES.values():
         with pytest.raises(TypeError, match="unexpected override"):
