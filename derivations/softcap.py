@@ -776,7 +776,7 @@ def derive(**wrong) -> Derivation:
     )
     rec = Derivation(
         "D13",
-        "Softcapping: bounded weights, Taylor-N of the capped score (parallel only), "
+        "Softcapping: bounded weights, Taylor-N of the capped score (no feature map), "
         "polynomials in the raw score on bounded ranges",
     )
     rec.cite(
