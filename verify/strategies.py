@@ -275,6 +275,17 @@ def _round_to(arr: np.ndarray, dtype: torch.dtype) -> np.ndarray:
     return torch.from_numpy(np.ascontiguousarray(arr)).to(dtype).to(torch.float64).numpy()
 
 
+def _abs_dots_in_order(qd: np.ndarray, kd: np.ndarray) -> np.ndarray:
+    """|q_t . k_s| (b, h, t, s), the d products added in index order by elementwise IEEE
+    operations: the same bits on every machine. A reduction (einsum, matmul) may associate the
+    sum by the vector width of the CPU, and the drawn q, k are scaled by a factor computed from
+    this maximum, so its last bit must not depend on the machine."""
+    acc = qd[..., :, None, 0] * kd[..., None, :, 0]
+    for i in range(1, qd.shape[-1]):
+        acc = acc + qd[..., :, None, i] * kd[..., None, :, i]
+    return np.abs(acc)
+
+
 def _max_score(qd: np.ndarray, kd: np.ndarray, c: float | None) -> tuple[float, int]:
     """(m, e) with max |c q.k| ~= m 2^e, robust to under- and overflow; m = 0 if all are 0.
 
@@ -289,7 +300,7 @@ def _max_score(qd: np.ndarray, kd: np.ndarray, c: float | None) -> tuple[float, 
         return 0.0, 0
     ea, eb = math.frexp(aq)[1], math.frexp(ak)[1]
     qn, kn = np.ldexp(qd, -ea), np.ldexp(kd, -eb)
-    m = float(np.abs(np.einsum("bhtd,bhsd->bhts", qn, kn)).max()) * cf
+    m = float(_abs_dots_in_order(qn, kn).max()) * cf
     if m > 2.0**-900:
         return m, ea + eb
     exact = max(

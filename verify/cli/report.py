@@ -141,7 +141,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="regenerate into a temporary directory and compare with the committed "
         "reports (exit 1 on any change of statement, status, verdict, "
-        "counterexample or exported number)",
+        "counterexample, example count or exported number, or a measured ratio "
+        "beyond the stated machine factor: verify.render.compare)",
     )
     p.add_argument("--quick", action="store_true", help="smoke-sized run (tests)")
     p.add_argument("--quiet", action="store_true", help="no progress lines (CI)")

@@ -24,7 +24,7 @@ from verify.properties.support.claims import (
     positivity_reason,
     structural_applies,
 )
-from verify.properties.support.common import Example, exact_and_bound
+from verify.properties.support.common import Example, exact_and_bound, kernel_name
 from verify.properties.support.inputs import plain_inputs, shaped_inputs, tensor_like
 from verify.properties.support.observe import array_observation, np64
 from verify.properties.support.paths import (
@@ -59,19 +59,47 @@ def _linear_applies(variant, ctx):
     return None
 
 
-def _grid_size(dtype_name: str) -> int:
+def _model_floor(variant, ctx) -> float:
+    """The smallest power of two g >= 2^-12 such that a value of magnitude g is inside the claimed
+    kernel's D10 standard model (``verify.exact.errors.outside_model``, one level per kernel
+    and dtype: asked with q = k = 1 at scale 1, so the value decides); 0 without a model."""
+    import torch
+
+    from verify.exact import errors
+
+    kernel = kernel_name(variant)
+    if kernel is None:
+        return 0.0
+    one = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    try:
+        for e in range(-12, 1):
+            if not errors.outside_model(kernel, one, one, one * 2.0**e, dtype=ctx.model_dtype,
+                                        scale=1.0):  # fmt: skip
+                return 2.0**e
+    except ValueError:  # a kernel the error model does not describe (a declared map)
+        return 0.0
+    return 1.0
+
+
+def _grid_size(dtype_name: str, floor: float = 0.0) -> int:
     """M with entries m/M (|m| <= M) such that a v1 + b v2 is exact for a, |b| in {1/2, 1, 2}:
-    log2 M + 2 (exponent spread) + 1 (carry) <= precision bits."""
+    log2 M + 2 (exponent spread) + 1 (carry) <= precision bits; and 1/(2M) >= ``floor`` (a
+    power of two, :func:`_model_floor`), so every nonzero entry of v1, v2 and of the exact
+    combination (a multiple of 1/(2M)) is inside the claimed kernel's D10 model: every
+    example gets the model's bound, decided from the grid alone, never from a computed float."""
     from derivations.rounding import precision_bits
 
-    return 2 ** min(precision_bits(dtype_name) - 3, 10)
+    M = 2 ** min(precision_bits(dtype_name) - 3, 10)
+    if floor > 0:
+        M = min(M, max(1, int(0.5 / floor)))
+    return M
 
 
 def _linear_examples(variant, ctx):
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
-    M = _grid_size(ctx.dtype)
+    M = _grid_size(ctx.dtype, _model_floor(variant, ctx))
 
     def combination(draw_, x):
         grid = hnp.arrays(np.int64, x.shape.v, elements=st.integers(-M, M))

@@ -96,11 +96,37 @@ def unrepresentable(variant, q, k, mode: str | None, visible=None) -> None:
     s = c * torch.einsum("bhtd,bhsd->bhts", q.double(), k.double())
     if visible is not None:
         s = s.masked_fill(~torch.as_tensor(visible, device=s.device), -math.inf)
-    if float(s.max()) > safe_exp_radius(q.dtype):
+    if _score_exceeds(s, q, k, c, safe_exp_radius(q.dtype)):
         raise NotApplicable(
             f"exp(score) up to e^{float(s.max()):.4g} without a normalizing denominator "
             f"({mode}): the exact output is not representable in {q.dtype}"
         )
+
+
+def _score_exceeds(s, q, k, c: float, limit: float) -> bool:
+    """Exactly whether some score c q_t.k_s (c, q, k the floats they are) of a position left
+    unmasked in ``s`` (the float64 scores, masked positions -inf) exceeds ``limit``: positions
+    more than the float64 bound gamma_{d+2} c sum_i |q_i k_si| (any summation order) from the
+    limit are decided by ``s``; the rest in rational arithmetic. The decision (which rejects
+    the example) is then the same on every machine, whatever order its einsum sums in."""
+    from fractions import Fraction
+
+    import numpy as np
+    import torch
+
+    from derivations.rounding import gamma, unit_roundoff
+
+    qd, kd = q.detach().cpu().double(), k.detach().cpu().double()
+    mag = abs(c) * torch.einsum("bhtd,bhsd->bhts", qd.abs(), kd.abs())
+    margin = (gamma(q.shape[-1] + 2, unit_roundoff("float64")) * mag * 1.01 + 1e-300).numpy()
+    sn = s.detach().cpu().numpy()
+    if (sn - margin > limit).any():
+        return True
+    for b, h, t, j in zip(*np.nonzero(sn + margin >= limit)):
+        dot = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(qd[b, h, t], kd[b, h, j]))
+        if Fraction(c) * dot > Fraction(limit):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- state API

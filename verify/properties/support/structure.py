@@ -62,7 +62,8 @@ def reorder_bound(W: np.ndarray, v: np.ndarray, o: np.ndarray, dtype: str, d: in
 
     The terms: a row's sums hold at most n = (S + 1)(d + 1) products -- a score form (a d-term
     dot product per key, an S-term sum) or a feature form with up to d + 1 features per key --
-    so tau = 2 gamma_{n-1}. Kernels with more features (Taylor-N) are claims with a model."""
+    so tau = 2 gamma_{n-1}, for any order of the sums (Higham: gamma_{n-1} covers every order
+    of an n-term sum). Signed feature forms are outside it (:func:`kernel_free_gap`)."""
     acc = ACCUMULATION[dtype]
     u = unit_roundoff(acc)
     n = (W.shape[-1] + 1) * (d + 1)
@@ -106,15 +107,47 @@ def combined(*bounds) -> np.ndarray:
     return out
 
 
+def kernel_free_gap(variant, form: str) -> str | None:
+    """Why :func:`reorder_bound` does not bound path kind ``form`` (``parallel``, ``recurrent``,
+    ``chunked`` or ``any``) of the variant's claimed kernel, or None when it does.
+
+    The threshold charges (S + 1)(d + 1) products per output element relative to
+    sum_s |W_ts| |v_sj|: right where v enters after the weights (a score form: the v-dependent
+    roundings are the products W_ts v_sj and the key sum) and for nonnegative features. A
+    recurrent or chunked form -- or a form not known (``any``) -- of a kernel with signed
+    features (kappa_N through its C(N + d, N) monomials, the identity map) rounds the terms
+    phi_m(q) (phi_m(k_s) v_sj): m + S of them per element, of total magnitude
+    sum_m |phi_m(q)||phi_m(k_s)| |v_sj| (for kappa_N: kappa_N(c sum_i |q_i||k_si|) |v_sj|, D1),
+    which exceeds |W_ts| |v_sj| wherever the signed terms cancel (e.g. kappa_6 at a score of
+    -1.48: 4.38 against 0.23). Such a path has the D10 feature-form bound or no statement.
+    """
+    kern = variant.parsed_kernel
+    signed_features = kern.family == "taylor" or kern.taylor_map or kern.map == "identity"
+    if not signed_features or form == "parallel":
+        return None
+    return (
+        f"{variant.kernel} in a {form} form sums signed feature terms whose magnitudes "
+        "|W| |v| does not bound: the kernel-free threshold does not apply"
+    )
+
+
 def model_bound(variant, x, ctx, *, mode: str, form: str, factor: float = 2.0):
     """``factor`` times the D10 bound of the claimed kernel on ``x`` (two computations), or
     None where the claim has no error model there (an unknown kernel, FAVOR+ without its
-    projection, inputs outside the standard model)."""
+    projection, inputs outside the standard model) and the kernel-free threshold covers the
+    path (:func:`kernel_free_gap`).
+
+    Raises:
+        NotApplicable: no model here and the kernel-free threshold does not cover the path
+            (both reasons).
+    """
     from verify.properties.support.common import exact_and_bound
 
     try:
         _, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form)
-    except NotApplicable:
+    except NotApplicable as exc:
+        if gap := kernel_free_gap(variant, form):
+            raise NotApplicable(f"{exc}; {gap}") from exc
         return None
     return factor * eb.bound
 
