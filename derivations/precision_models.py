@@ -21,6 +21,9 @@ plus the lemmas here:
   :func:`eager_score_abs_error`), softmax in fp32 with its output rounded, P.V in the input type
   with fp32 accumulation inside the matmul (e.g. Hugging Face ``eager_attention_forward``):
   the weights are normalized before P.V, :func:`eager_weight_rel`.
+* ``rounded-weights``: ``eager`` with the scores and the softmax in fp32 (code that upcasts q
+  and k): the weights p_s = w_s / D rounded to the input type before P.V, :func:`eager_weight_rel`
+  without the scores' input-type roundings.
 * ``input-accumulation:SCHEME``: as ``fused``, but P.V and the row sum accumulate in the input
   type with products rounded. A recursive sum of n terms has gamma_{n-1} (Higham eq. 4.4) only
   while (n - 1) u < 1; bf16 (u = 2^-8) loses it at 257 keys. Pairwise summation has
@@ -30,7 +33,9 @@ plus the lemmas here:
   applicable" with the reason where no gamma exists. Never inferred by a probe, only declared.
 * ``envelope``: the elementwise largest of the ``fused``, ``eager`` and ``online:16`` bounds;
   each bounds its own arithmetic, so their maximum bounds a kernel that computes by any of them
-  (the model of a bf16/fp16 kernel that declares none).
+  (the model of a bf16/fp16 kernel that declares none); ``envelope:fp32-scores`` the largest of
+  ``fused``, ``rounded-weights`` and ``online:16``, for a kernel found to keep its scores at
+  float32 resolution (``verify.probes.precision_model.score_resolution``).
 
 Backward (dq, dk, dv) of softmax attention, in FlashAttention-2's order (Algorithm 2): P
 recomputed from the log-sum-exp L (:func:`lse_abs_error`, :func:`recomputed_weight_rel`),
@@ -57,10 +62,20 @@ from derivations.rounding import (
     ulps_to_relative,
 )
 
-MODELS = ("two-level", "fused", "online", "eager", "input-accumulation", "envelope")
+MODELS = (
+    "two-level",
+    "fused",
+    "online",
+    "rounded-weights",
+    "eager",
+    "input-accumulation",
+    "envelope",
+)
 #: the models a probe may infer (float32 accumulation); input-type accumulation is only declared
-INFERABLE = ("two-level", "fused", "online", "eager")
+INFERABLE = ("two-level", "fused", "online", "rounded-weights", "eager")
 SCHEMES = ("recursive", "pairwise", "blocked")
+#: the envelope without the eager member: for kernels whose scores keep float32 resolution
+FP32_SCORES = "fp32-scores"
 #: input-type roundings of an eager score: the matmul's output, then the scale's product
 EAGER_SCORE_ROUNDINGS = 2
 
@@ -72,6 +87,9 @@ MODEL_SOURCES = {
     "1805.02867; FlashAttention-2 Algorithm 1 (per key block: running maximum, rescaling)",
     "eager": "scores, softmax and P.V as separate input-type tensor operations (e.g. Hugging "
     "Face transformers' eager_attention_forward)",
+    "rounded-weights": "scores and softmax in float32, the normalized weights rounded to the "
+    "input type before P.V with float32 accumulation (code that upcasts q and k, e.g. "
+    "softmax(q.float() @ k.float().T).to(dtype) @ v)",
     "input-accumulation": "Higham eq. 4.4 (recursive), eq. 4.6 (pairwise); Blanchard, Higham, "
     "Mary, SIAM J. Sci. Comput. 42(3) 2020 (blocked)",
     "envelope": "the elementwise largest of the fused, eager and online:16 bounds (each a "
@@ -107,6 +125,8 @@ class PrecisionModel(NamedTuple):
         if self.name == "input-accumulation":
             tail = f"blocked:{self.block}" if self.scheme == "blocked" else str(self.scheme)
             return f"input-accumulation:{tail}"
+        if self.name == "envelope" and self.scheme:
+            return f"envelope:{self.scheme}"
         return self.name
 
     @property
@@ -116,7 +136,7 @@ class PrecisionModel(NamedTuple):
 
 
 def parse_precision(spec: str) -> PrecisionModel:
-    """``two-level`` | ``fused`` | ``eager`` | ``envelope`` | ``online:B`` |
+    """``two-level`` | ``fused`` | ``eager`` | ``rounded-weights`` | ``envelope`` | ``online:B`` |
     ``input-accumulation:recursive`` | ``input-accumulation:pairwise`` |
     ``input-accumulation:blocked:B`` -> PrecisionModel.
 
@@ -124,7 +144,9 @@ def parse_precision(spec: str) -> PrecisionModel:
         ValueError: naming ``precision`` and the accepted forms.
     """
     expected = (
-        "expected two-level, fused, eager, envelope, online:B, input-accumulation:recursive, "
+        "expected two-level, fused, eager, rounded-weights, envelope, envelope:fp32-scores, "
+        "online:B, "
+        "input-accumulation:recursive, "
         "input-accumulation:pairwise or input-accumulation:blocked:B (B a positive integer)"
     )
     if not isinstance(spec, str):
@@ -137,8 +159,10 @@ def parse_precision(spec: str) -> PrecisionModel:
             raise ValueError(f"precision: {expected}, got {spec!r}")
         return int(text)
 
-    if name in ("two-level", "fused", "eager", "envelope") and len(parts) == 1:
+    if name in ("two-level", "fused", "eager", "rounded-weights", "envelope") and len(parts) == 1:
         return PrecisionModel(name)
+    if name == "envelope" and parts[1:] == [FP32_SCORES]:
+        return PrecisionModel(name, scheme=FP32_SCORES)
     if name == "online" and len(parts) == 2:
         return PrecisionModel(name, block=block(parts[1]))
     if name == "input-accumulation" and len(parts) >= 2:
@@ -205,27 +229,36 @@ def accumulation_gamma(
 # -- forward models (softmax: shifted exp weights, sum denominator) -----------------------------
 def eager_score_abs_error(
     d: int,
-    abs_dot: float,
+    abs_dot,
     u_acc: float,
     u_in: float,
     scale_roundings: int = 5,
     input_roundings: int = EAGER_SCORE_ROUNDINGS,
-) -> float:
+    *,
+    score_abs=None,
+):
     """|x_hat - x| for an eager score: the fp32 dot product (gamma_d), the scale's roundings
-    at u_acc (r_c), and ``input_roundings`` roundings to the input type (derived):
+    at u_acc (r_c), and ``input_roundings`` roundings to the input type (derived; floats or
+    numpy arrays):
 
-        x_hat = c (q.k + theta)(1 + delta_acc)^{r_c} (1 + delta_in)^r, |theta| <= gamma_d
-        sum|q_i k_i|, so |x_hat - x| <= [(1 + gamma_{d + r_c}(u_acc))(1 + u_in)^r - 1] abs_dot
-        with abs_dot = c sum_i |q_i k_i| (Lemma 3.3: (1 + gamma_d)(1 + u)^{r_c} <= 1 +
-        gamma_{d + r_c}).
+        x_hat = (x + theta)(1 + delta_in)^r with |theta| <= e_acc = gamma_{d + r_c}(u_acc) abs_dot
+        (Lemma 3.3: (1 + gamma_d)(1 + u)^{r_c} <= 1 + gamma_{d + r_c}), abs_dot = c sum_i
+        |q_i k_i|, so |x_hat - x| <= e_acc (1 + u_in)^r + ((1 + u_in)^r - 1) |x|.
+
+    ``score_abs`` is |x| (<= abs_dot); None takes |x| <= abs_dot, the bound
+    [(1 + gamma_{d + r_c})(1 + u_in)^r - 1] abs_dot.
 
     Raises:
         TypeError, ValueError: bad arguments.
     """
     g = gamma(check_int("d", d, 1) + check_int("scale_roundings", scale_roundings, 0), u_acc)
     r = check_int("input_roundings", input_roundings, 0)
-    a = check_real("abs_dot", abs_dot, nonneg=True)
-    return ((1.0 + g) * (1.0 + check_real("u_in", u_in, nonneg=True)) ** r - 1.0) * a
+    a = check_real("abs_dot", abs_dot, nonneg=True, array_ok=True)
+    grow = (1.0 + check_real("u_in", u_in, nonneg=True)) ** r
+    if score_abs is None:
+        return _result(((1.0 + g) * grow - 1.0) * a)
+    x = check_real("score_abs", score_abs, nonneg=True, array_ok=True)
+    return _result(g * a * grow + (grow - 1.0) * x)
 
 
 def fused_numerator_weight_rel(weight_rel: float, u_in: float) -> float:

@@ -32,8 +32,37 @@ def _check(faults) -> tuple[str, ...]:
     return tuple(faults)
 
 
-def _scores(q, k, *, causal, attn_mask, scale, faults):
-    """fp32 scores c q.k with masked entries -inf, and the visibility (B?, H?, T, S)."""
+def _visible(T, S, *, causal, attn_mask, window, device):
+    """Bool (B?, H?, T, S): the causal pattern and mask, or FlashAttention's window (D15)."""
+    from verify.spec.visibility import visible
+
+    if window is None:
+        return visible(T, S, causal=causal, attn_mask=attn_mask, device=device)
+    from verify.attention.structure import effective_window, window_mask
+
+    vis = window_mask(T, S, effective_window(tuple(window), causal), device=device)
+    return vis if attn_mask is None else vis & attn_mask
+
+
+def _transform(s, *, S: int, softcap=None, alibi_slopes=None):
+    """The claimed score transforms in s's dtype: C tanh(s / C), then -m_h |t' - s| (D13, D12;
+    ``verify.attention.structure``'s order)."""
+    import torch
+
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    if alibi_slopes is not None:
+        T = s.shape[-2]
+        dist = (torch.arange(T)[:, None] + (S - T) - torch.arange(S)[None, :]).abs()
+        slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32)[:, None, None]
+        s = s - (slopes * dist).to(s.dtype)
+    return s
+
+
+def _scores(q, k, *, causal, attn_mask, scale, faults, softcap=None, alibi_slopes=None,
+            window=None):  # fmt: skip
+    """fp32 scores c q.k (then the claimed softcap and ALiBi) with masked entries -inf, and the
+    visibility (B?, H?, T, S)."""
     import torch
 
     from verify.spec.visibility import visible
@@ -43,7 +72,8 @@ def _scores(q, k, *, causal, attn_mask, scale, faults):
     s = (q.float() @ k.float().transpose(-1, -2)) * c
     if "scores-rounded" in faults:
         s = s.to(q.dtype).float()
-    vis = visible(T, S, causal=causal, attn_mask=attn_mask, device=q.device)
+    s = _transform(s, softcap=softcap, alibi_slopes=alibi_slopes, S=S)
+    vis = _visible(T, S, causal=causal, attn_mask=attn_mask, window=window, device=q.device)
     if "mask-shifted" in faults and causal:
         vis = vis | visible(T, S, causal=True, device=q.device).roll(1, -1)
     return s.masked_fill(~vis, -torch.inf), vis
@@ -68,16 +98,20 @@ def round_p(p, dtype, truncate: bool = False):
     return (p + (r - x)).to(dtype)
 
 
-def fused_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, block=None, faults=()):
+def fused_attention(
+    q, k, v, *, causal=False, attn_mask=None, scale=None, block=None, faults=(), **structure
+):
     """The ``fused`` / ``online:B`` model: per key block of ``block`` keys (None: one block),
     running maximum m, P = exp(s - m) in fp32, l = alpha l + rowsum(P) in fp32, P rounded to
     the input type, acc = alpha acc + P~ V in fp32, out = acc / l rounded once
-    (FlashAttention-2, arXiv 2307.08691, Algorithm 1)."""
+    (FlashAttention-2, arXiv 2307.08691, Algorithm 1). ``structure``: ``softcap``,
+    ``alibi_slopes``, ``window`` applied to the fp32 scores (D12, D13, D15)."""
     import torch
 
     faults = _check(faults)
     dt = q.dtype
-    s, _ = _scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, faults=faults)
+    s, _ = _scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, faults=faults,
+                   **structure)  # fmt: skip
     S = s.shape[-1]
     b = S if block is None else int(block)
     vf = v.float()
@@ -100,22 +134,35 @@ def fused_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, block=
     return out.to(dt)
 
 
-def eager_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, faults=()):
+def eager_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, faults=(), **structure):
     """The ``eager`` model: separate tensor operations in the input type -- s = (q @ k^T) * c
-    (two roundings), softmax (fp32 inside, output rounded), P @ V (fp32 accumulation inside the
-    matmul, output rounded). Empty rows: zeros (the NaN of softmax over -inf replaced)."""
+    (two roundings), the claimed ``softcap`` / ``alibi_slopes`` as input-type operations,
+    softmax (fp32 inside, output rounded), P @ V (fp32 accumulation inside the matmul, output
+    rounded). Empty rows: zeros (the NaN of softmax over -inf replaced)."""
     import torch
-
-    from verify.spec.visibility import visible
 
     faults = _check(faults)
     T, S, d = q.shape[-2], k.shape[-2], q.shape[-1]
     c = 1.0 if "scale-missing" in faults else (1.0 / math.sqrt(d) if scale is None else scale)
     s = (q @ k.transpose(-1, -2)) * c
-    vis = visible(T, S, causal=causal, attn_mask=attn_mask, device=q.device)
+    window = structure.pop("window", None)
+    s = _transform(s, S=S, **structure)
+    vis = _visible(T, S, causal=causal, attn_mask=attn_mask, window=window, device=q.device)
     p = torch.softmax(s.masked_fill(~vis, -torch.inf), -1)
     p = torch.nan_to_num(p, nan=0.0)
     return p @ v
+
+
+def rounded_weights_attention(q, k, v, *, causal=False, attn_mask=None, scale=None, **structure):
+    """The ``rounded-weights`` model: fp32 scores (and the claimed transforms), softmax in fp32,
+    the weights rounded to the input type, P @ V with fp32 accumulation, output rounded (code
+    that upcasts q and k). Empty rows: zeros."""
+    import torch
+
+    s, _ = _scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, faults=(),
+                   **structure)  # fmt: skip
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0).to(q.dtype)
+    return (p.float() @ v.float()).to(q.dtype)
 
 
 def _sum_in(terms, dtype, scheme: str, block: int | None):

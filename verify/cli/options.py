@@ -138,6 +138,19 @@ def _precision(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _arithmetic(text: str) -> str:
+    """argparse type of ``--arithmetic``: a preset name (its error names the option)."""
+    import argparse
+
+    from derivations.kernel_arithmetic import parse_arithmetic
+
+    try:
+        parse_arithmetic(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
 CLAIM_OPTIONS = (
     ClaimOption(
         "kernel", "kernel", "claimed kernel: softmax | taylor:N | linear:MAP | sigmoid | unknown"
@@ -187,9 +200,17 @@ CLAIM_OPTIONS = (
         "precision",
         "precision",
         "precision model of bf16/fp16 softmax: two-level | fused | eager | online:B | "
-        "input-accumulation:recursive|pairwise|blocked:B (default: found by the probes, else "
-        "fused)",
+        "input-accumulation:recursive|pairwise|blocked:B | envelope (default: found by the "
+        "probes, else envelope: the largest of the fused, eager and online:16 bounds)",
         _precision,
+    ),
+    ClaimOption(
+        "arithmetic",
+        "arithmetic",
+        "the kernel's arithmetic (D17): cpu | flash-attention-2, optionally +split:P (key "
+        "splits combined by log-sum-exp); default: the device's (cpu; on CUDA "
+        "flash-attention-2)",
+        _arithmetic,
     ),
     ClaimOption(
         "empty_rows",

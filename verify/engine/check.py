@@ -231,18 +231,18 @@ def check(
     precision = None
     low = [dt for dt in dtypes if dt in LOW_PRECISION_DTYPES]
     if low and variant.kernel_family == "softmax" and not variant.precision:
-        from verify.probes.precision_model import combine, finding_sentence, sentence
+        from verify.probes.precision_model import combine, fallback, finding_sentence, sentence
 
         found = [f if isinstance(f, dict) else {"dtype": dt, "model": None, "reason": f}
                  for dt, f in zip(low, run([Job(None, PROBE, dt) for dt in low]))]  # fmt: skip
         chosen = combine(found)
-        precision = {"found": found, "model": chosen or "fused"}
+        used = chosen or fallback(found)
+        precision = {"found": found, "model": used}
         notes.append(f"{sentence(found, chosen)}: the low-precision bounds use it")
         if finding := finding_sentence(found):
             notes.append(finding)
-        if chosen:
-            variant = apply_claims(variant, {"precision": chosen})
-            claims = {**claims, "precision": chosen}
+        variant = apply_claims(variant, {"precision": used})
+        claims = {**claims, "precision": used}
     tick = (lambda i, n, job, res: progress(res)) if progress else None
     results = run(battery(None, dtypes=dtypes, select=select), tick)
     if spec:

@@ -19,7 +19,8 @@ transformed scores), A_j = sum_s w_s |v_sj|, D = sum_s w_s >= 1 and n visible ke
    the input type) and the P.V sum (at u_mma; input type: ``accumulation_gamma``), den_rel from
    the fp32 weights, then ``kernel_attention_output_bound`` with the division's error (or D17's
    reciprocal-and-product), plus n eta_in max|v| / D for weights in the input type's subnormals;
-4. eager: p_s = w_s / D carries ``eager_weight_rel``; o = sum_s p_s v_s in fp32:
+4. eager (and rounded-weights, the same with float32 scores): p_s = w_s / D carries
+   ``eager_weight_rel``; o = sum_s p_s v_s in fp32:
    [(1 + e_p)(1 + gamma_n(u_mma)) - 1] A / D + n eta_in max|v| (1 + gamma_n);
 5. split-KV (D17): each split's output bound and log-sum-exp error, combined by
    ``split_kv_output_bound``;
@@ -52,6 +53,12 @@ _U64 = d10.unit_roundoff("float64")
 #: the members of the ``envelope`` model (the online member's block: the smallest block any
 #: common kernel uses, whose rescaling is the largest; D10's online lemma grows with the count)
 ENVELOPE = (pm.PrecisionModel("fused"), pm.PrecisionModel("eager"), pm.PrecisionModel("online", 16))
+#: ``envelope:fp32-scores``: the members for scores kept at float32 resolution (no eager step)
+ENVELOPE_FP32_SCORES = (
+    pm.PrecisionModel("fused"),
+    pm.PrecisionModel("rounded-weights"),
+    pm.PrecisionModel("online", 16),
+)
 
 
 def _scores(st: dict, eager: bool, arith: ka.KernelArithmetic, u_a: float, u_in: float, acc):
@@ -68,11 +75,13 @@ def _scores(st: dict, eager: bool, arith: ka.KernelArithmetic, u_a: float, u_in:
     else:
         abs_dot = inflate(c * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2)), d + 2)
         x = c * (q @ np.swapaxes(k, -1, -2))
-        if eager:
-            coeff = pm.eager_score_abs_error(d, 1.0, u_mma, u_in, SCALE_ROUNDINGS)
+        if eager:  # the fp32 score, then its roundings to the input type, relative to |x|
+            e_x = pm.eager_score_abs_error(
+                d, abs_dot, u_mma, u_in, SCALE_ROUNDINGS, score_abs=inflate(np.abs(x), 1)
+            )
         else:
-            coeff = d10.gamma(d + SCALE_ROUNDINGS, u_mma)
-        e_x = ((1.0 + coeff) * (1.0 + tf) - 1.0) * abs_dot
+            e_x = d10.gamma(d + SCALE_ROUNDINGS, u_mma) * abs_dot
+        e_x = e_x * (1.0 + tf) + tf * abs_dot  # TF32 inputs: each product term (1 + tf)
     if transform:
         u_t = u_in if eager and u_in else u_a
         tanh_rel = None
@@ -89,8 +98,10 @@ def _row_terms(st, model, dtype, acc, arith, vis):
     # nothing is stored narrower than the arithmetic in the two-level model or at full precision
     stored = model.name != "two-level" and dtype != acc
     u_in = d10.unit_roundoff(dtype) if stored else 0.0
-    eager = model.name == "eager"
-    x, e_x = _scores(st, eager, arith, u_a, u_in, acc)
+    # eager: scores rounded to the input type, transforms in it; rounded-weights: scores and
+    # softmax at u_acc; both normalize the weights and round them to the input type before P.V
+    eager = model.name in ("eager", "rounded-weights")
+    x, e_x = _scores(st, model.name == "eager", arith, u_a, u_in, acc)
     S = st["k"].shape[-2]
     m = np.max(np.where(vis, x, -np.inf), axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -171,7 +182,12 @@ def _single(st, model, dtype, acc, o_abs, arith, vis):
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = ((1 + e_p) * (1 + g) - 1)[..., None]
             bound = rel * A / D_low[..., None] + uf * (1 + g)[..., None]
-        how = "eager: scores and weights rounded to the input type, fp32 P.V"
+        how = (
+            "eager: scores and weights rounded to the input type, fp32 P.V"
+            if model.name == "eager"
+            else "rounded-weights: fp32 scores and softmax, the weights rounded to the input "
+            "type, fp32 P.V"
+        )
     else:
         num_w = (1 + vec(lambda e: pm.fused_numerator_weight_rel(e, u_in), e_w)) * (1 + tf) - 1
         if model.name == "input-accumulation":
@@ -280,9 +296,11 @@ def softmax_model_bound(
     """
     arith = ka.parse_arithmetic(arith)
     if model.name == "envelope":
-        parts = [softmax_model_bound(st, m, dtype, acc, o_abs, arith)[0] for m in ENVELOPE]
+        members = ENVELOPE_FP32_SCORES if model.scheme == pm.FP32_SCORES else ENVELOPE
+        parts = [softmax_model_bound(st, m, dtype, acc, o_abs, arith)[0] for m in members]
         bound = np.maximum.reduce(parts)
-        how = "envelope: the largest of the fused, eager and online:16 bounds"
+        names = ", ".join(m.spec for m in members)
+        how = f"{model.spec}: the largest of the {names} bounds"
         return bound, f"{how} ({pm.MODEL_SOURCES['envelope']})"
     if arith.split_kv > 1:
         bound, how = _split_kv(st, model, dtype, acc, o_abs, arith)

@@ -4,41 +4,63 @@ The kernel is called on random inputs of the dtype (B = 1, H = 2, d = d_v = 16; 
 over S = 2048 keys, or T = S = 512 when the kernel takes self-attention only or causal calls
 only), and its outputs are compared bit for bit with the faithful emulations of
 ``verify.attention.lowprec``: ``two-level`` (the exact result rounded once), ``fused``,
-``online:B`` for B in :data:`ONLINE_BLOCKS` below S, and ``eager``. Different models round
-different intermediates, so they agree with each other on only part of the outputs (SDPA's CPU
-kernel in bfloat16, torch 2.13: 82 % bit-match with online:512, 66 % fused, 59 % two-level, 36 %
-eager). The model with the largest fraction is named; ties go to the earlier model in
-:data:`CANDIDATE_ORDER` (the tighter bound). Accumulation in the input type is never inferred:
-it is declared (``precision="input-accumulation:..."``), since a match would not prove the
-bound's hypotheses.
+``online:B`` for B in :data:`ONLINE_BLOCKS` below S, ``rounded-weights`` and ``eager``, each
+with the variant's claimed softcap, ALiBi slopes and window applied as its arithmetic does.
+Different models round different intermediates, so they agree with each other on only part of
+the outputs (SDPA's CPU kernel in bfloat16, torch 2.13: 82 % bit-match with online:512, 66 %
+fused, 59 % two-level, 36 % eager). The model with the largest fraction is named; ties go to
+the earlier model in :data:`CANDIDATE_ORDER` (the tighter bound). Accumulation in the input
+type is never inferred: it is declared (``precision="input-accumulation:..."``), since a match
+would not prove the bound's hypotheses.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from derivations.precision_models import FP32_SCORES
+
 ONLINE_BLOCKS = (32, 64, 128, 256, 512, 1024)
-CANDIDATE_ORDER = ("two-level", "fused", "online", "eager")
+CANDIDATE_ORDER = ("two-level", "fused", "online", "rounded-weights", "eager")
 #: a model is named only when at least this fraction of outputs bit-match it (else the default)
 MIN_MATCH = 0.5
 
 
-def _candidates(q, k, v, *, causal: bool, scale) -> dict[str, Any]:
+def _candidates(q, k, v, *, causal: bool, scale, structure=None) -> dict[str, Any]:
+    """Each model's emulated output on (q, k, v), with the variant's claimed ``structure``
+    (softcap, ALiBi slopes, window) applied as that model's arithmetic does."""
     import torch
 
     from verify.attention import lowprec
     from verify.exact.errors import float64_reference
 
+    st = dict(structure or {})
     dt = q.dtype
-    ref = float64_reference("softmax", q, k, v, causal=causal, scale=scale)
+    ref = float64_reference("softmax", q, k, v, causal=causal, scale=scale, **st)
     out = {"two-level": torch.from_numpy(ref).to(dt)}
-    out["fused"] = lowprec.fused_attention(q, k, v, causal=causal, scale=scale)
+    out["fused"] = lowprec.fused_attention(q, k, v, causal=causal, scale=scale, **st)
     for b in ONLINE_BLOCKS:
         if b < k.shape[-2]:
             out[f"online:{b}"] = lowprec.fused_attention(q, k, v, causal=causal, scale=scale,
-                                                         block=b)  # fmt: skip
-    out["eager"] = lowprec.eager_attention(q, k, v, causal=causal, scale=scale)
+                                                         block=b, **st)  # fmt: skip
+    out["rounded-weights"] = lowprec.rounded_weights_attention(
+        q, k, v, causal=causal, scale=scale, **st
+    )
+    out["eager"] = lowprec.eager_attention(q, k, v, causal=causal, scale=scale, **st)
     return out
+
+
+def _structure(variant, heads: int) -> dict[str, Any] | None:
+    """The structural claims the emulations reproduce (softcap, ALiBi, window), or None when the
+    variant claims one they do not (QK-norm, a score bias, sigmoid or a decay)."""
+    from verify.spec.structure import reference_kwargs
+
+    kw = reference_kwargs(variant, heads)
+    kw.pop("enable_gqa", None)
+    if set(kw) - {"softcap", "alibi_slopes", "window"} or variant.score_bias:
+        return None
+    return kw
 
 
 def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 0) -> dict:
@@ -66,20 +88,27 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
         raise ValueError(f"dtype: expected bfloat16 or float16, got {dtype!r}")
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
+    from verify.spec.structure import fixed_heads
+
     causal = not variant.supports_causal(False)
     shapes = ((16, 2048), (512, 512)) if not causal else ((512, 512),)
     scale = None if variant.scale == "default" else float(variant.scale)
+    heads = fixed_heads(variant) or 2
+    structure = _structure(variant, heads)
+    if structure is None:
+        return {"dtype": dtype, "model": None,
+                "reason": "a structural claim the emulated models do not reproduce"}  # fmt: skip
     last = "no call succeeded"
     for T, S in shapes:
-        q = torch.randn(1, 2, T, 16, generator=gen).to(dt)
-        k, v = (torch.randn(1, 2, S, 16, generator=gen).to(dt) for _ in range(2))
+        q = torch.randn(1, heads, T, 16, generator=gen).to(dt)
+        k, v = (torch.randn(1, heads, S, 16, generator=gen).to(dt) for _ in range(2))
         try:
             o = call(variant, q.to(device), k.to(device), v.to(device), causal=causal,
                      restricted=False).cpu()  # fmt: skip
         except VariantError as exc:
             last = str(exc)
             continue
-        cands = _candidates(q, k, v, causal=causal, scale=scale)
+        cands = _candidates(q, k, v, causal=causal, scale=scale, structure=structure)
         matches = {name: float((c == o).double().mean()) for name, c in cands.items()}
         rank = sorted(
             matches,
@@ -95,11 +124,13 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
         }
         if matches[best] < MIN_MATCH:
             res.update(model=None, reason=f"no model reaches {MIN_MATCH:.0%} bit-equal outputs")
+            res["scores"] = score_resolution(variant, dtype=dtype, device=device)
         else:
             res["model"] = best
-        res["tied_maxima"] = tied_maxima_finding(
-            variant, dtype=dtype, model=res["model"] or "fused", device=device, seed=seed
-        )
+        if not structure:  # the finding's inputs and bound are plain softmax
+            res["tied_maxima"] = tied_maxima_finding(
+                variant, dtype=dtype, model=res["model"] or "envelope", device=device, seed=seed
+            )
         return res
     return {"dtype": dtype, "model": None, "reason": f"the variant could not be called: {last}"}
 
@@ -167,6 +198,16 @@ def tied_maxima_finding(variant, *, dtype: str, model: str, device: str = "cpu",
     }
 
 
+def fallback(found: list[dict]) -> str:
+    """The model of a kernel no emulation reproduces: ``envelope:fp32-scores`` when every probed
+    dtype showed scores kept at float32 resolution (:func:`score_resolution`), else
+    ``envelope`` (an eager step possible)."""
+    seen = [f.get("scores", {}).get("resolution") for f in found if not f.get("model")]
+    if seen and all(r == "float32" for r in seen):
+        return f"envelope:{FP32_SCORES}"
+    return "envelope"
+
+
 def combine(found: list[dict]) -> str | None:
     """One model for every low-precision dtype: the found models if they agree, else the one
     with the largest bound (eager > online > fused > two-level; online's smallest block)."""
@@ -179,6 +220,85 @@ def combine(found: list[dict]) -> str | None:
         return CANDIDATE_ORDER.index(name), -int(block or 0)
 
     return max(models, key=weight)
+
+
+#: the leading score levels of :func:`score_resolution` (numbers of every low-precision dtype)
+RESOLUTION_LEVELS = (32.0, 16.0)
+
+
+def score_resolution(variant, *, dtype: str, device: str = "cpu") -> dict:
+    """Whether a kernel keeps its scores at float32 resolution or rounds them to the input type
+    (an eager step), read from its outputs alone.
+
+    The last query row sees two keys at the same score L (a number of the dtype; the diagonal key
+    and its left neighbour, visible under any causal pattern, window of left >= 1, distance 0 and
+    1 for ALiBi), the others 2 lower; a second call moves the diagonal key's score by delta =
+    7/16 of the dtype's spacing at L (a coordinate of one key, exact in float32 and below half
+    the input type's spacing). A kernel that rounds its scores to the input type rounds L and
+    L + delta to the same number (for any later cap or bias), so its output is bit for bit
+    unchanged; one with float32 scores moves the leading weight (about 1/2) by about delta/4,
+    several spacings of the output's dtype. The claimed softcap C sets L <= C (where the cap's
+    slope is >= sech^2(1)); C below 16, a window narrower than 2, QK-norm or a failing call
+    leave it undetermined.
+
+    Returns:
+        JSON values: ``resolution`` (``float32``, ``input`` or None) and ``detail``.
+    """
+    import torch
+
+    from derivations.rounding import precision_bits
+    from verify.properties.support.calls import call
+    from verify.spec.results import VariantError
+
+    cap = variant.softcap
+    if variant.qk_norm or (cap is not None and cap < 16):
+        return {"resolution": None, "detail": "scores bounded below 16 (QK-norm or the cap)"}
+    if variant.window is not None and 0 <= variant.window[0] < 1:
+        return {"resolution": None, "detail": "a window of left < 1"}
+    dt = getattr(torch, dtype)
+    heads = 2
+    from verify.spec.structure import fixed_heads
+
+    heads = fixed_heads(variant) or heads
+    T, d = 4, 16
+    d_v = d if variant.dv_equals_d else 2
+    c = 1.0 / math.sqrt(d) if variant.scale == "default" else float(variant.scale)
+    changed = []
+    for level in RESOLUTION_LEVELS:
+        if cap is not None and level > cap:
+            continue
+        spacing = level * 2.0 ** (1 - precision_bits(dtype))  # at L, a power of two
+        delta = spacing * 7 / 16
+        q = torch.zeros(1, heads, T, d, dtype=torch.float64)
+        q[..., T - 1, 0] = 1.0 / c  # score = k[0] + k[1]
+        q[..., T - 1, 1] = 1.0 / c
+        k = torch.zeros(1, heads, T, d, dtype=torch.float64)
+        k[..., :, 0] = level - 2.0
+        k[..., T - 2 :, 0] = level
+        v = torch.zeros(1, heads, T, d_v, dtype=torch.float64)
+        v[..., T - 1, 0] = 1.0
+        k2 = k.clone()
+        k2[..., T - 1, 1] = delta
+        causal = not variant.supports_causal(False)
+        try:
+            outs = [
+                call(
+                    variant,
+                    q.to(dt).to(device),
+                    kk.to(dt).to(device),
+                    v.to(dt).to(device),
+                    causal=causal,
+                    restricted=False,
+                ).cpu()  # fmt: skip
+                for kk in (k, k2)
+            ]
+        except VariantError as exc:
+            return {"resolution": None, "detail": f"the call failed: {exc}"}
+        changed.append(not torch.equal(outs[0], outs[1]))
+    if not changed:
+        return {"resolution": None, "detail": "no score level below the claimed cap"}
+    res = "float32" if any(changed) else "input"
+    return {"resolution": res, "detail": f"levels {list(RESOLUTION_LEVELS)}: changed {changed}"}
 
 
 def sentence(found: list[dict], chosen: str | None) -> str:
@@ -194,7 +314,16 @@ def sentence(found: list[dict], chosen: str | None) -> str:
             )
         else:
             parts.append(f"{f['dtype']}: {f.get('reason')}")
-    head = f"precision model {chosen}" if chosen else "no precision model identified (fused)"
+    if chosen:
+        head = f"precision model {chosen}"
+    else:
+        fb = fallback(found)
+        head = f"no precision model identified ({fb}: " + (
+            "scores kept at float32 resolution; the largest of the fused, rounded-weights and "
+            "online:16 bounds)"
+            if fb != "envelope"
+            else "the largest of the fused, eager and online:16 bounds)"
+        )
     return f"{head} ({'; '.join(parts)})"
 
 

@@ -107,8 +107,13 @@ class AttentionVariant:
         precision: the precision model of bf16/fp16 calls
             (``derivations.precision_models.parse_precision``: ``two-level``, ``fused``,
             ``online:B``, ``eager``, ``input-accumulation:SCHEME``); softmax kernels only. None:
-            the probes identify it when a low-precision dtype is checked (``fused`` when they
-            cannot); other kernels use ``two-level``.
+            the probes identify it when a low-precision dtype is checked (``envelope``, the
+            largest of the fused, eager and online:16 bounds, when they cannot); other kernels
+            use ``two-level``.
+        arithmetic: the kernel's arithmetic (D17, ``derivations.kernel_arithmetic``): a preset
+            name, ``cpu`` or ``flash-attention-2`` (optionally ``+split:P``), or a
+            ``KernelArithmetic``; softmax kernels, every dtype. None: the device's default (the
+            CPU's D10 model; on CUDA FlashAttention-2's arithmetic).
         empty_rows: what a row with no visible key returns, one of ``EMPTY_ROW_CONVENTIONS``
             (``zeros``, ``nan``, ``uniform``, ``other``); None: not declared (found by the probes
             and reported, never failed).
@@ -180,6 +185,7 @@ class AttentionVariant:
     self_attention_only: bool = False
     compute_dtype: str | None = None
     precision: str | None = None
+    arithmetic: Any = None
     empty_rows: str | None = None
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     description: str = ""
@@ -250,6 +256,10 @@ class AttentionVariant:
                     f"precision: {self.precision!r} describes softmax kernels, but the kernel "
                     f"claim is {self.kernel!r} (use two-level)"
                 )
+        if self.arithmetic is not None:
+            from derivations.kernel_arithmetic import parse_arithmetic
+
+            parse_arithmetic(self.arithmetic)
         if self.empty_rows is not None:
             _one_of("empty_rows", self.empty_rows, EMPTY_ROW_CONVENTIONS)
         if self.exp_library is not None:
@@ -389,6 +399,7 @@ CLAIM_FIELDS = (
     "self_attention_only",
     "compute_dtype",
     "precision",
+    "arithmetic",
     "empty_rows",
     "exp_library",
     "kv_heads",
@@ -433,6 +444,8 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "self_attention_only": v.self_attention_only,
         "compute_dtype": v.compute_dtype,
         "precision": v.precision,
+        "arithmetic": v.arithmetic if v.arithmetic is None or isinstance(v.arithmetic, str)
+        else v.arithmetic.name,
         "empty_rows": v.empty_rows,
         "exp_library": v.exp_library,
         "kv_heads": v.kv_heads,

@@ -350,20 +350,12 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
         )
     )  # fmt: skip
     precision = precision_of(variant, ctx, denominator=denominator, eps=0.0)
-    transformed = any(
-        key in skw for key in ("softcap", "alibi_slopes", "sigmoid_bias", "qk_norm", "score_bias")
-    )
-    if transformed and precision not in (None, "two-level"):
-        raise NotApplicable(
-            f"precision model {precision!r}: D16 extends the two-level model only to softcapped, "
-            "biased and sigmoid scores"
-        )
     with model_applies():
         eb = errors.attention_error_bound(
             kernel, x.q, x.k, x.v, dtype=ctx.model_dtype, exact=ref.float64, causal=x.causal,
             attn_mask=x.attn_mask, scale=scale, denominator=denominator, eps=0.0, form=form,
-            device=ctx.device, exp_library=variant.exp_library,
-            precision=None if transformed else precision, **skw,
+            device=ctx.device, exp_library=variant.exp_library, precision=precision,
+            arithmetic=variant.arithmetic, **skw,
         )  # fmt: skip
     return ref, eb
 
@@ -470,7 +462,7 @@ def error_bound(variant, x, ctx, exact, *, denominator: str, form: str = "any", 
 
 def precision_of(variant, ctx, *, denominator: str, eps: float | None = None) -> str | None:
     """The precision model the bounds of this run use (``derivations.precision_models``): the
-    variant's ``precision`` claim (declared or found by the probes), else ``fused`` for a
+    variant's ``precision`` claim (declared or found by the probes), else ``envelope`` for a
     softmax kernel in bfloat16/float16; None (two-level) for other kernels, other denominators,
     an eps, and float32/float64 runs without a claim."""
 
@@ -500,6 +492,7 @@ def _bound(variant, x, ctx, exact, form: str, kw: dict[str, Any]):
             device=ctx.device,
             exp_library=variant.exp_library,
             precision=precision_of(variant, ctx, denominator=kw["denominator"], eps=kw["eps"]),
+            arithmetic=variant.arithmetic,
             **kw,
         )
 
