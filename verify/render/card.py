@@ -40,6 +40,8 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
         + ".",
         "",
     ]
+    if doc.get("findings"):  # what the probes found that the check used or a claim overrode
+        out += ["**Found by the probes:**", ""] + [f"- {f}" for f in doc["findings"]] + [""]
     if doc["notes"]:
         out += [f"- {n}" for n in doc["notes"]] + [""]
     out += [

@@ -226,6 +226,7 @@ def _findings(doc, probe_description: str, quick: bool) -> str:
             "",
         ]
     lines.append(f"- Black-box probes (claims ignored): {probe_description}.")
+    lines += [f"- Found by the check's probes: {f}." for f in doc.get("findings", [])]
     lines.append(
         f"- Checked with `attn-theory check {doc['target']} --max-examples {CARD_EXAMPLES}` "
         f"(profile {PROFILE}, seed {SEED}); "
