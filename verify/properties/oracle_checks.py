@@ -4,8 +4,11 @@ One property per comparison kind:
 
 - ``oracle-agreement``: every form the variant exposes (``forward`` and ``forms``), every
   denominator mode it accepts, against ``verify.exact.oracle`` for the claimed kernel, within
-  ``verify.exact.errors.attention_error_bound`` (float64/float32 directly; bf16/fp16 inputs by the
-  two-level model against the exact result on the same rounded inputs).
+  ``verify.exact.errors.attention_error_bound`` (float64/float32 directly; bf16/fp16 inputs by
+  the declared, probed or envelope precision model against the exact result on the same rounded
+  inputs); then a few long examples past the block sizes of real kernels (S = 64 j + r, a last
+  partial block; ``support.common.long_inputs_strategy``) against the float64 reference, whose
+  own bound the stated one includes.
 - ``edge-cases``: the same comparison on the edge-case inputs of ``verify.strategies`` (zeros,
   one key, equal scores, large norms within the dtype's range, identity values, v = 1).
 """
@@ -14,7 +17,12 @@ from __future__ import annotations
 
 from verify.properties.support.base import declare
 from verify.properties.support.claims import dtype_reason, reference_reason
-from verify.properties.support.common import Example, exact_and_bound, inputs_strategy
+from verify.properties.support.common import (
+    Example,
+    exact_and_bound,
+    inputs_strategy,
+    long_inputs_strategy,
+)
 from verify.properties.support.paths import (
     bounded_call,
     form_kind,
@@ -58,7 +66,13 @@ def _check(variant, ex: Example, ctx) -> Observation:
     return compare(out, eb, ref, what=f"{form}/{mode}")
 
 
-ORACLE_AGREEMENT = declare("oracle-agreement", _applies, _examples(("random",)), _check)
+def _long(variant, ctx):
+    return with_mode_and_form(variant, long_inputs_strategy(variant, ctx))
+
+
+ORACLE_AGREEMENT = declare(
+    "oracle-agreement", _applies, _examples(("random",)), _check, long_examples=_long
+)
 
 _EDGES = ("zeros", "single_key", "equal_keys", "large_norm", "identity_values", "unit_values")
 EDGE_CASES = declare("edge-cases", _applies, _examples(_EDGES), _check)

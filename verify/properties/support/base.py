@@ -47,6 +47,9 @@ class Property:
             catalogue runner runs the others in float64 and float32 only.
         shrink: hypothesis shrinks a failure (False for examples that are seeds of a
             statistic: no seed is simpler than another, and each candidate costs a full run).
+        long_examples: ``long_examples(variant, ctx) -> hypothesis strategy`` of examples past
+            the block sizes of real kernels (``support.common.long_inputs_strategy``): run
+            after the regular examples, :data:`LONG_EXAMPLES` of them (:func:`run_property`).
     """
 
     id: str
@@ -59,6 +62,7 @@ class Property:
     max_examples: int | None = None
     low_precision: bool = False
     shrink: bool = True
+    long_examples: Callable[[Any, Any], Any] | None = None
 
 
 @functools.cache
@@ -71,7 +75,9 @@ def _catalogue_metadata() -> dict[str, dict[str, Any]]:
     return {e["id"]: e for e in entries}
 
 
-def declare(property_id: str, applies, examples, check, *, shrink: bool = True) -> Property:
+def declare(
+    property_id: str, applies, examples, check, *, shrink: bool = True, long_examples=None
+) -> Property:
     """The catalogue entry ``property_id`` with its three functions (see :class:`Property`).
 
     Raises:
@@ -92,6 +98,7 @@ def declare(property_id: str, applies, examples, check, *, shrink: bool = True) 
         max_examples=m["max_examples"],
         low_precision=m["low_precision"],
         shrink=shrink,
+        long_examples=long_examples,
     )
 
 
@@ -148,8 +155,65 @@ class RunContext:
         return self.dtype
 
 
+#: long examples run per property and dtype (after the regular ones): each costs a bound over
+#: up to ~10^6 scores, about a second
+LONG_EXAMPLES = 3
+#: shrink candidates of a failing long example (each a long call and bound)
+LONG_SHRINK_DRAWS = 10
+
+
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
-    """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant."""
+    """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant.
+
+    A property with ``long_examples`` then runs :data:`LONG_EXAMPLES` of them (fewer when the
+    run's ``max_examples`` is lower) unless the regular pass failed or did not apply; one
+    result reports both (a long failure with its shrunk counterexample, or the examples and
+    ratios of both passes)."""
+    res = _run_once(prop, variant, ctx)
+    if prop.long_examples is None or res.status in ("fail", "error"):
+        return res
+    if res.status == "skip" and not res.reason.startswith(NO_EXAMPLE_REASONS):
+        return res  # the property does not apply: no pass of it does
+    count = LONG_EXAMPLES if ctx.max_examples is None else min(LONG_EXAMPLES, ctx.max_examples)
+    long_prop = dataclasses.replace(
+        prop, examples=prop.long_examples, long_examples=None, max_examples=count
+    )
+    shrink = LONG_SHRINK_DRAWS if ctx.shrink_draws is None else min(ctx.shrink_draws,
+                                                                    LONG_SHRINK_DRAWS)  # fmt: skip
+    long_ctx = dataclasses.replace(ctx, seed=ctx.seed + 1, shrink_draws=shrink)
+    long = _run_once(long_prop, variant, long_ctx)
+    return _merged(res, long)
+
+
+#: how a pass with no applicable example begins its reason (a long pass may still apply)
+NO_EXAMPLE_REASONS = ("no applicable example", "no example was applicable")
+
+
+def _merged(short: PropertyResult, long: PropertyResult) -> PropertyResult:
+    """One result of a regular and a long pass (:func:`run_property`)."""
+    if long.status in ("fail", "error"):
+        long.examples += short.examples
+        long.reason = f"on a long example: {long.reason}"
+        return long
+    if long.status == "skip":
+        if short.status == "pass":
+            short.detail = (short.detail + "; " if short.detail else "") + (
+                f"long examples: {long.reason}"
+            )
+        return short
+    if short.status == "skip":
+        return long
+    worse = long if (long.max_ratio or 0.0) > (short.max_ratio or 0.0) else short
+    short.examples += long.examples
+    short.ratios = short.ratios + long.ratios
+    for name in ("max_ratio", "observed", "bound", "bound_kind", "detail"):
+        setattr(short, name, getattr(worse, name))
+    short.loose = short.loose and long.loose
+    return short
+
+
+def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
+    """One hypothesis pass of ``prop`` over ``prop.examples``."""
     from hypothesis import given, settings
     from hypothesis import seed as hypothesis_seed
     from hypothesis.errors import Unsatisfiable
