@@ -4,6 +4,7 @@
   float32 whatever the input dtype (``softmax(..., dtype=torch.float32)``), the output cast back:
   correct softmax computed in float32. ``hf_eager_float32_claimed_float64`` declares
   ``compute_dtype="float64"``: its own claim, which the probes' finding must not excuse.
+* ``even_head_dim_softmax``: softmax written for an even head dimension (it raises for odd d).
 * ``clamped_linear``: elu+1 linear attention whose denominator is clamped at ``EPS``
   (``D.clamp(min=eps)``, as linear-attention-transformer writes it): N/max(D, eps).
   ``added_linear`` adds it instead, N/(D + eps). The ``*_claims_*`` twins declare the other
@@ -47,6 +48,18 @@ def hf_eager_float32_claimed_float64() -> AttentionVariant:
         kernel="softmax",
         compute_dtype="float64",
     )
+
+
+def even_head_dim_softmax(q, k, v, *, causal):
+    """Softmax attention from code that splits the head dimension in halves (as rotary
+    embeddings do): it raises for an odd d."""
+    d = q.shape[-1]
+    if d % 2:
+        raise ValueError(f"q: the head dimension must be even, got {d}")
+    q1, q2 = q.chunk(2, -1)
+    k1, k2 = k.chunk(2, -1)
+    s = (q1 @ k1.transpose(-1, -2) + q2 @ k2.transpose(-1, -2)) * d**-0.5
+    return torch.softmax(_causal(s, causal), -1) @ v
 
 
 def _elu1(x):

@@ -108,6 +108,19 @@ def test_taylor_series_value_restriction_found_under_a_kernel_claim():
     assert statuses(without)["accepts-inputs"] == {"fail"}
 
 
+def test_head_dimension_restriction_found_under_a_kernel_claim():
+    """Code that needs an even head dimension: with `--kernel softmax` the probes find it and
+    only even d is drawn; without them accepts-inputs fails."""
+    sel = ["accepts-inputs", "oracle-agreement"]
+    claims = dict(kernel="softmax", dtypes=("float64",))
+    res = check(cv.even_head_dim_softmax, select=sel, **claims, **FAST)
+    assert res.exit_code == 0, [r.reason for r in res.failed]
+    assert res.variant.head_dim_multiple == 2
+    assert "found: accepts only head dimensions that are multiples of 2" in summary_text(res)
+    without = check(cv.even_head_dim_softmax, select=sel, probe=False, **claims, **FAST)
+    assert statuses(without)["accepts-inputs"] == {"fail"}
+
+
 # -- the eps convention --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("fn", "mode"), [(cv.clamped_linear, "floor"), (cv.added_linear, "add")], ids=["floor", "add"]

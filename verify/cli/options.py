@@ -185,6 +185,12 @@ CLAIM_OPTIONS = (
         off="dv-free",
     ),
     ClaimOption(
+        "head_dim_multiple",
+        "head-dim-multiple",
+        "restriction: the head dimension d must be a multiple of M",
+        positive_int,
+    ),
+    ClaimOption(
         "self_attention_only",
         "self-attention-only",
         "restriction: the query and key lengths must be equal (T == S)",

@@ -5,7 +5,8 @@ so an exception, NaN/inf, a wrong shape or dtype is recorded as a reason, never 
 built to expose one property at a time, and returns a :class:`ProbeReport`:
 
 * input restrictions (:mod:`~verify.probes.restrictions`): which sequence lengths T in
-  ``SCAN_LENGTHS`` work (e.g. "T must be a multiple of 16"), whether T != S is accepted, the
+  ``SCAN_LENGTHS`` work (e.g. "T must be a multiple of 16"), which head dimensions (e.g. even
+  d only), whether d_v != d and T != S are accepted, the
   causal alignment for T < S (fault class 7: T = 1, S = 2 is top-left when query 0 sees key 0
   only, bottom-right when it sees both), dtypes;
 * causality (:mod:`~verify.probes.structure`): does ``causal=True`` change the output, does
@@ -44,7 +45,7 @@ inputs -- a stated proxy, far below the effects probed (differences of order 1e-
   magnitude, each hypothesis held to its D10 bound.
 
 With ``identify=False`` (what the checker runs when a kernel is claimed) only the cheap probes
-run: the restrictions (lengths, T != S, d_v == d, dtypes), the compute dtype,
+run: the restrictions (lengths, head dimensions, T != S, d_v == d, dtypes), the compute dtype,
 causality, the causal alignment and its empty rows, linearity in v, the normalization and the
 eps convention of the claimed kernel; the kernel, the scale, the positional structure and the
 rest are the claim's, and the battery checks them.
@@ -70,6 +71,7 @@ from verify.probes.restrictions import (
     length_at_least,
     probe_cross,
     probe_dtypes,
+    probe_head_dims,
     probe_precision,
     probe_value_dim,
     scan_lengths,
@@ -181,6 +183,7 @@ def probe(
         steps = (
             ("cross", lambda: probe_cross(run, report)),
             ("value_dim", lambda: probe_value_dim(run, report, T8, causal)),
+            ("head_dims", lambda: probe_head_dims(run, report, T8, causal)),
             ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
             ("normalization", lambda: probe_normalization(run, report, T8, causal)),
             ("denominator", denominator),
@@ -190,6 +193,7 @@ def probe(
     steps = (
         ("cross", lambda: probe_cross(run, report)),
         ("value_dim", lambda: probe_value_dim(run, report, T8, causal)),
+        ("head_dims", lambda: probe_head_dims(run, report, T8, causal)),
         ("determinism", lambda: probe_determinism(run, report, T8, causal)),
         ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
         ("normalization", lambda: probe_normalization(run, report, T8, causal)),
@@ -247,8 +251,9 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     ``scale`` ("default" when the identified convention is the default for the kernel type --
     1/sqrt(d) for exp-type, 1 for element-wise maps -- or a constant fitted float),
     ``length_multiple`` and the restrictions ``dv_equals_d``, ``self_attention_only``,
-    ``compute_dtype``, ``empty_rows``, and the structural claims the positional probes settle
-    exactly (``window``, ``kv_heads``, ``softcap``, ALiBi's reference ``alibi_slopes``). Never
+    ``head_dim_multiple``, ``compute_dtype``, ``empty_rows``, and the structural claims the
+    positional probes settle exactly (``window``, ``kv_heads``, ``softcap``, ALiBi's reference
+    ``alibi_slopes``). Never
     ``causal`` or ``dtypes``: a call that fails is the variant's failure, not a claim.
 
     A report of scope ``conventions`` (a claimed kernel) gives only :data:`CONVENTION_CLAIMS`:
@@ -289,17 +294,26 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
         claims["length_multiple"] = int(report.lengths["multiple"])
     # the closed list of restrictions (found, not failed); the dtypes a variant raises on are
     # not one: asked for, they fail accepts-inputs
-    for name in ("dv_equals_d", "self_attention_only", "compute_dtype", "empty_rows"):
+    for name in RESTRICTIONS:
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]
     claims.update(positional_claims(report.positional))
     return claims
 
 
+#: the restrictions and conventions ``ProbeReport.restrictions`` may hold, as claims
+RESTRICTIONS = (
+    "dv_equals_d",
+    "self_attention_only",
+    "head_dim_multiple",
+    "compute_dtype",
+    "empty_rows",
+)
 #: what a report of scope ``conventions`` may suggest (a claimed kernel keeps the rest)
 CONVENTION_CLAIMS = (
     "causal_alignment",
     "length_multiple",
+    "head_dim_multiple",
     "dv_equals_d",
     "self_attention_only",
     "compute_dtype",
@@ -326,7 +340,7 @@ def _convention_claims(report: ProbeReport) -> dict[str, Any]:
         claims["causal_alignment"] = report.cross["alignment"]
     if report.lengths.get("multiple"):
         claims["length_multiple"] = int(report.lengths["multiple"])
-    for name in ("dv_equals_d", "self_attention_only", "compute_dtype", "empty_rows"):
+    for name in RESTRICTIONS:
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]
     claims.update(_eps_convention(report))

@@ -85,6 +85,12 @@ def sentences(m: Merge) -> list[str]:
             "rejects T != S: self-attention only was found, and only T = S is drawn "
             "(--self-attention-only states it)"
         )
+    if "head_dim_multiple" in a:
+        m_ = a["head_dim_multiple"]
+        out.append(
+            f"accepts only head dimensions that are multiples of {m_}: only those are drawn "
+            f"(--head-dim-multiple {m_} states it)"
+        )
     if "length_multiple" in a:
         out.append(
             f"accepts only sequence lengths that are multiples of {a['length_multiple']}: only "

@@ -62,8 +62,10 @@ class ProbeReport:
             ``distinct_rows``, and ``summary``.
         independence: Checks ``batch``, ``head``, ``single_call``.
         dtypes: {dtype: "ok" | reason}.
+        head_dims: {d: "ok" | reason} of the head-dimension scan (d_v = d).
         restrictions: the closed list of input restrictions found (``dv_equals_d``,
-            ``self_attention_only``: True when only that shape works; ``compute_dtype``: a
+            ``self_attention_only``: True when only that shape works; ``head_dim_multiple``:
+            the m whose multiples are exactly the head dimensions that work; ``compute_dtype``: a
             coarser dtype the outputs of float64 calls fall in) and the ``empty_rows``
             convention seen on rows without keys; absent keys were not found.
         output_precision: the coarsest dtype whose numbers contain every output of a call
@@ -101,6 +103,7 @@ class ProbeReport:
     injectivity: dict[str, Any] = field(default_factory=dict)
     independence: dict[str, Check] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    head_dims: dict[str, str] = field(default_factory=dict)
     output_precision: str = ""
     restrictions: dict[str, Any] = field(default_factory=dict)
     positional: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,6 @@
-"""Input restrictions: which sequence lengths work, the precision the outputs are computed in,
-T != S and the causal alignment (fault class 7), and the dtypes a call accepts."""
+"""Input restrictions: which sequence lengths and head dimensions work, the precision the outputs
+are computed in, T != S and the causal alignment (fault class 7), and the dtypes a call
+accepts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from verify.spec.results import VariantError
 
 #: lengths tried by the restriction scan (fla's chunked forms need multiples of 256)
 SCAN_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 64, 128, 256, 257)
+#: head dimensions tried by the head-dimension scan (d_v = d), around the probes' own d = 4
+SCAN_HEAD_DIMS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 # -- lengths ---------------------------------------------------------------------------------
@@ -67,6 +70,34 @@ def scan_lengths(run: Runner, report: ProbeReport) -> None:
         "rule": rule,
         "passing": passing,
     }
+
+
+def probe_head_dims(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
+    """Which head dimensions d in ``SCAN_HEAD_DIMS`` a call accepts (d_v = d, T = S = ``T``):
+    when exactly the multiples of some m > 1 work (e.g. code splitting d in halves),
+    ``head_dim_multiple`` = m is a restriction. The draws do not move the other probes' inputs
+    (the generator's state is restored)."""
+    state = run.gen.get_state()
+    tested: dict[int, str] = {}
+    for d in SCAN_HEAD_DIMS:
+        q, k = (run.rand(1, 1, T, d, lo=0.125, hi=1.0) for _ in range(2))
+        try:
+            run.out(q, k, run.rand(1, 1, T, d), causal)
+            tested[d] = "ok"
+        except VariantError as exc:
+            tested[d] = str(exc)
+    run.gen.set_state(state)
+    report.head_dims = {str(d): r for d, r in tested.items()}
+    passing = [d for d, r in tested.items() if r == "ok"]
+    m = 0
+    for d in passing:
+        m = math.gcd(m, d)
+    if m > 1 and all((d % m == 0) == (r == "ok") for d, r in tested.items()):
+        report.restrictions["head_dim_multiple"] = m
+        first = next(r for r in tested.values() if r != "ok")
+        report.notes.append(
+            f"head dimensions other than multiples of {m} are rejected ({first}): a restriction"
+        )
 
 
 def length_at_least(report: ProbeReport, n: int) -> int | None:

@@ -221,6 +221,8 @@ def claims_line(result) -> str:
     for name in ("dv_equals_d", "self_attention_only"):
         if getattr(v, name, False):
             parts.append(name)
+    if getattr(v, "head_dim_multiple", 1) > 1:
+        parts.append(f"head_dim_multiple={v.head_dim_multiple}")
     return "checked claims: " + ", ".join(parts)
 
 

@@ -99,6 +99,8 @@ class AttentionVariant:
             variant uses (a cited constant, e.g. ``cpu-torch-exp_u20`` for fused CPU kernels);
             None = the device default.
         length_multiple: sequence lengths must be a multiple of this (a restriction).
+        head_dim_multiple: the head dimension d must be a multiple of this (a restriction, e.g.
+            2 for code that splits d in halves).
         dv_equals_d: the value dimension must equal the head dimension (a restriction).
         self_attention_only: the query and key lengths must be equal, T == S (a restriction).
         compute_dtype: the dtype the variant computes in when its input is wider (e.g.
@@ -200,6 +202,7 @@ class AttentionVariant:
     qk_norm: bool = False
     score_bias: bool = False
     eps_mode: str = "add"
+    head_dim_multiple: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -235,8 +238,10 @@ class AttentionVariant:
             if dev not in DEVICES:
                 raise ValueError(f"devices: expected entries 'cpu' or 'cuda', got {dev!r}")
         _one_of("feature_scale", self.feature_scale, FEATURE_SCALES)
-        if not isinstance(self.length_multiple, int) or self.length_multiple < 1:
-            raise ValueError(f"length_multiple: expected an int >= 1, got {self.length_multiple!r}")
+        for name in ("length_multiple", "head_dim_multiple"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         for mode in self.denominators:
             _one_of("denominators", mode, DENOMINATORS)
         for flag in ("dv_equals_d", "self_attention_only"):
@@ -413,6 +418,7 @@ CLAIM_FIELDS = (
     "qk_norm",
     "score_bias",
     "eps_mode",
+    "head_dim_multiple",
 )
 
 
@@ -440,11 +446,13 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "supports_mask": v.supports_mask,
         "denominators": list(v.denominators),
         "length_multiple": v.length_multiple,
+        "head_dim_multiple": v.head_dim_multiple,
         "dv_equals_d": v.dv_equals_d,
         "self_attention_only": v.self_attention_only,
         "compute_dtype": v.compute_dtype,
         "precision": v.precision,
-        "arithmetic": v.arithmetic if v.arithmetic is None or isinstance(v.arithmetic, str)
+        "arithmetic": v.arithmetic
+        if v.arithmetic is None or isinstance(v.arithmetic, str)
         else v.arithmetic.name,
         "empty_rows": v.empty_rows,
         "exp_library": v.exp_library,

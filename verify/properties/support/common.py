@@ -50,12 +50,15 @@ def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
 def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:
     """Why a call with these canonical ``(B, H, T|S, d|d_v)`` shapes lies outside the variant's
     declared or found restrictions (``dv_equals_d``, ``self_attention_only``,
-    ``length_multiple``), or None. Such a
+    ``length_multiple``, ``head_dim_multiple``), or None. Such a
     call is never made: the example is rejected (a restriction is found, not failed)."""
     if getattr(variant, "dv_equals_d", False) and v_shape[-1] != q_shape[-1]:
         return f"d_v = {v_shape[-1]} != d = {q_shape[-1]}, outside the restriction d_v == d"
     if getattr(variant, "self_attention_only", False) and k_shape[-2] != q_shape[-2]:
         return f"S = {k_shape[-2]} != T = {q_shape[-2]}, outside the restriction T == S"
+    hm = getattr(variant, "head_dim_multiple", 1)
+    if hm > 1 and q_shape[-1] % hm:
+        return f"d = {q_shape[-1]}: the head dimension must be a multiple of {hm}"
     m = getattr(variant, "length_multiple", 1)
     if m > 1 and (q_shape[-2] % m or k_shape[-2] % m):
         return f"T = {q_shape[-2]}, S = {k_shape[-2]}: lengths must be multiples of {m}"
@@ -63,9 +66,9 @@ def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:
 
 
 def within_domain(variant, shape):
-    """``shape`` moved inside the variant's found or declared restrictions: d_v = d when the
-    value dimension must equal the head dimension, S = T for self-attention only (lengths
-    already respect ``length_multiple``)."""
+    """``shape`` moved inside the variant's found or declared restrictions: d rounded up to a
+    multiple of ``head_dim_multiple``, d_v = d when the value dimension must equal the head
+    dimension, S = T for self-attention only (lengths already respect ``length_multiple``)."""
     import dataclasses
 
     from verify.spec.structure import fixed_heads
@@ -73,8 +76,12 @@ def within_domain(variant, shape):
     changes = {}
     if (heads := fixed_heads(variant)) is not None and shape.H != heads:
         changes["H"] = heads  # per-head slopes or decays fix the head count
-    if variant.dv_equals_d and shape.d_v != shape.d:
-        changes["d_v"] = shape.d
+    hm = getattr(variant, "head_dim_multiple", 1)
+    d = -(-shape.d // hm) * hm  # the head dimension rounded up to the restriction
+    if d != shape.d:
+        changes["d"] = d
+    if variant.dv_equals_d and shape.d_v != d:
+        changes["d_v"] = d
     if variant.self_attention_only and shape.S != shape.T:
         changes["S"] = shape.T
     return dataclasses.replace(shape, **changes) if changes else shape
