@@ -71,6 +71,8 @@ def _kernel_words(report: Mapping[str, Any]) -> str:
         if qk_only is False:
             return "attention with none of the known kernels (weights do not depend on q·k only)"
         return f"attention with none of the known kernels{shape}"
+    if report.get("scope") == "conventions":
+        return "attention (the kernel claimed, not probed)"
     return "attention (kernel not identified)"
 
 
@@ -97,6 +99,7 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
     prefix = {
         "sum": "normalized ",
         "sum+eps": "normalized ",
+        "sum+floor": "normalized ",
         "none": "unnormalized ",
         "count": "count-normalized ",
         "other": "",
@@ -108,6 +111,8 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
         parts = [prefix + _kernel_words(r)]
     if norm == "sum+eps" and "eps" in normalization:
         parts.append(f"denominator + {float(normalization['eps']):.3g}")
+    if norm == "sum+floor" and "eps" in normalization:
+        parts.append(f"denominator clamped at {float(normalization['eps']):.3g}, max(D, eps)")
     if norm == "other" and linear_in_v is not False:
         parts.append("rows normalized by something other than the kernel sum")
     scale = kernel.get("scale")
