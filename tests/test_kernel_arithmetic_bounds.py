@@ -166,3 +166,47 @@ def test_arithmetic_presets_and_validation():
         ka.KernelArithmetic(accumulation="stochastic").validated()
     # truncation doubles the unit of the matrix-product sums (D17)
     assert ka.mma_unit(2.0**-24, "truncate") == 2.0**-23
+
+
+# ------------------------------------------------------------------ the testing API's claims
+def _hf_eager(q, k, v):
+    """Hugging Face's eager_attention_forward arithmetic in bf16 (scores and weights in the
+    input type), causal."""
+    from verify.attention.lowprec import eager_attention
+
+    return eager_attention(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("name", ["softcap", "alibi", "window", "gqa"])
+def test_testing_api_takes_the_modern_claims(name):
+    """``assert_attention_close`` with the claim passes the FlashAttention-2 emulation (declared
+    model and arithmetic) and rejects its defect of that claim."""
+    from verify.testing import assert_attention_close
+
+    cfg = dict(CONFIGS[name])
+    H, G = cfg.pop("H", 2), cfg.pop("G", 2)
+    q, k, v = _qkv(torch.bfloat16, H=H, G=G)
+    struct = _struct(H, G, **cfg)
+    kw = {key: val for key, val in struct.items() if key != "enable_gqa"}
+    claims = dict(struct, causal=True, precision="online:64", arithmetic=FA)
+    assert_attention_close(flash_attention(q, k, v, causal=True, **kw), q, k, v, **claims)
+    bad = flash_attention(q, k, v, causal=True, faults=(EXPOSES[name],), **kw)
+    with pytest.raises(AssertionError, match="not within the derived bound"):
+        assert_attention_close(bad, q, k, v, **claims)
+
+
+def test_testing_api_default_contains_eager_and_names_the_members():
+    """With no precision declared, a correct eager bf16 kernel passes (the envelope contains its
+    arithmetic; the fused model alone does not), and a failure names each member's ratio."""
+    from verify.testing import assert_attention_close
+
+    q, k, v = _qkv(torch.bfloat16, T=512, S=512, scale=1.0)
+    o = _hf_eager(q, k, v)
+    assert_attention_close(o, q, k, v, causal=True)
+    with pytest.raises(AssertionError):
+        assert_attention_close(o, q, k, v, causal=True, precision="fused")
+    bad = flash_attention(q, k, v, causal=True, faults=("no-rescale",))
+    with pytest.raises(AssertionError, match="Envelope members .*fused .*eager .*online:16"):
+        assert_attention_close(bad, q, k, v, causal=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        assert_attention_close(o, q, k, v, causal=True, softcapp=2.0)

@@ -18,13 +18,20 @@ works: query rows are processed in chunks).
 Conventions: tensors (B, H, T, d) / (B, H, S, d) / (B, H, S, d_v), any device and float dtype
 (the inputs' dtype is the kernel's); ``causal`` masks are top-left aligned (SDPA's) unless
 ``alignment="bottom-right"``; ``attn_mask`` is boolean, True = keep, broadcastable to
-(B, H, T, S); rows with no visible key must be zeros. ``precision=None`` is the ``fused`` model
-for bfloat16/float16 softmax (P rounded to the input type before P.V, float32 accumulation:
-FlashAttention, SDPA) and ``two-level`` otherwise. The exp's error follows the device: CPU
-``cpu-torch-exp_u20`` (20 ulps as cited, 20.5 from the exact result: the largest cited CPU exp,
-since a kernel's library is unknown), CUDA ``cuda-expf`` (2 ulps from the correctly rounded result
-in the CUDA guide, 2.5 from the exact one); pass ``exp_library`` (a key of
-``derivations.rounding.LIBRARY_EXP_ULPS``) for another.
+(B, H, T, S); rows with no visible key must be zeros. ``precision=None`` is the ``envelope``
+model for bfloat16/float16 softmax (the largest of the fused, eager and online:16 bounds: P
+rounded to the input type before P.V as FlashAttention and SDPA do, scores and weights rounded
+as eager code does, per-block rescaling) and ``two-level`` otherwise; a failure message names
+each member's ratio, and declaring the kernel's own model (``precision="fused"``, ...) makes
+the check tighter. The modern claims of ``verify.attention`` are keywords here too (D12-D17):
+``window`` (FlashAttention's window_size, bottom-right), ``softcap``, ``alibi_slopes``,
+``attn_bias`` (an additive float score bias, broadcastable to (B, H, T, S)), ``enable_gqa``
+(k, v with G heads dividing H), ``qk_norm`` and ``arithmetic`` (``cpu``,
+``flash-attention-2``, optionally ``+split:P``; default: the device's). The exp's error
+follows the device: CPU ``cpu-torch-exp_u20`` (20 ulps as cited, 20.5 from the exact result:
+the largest cited CPU exp, since a kernel's library is unknown), CUDA ``cuda-expf`` (2 ulps from
+the correctly rounded result in the CUDA guide, 2.5 from the exact one); pass ``exp_library`` (a
+key of ``derivations.rounding.LIBRARY_EXP_ULPS``) for another.
 """
 
 from __future__ import annotations
@@ -67,13 +74,36 @@ def _check_inputs(q, k, v, attn_mask) -> str:
     return str(q.dtype).removeprefix("torch.")
 
 
-def _visible(q, k, causal, attn_mask, alignment):
+def _visible(q, k, causal, attn_mask, alignment, window=None):
     from verify.spec.visibility import visible
 
     B, H, T, S = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
     mask = None if attn_mask is None else attn_mask.detach().cpu()
+    if window is not None:  # FlashAttention's window: causal sets right = 0, bottom-right
+        from verify.attention.structure import effective_window, window_mask
+
+        vis = window_mask(T, S, effective_window(tuple(window), causal)).numpy()
+        if mask is not None:
+            vis = vis & np.broadcast_to(mask.numpy(), (B, H, T, S))
+        return np.broadcast_to(vis, (B, H, T, S))
     vis = visible(T, S, causal=causal, attn_mask=mask, alignment=alignment, numpy=True)
     return np.broadcast_to(vis, (B, H, T, S))
+
+
+def _modern(window, softcap, alibi_slopes, attn_bias, enable_gqa, qk_norm) -> dict[str, Any]:
+    """The modern keywords of ``verify.exact.errors`` (the window enters through the mask)."""
+    out: dict[str, Any] = {}
+    if softcap is not None:
+        out["softcap"] = softcap
+    if alibi_slopes is not None:
+        out["alibi_slopes"] = [float(m) for m in alibi_slopes]
+    if attn_bias is not None:
+        out["score_bias"] = attn_bias
+    if enable_gqa:
+        out["enable_gqa"] = True
+    if qk_norm:
+        out["qk_norm"] = True
+    return out
 
 
 def _chunks(T: int, rows: int):
@@ -81,8 +111,10 @@ def _chunks(T: int, rows: int):
 
 
 def _reference_and_bound(q, k, v, *, causal, scale, attn_mask, kernel, precision, exp_library,
-                         alignment, rows=ROWS_PER_CHUNK):  # fmt: skip
-    """(float64 reference, bound, description) as numpy arrays (B, H, T, d_v)."""
+                         alignment, rows=ROWS_PER_CHUNK, window=None, softcap=None,
+                         alibi_slopes=None, attn_bias=None, enable_gqa=False, qk_norm=False,
+                         arithmetic=None):  # fmt: skip
+    """(float64 reference, bound, description, dtype) as numpy arrays (B, H, T, d_v)."""
     import torch
 
     dtype = _check_inputs(q, k, v, attn_mask)
@@ -90,16 +122,22 @@ def _reference_and_bound(q, k, v, *, causal, scale, attn_mask, kernel, precision
     lib = exp_library or DEVICE_EXP_LIBRARY[dev]
     if precision is None and kernel == "softmax":
         precision = errors.default_precision(dtype)
-    vis = _visible(q, k, causal, attn_mask, alignment)
+    vis = _visible(q, k, causal, attn_mask, alignment, window)
+    modern = _modern(window, softcap, alibi_slopes, attn_bias, enable_gqa, qk_norm)
+    if alibi_slopes is not None:
+        rows = q.shape[-2]  # ALiBi's distances need every row's position: one chunk
+    bias = None if attn_bias is None else torch.as_tensor(attn_bias).detach().cpu()
     refs, bounds, how = [], [], ""
     qc, kc, vc = (t.detach().cpu() for t in (q, k, v))
     for a, b in _chunks(q.shape[-2], rows):
         m = torch.from_numpy(np.array(vis[..., a:b, :]))
-        kw = dict(causal=False, attn_mask=m, scale=scale)
-        eb = errors.attention_error_bound(
-            kernel, qc[..., a:b, :], kc, vc, dtype=dtype, exact=None, device=dev,
-            exp_library=lib, precision=precision, **kw,
-        )  # fmt: skip
+        kw = dict(causal=False, attn_mask=m, scale=scale, **modern)
+        if bias is not None:
+            kw["score_bias"] = bias.expand(*bias.shape[:-2], q.shape[-2], k.shape[-2])[..., a:b, :]
+        common = dict(dtype=dtype, exact=None, device=dev, exp_library=lib,
+                      arithmetic=arithmetic, **kw)  # fmt: skip
+        eb = errors.attention_error_bound(kernel, qc[..., a:b, :], kc, vc, precision=precision,
+                                          **common)  # fmt: skip
         refs.append(errors.float64_reference(kernel, qc[..., a:b, :], kc, vc, **kw))
         bounds.append(eb.bound)
         how = eb.description + "; " + "; ".join(eb.notes)
@@ -111,7 +149,7 @@ def _reference_and_bound(q, k, v, *, causal, scale, attn_mask, kernel, precision
 def attention_tolerance(
     q, k, v, *, causal: bool = False, scale: float | None = None, attn_mask: Any = None,
     kernel: str = "softmax", precision: str | None = None, exp_library: str | None = None,
-    alignment: str | None = None,
+    alignment: str | None = None, **modern: Any,
 ):  # fmt: skip
     """The element-wise bound on |o_kernel - o_exact| for attention of these inputs.
 
@@ -124,6 +162,8 @@ def attention_tolerance(
         precision: a D10 precision model (``derivations.precision_models.parse_precision``);
             None = module docstring.
         exp_library: the exp's cited error (module docstring for the default).
+        modern: ``window``, ``softcap``, ``alibi_slopes``, ``attn_bias``, ``enable_gqa``,
+            ``qk_norm``, ``arithmetic`` (module docstring).
 
     Returns:
         (B, H, T, d_v) float64 tensor on q's device: the bound, the float64 reference's own
@@ -139,8 +179,20 @@ def attention_tolerance(
     _, bound, _, _ = _reference_and_bound(
         q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, kernel=kernel,
         precision=precision, exp_library=exp_library, alignment=alignment,
+        **_modern_kwargs(modern),
     )  # fmt: skip
     return torch.from_numpy(bound).to(q.device)
+
+
+MODERN = ("window", "softcap", "alibi_slopes", "attn_bias", "enable_gqa", "qk_norm", "arithmetic")
+
+
+def _modern_kwargs(modern: dict[str, Any]) -> dict[str, Any]:
+    """``modern`` checked against :data:`MODERN` (a TypeError names an unknown keyword)."""
+    bad = sorted(set(modern) - set(MODERN))
+    if bad:
+        raise TypeError(f"unexpected keyword(s) {bad}: expected arguments from {MODERN}")
+    return modern
 
 
 def _ulps(err: float, ref: float, dtype: str) -> float:
@@ -181,7 +233,7 @@ def _message(title: str, err, bound, ref, dtype: str, desc: str, name: str = "")
 def assert_attention_close(
     actual, q, k, v, *, causal: bool = False, scale: float | None = None, attn_mask: Any = None,
     kernel: str = "softmax", precision: str | None = None, exp_library: str | None = None,
-    alignment: str | None = None, msg: str | None = None,
+    alignment: str | None = None, msg: str | None = None, **modern: Any,
 ) -> None:  # fmt: skip
     """Assert |actual - exact| <= the derived bound, element by element (module docstring).
 
@@ -203,15 +255,34 @@ def assert_attention_close(
     want = (*q.shape[:-1], v.shape[-1])
     if tuple(actual.shape) != want:
         raise ValueError(f"actual: expected shape {want} (B, H, T, d_v), got {tuple(actual.shape)}")
-    ref, bound, desc, dtype = _reference_and_bound(
-        q, k, v, causal=causal, scale=scale, attn_mask=attn_mask, kernel=kernel,
-        precision=precision, exp_library=exp_library, alignment=alignment,
-    )  # fmt: skip
+    modern = _modern_kwargs(modern)
+    kw = dict(causal=causal, scale=scale, attn_mask=attn_mask, kernel=kernel,
+              exp_library=exp_library, alignment=alignment, **modern)  # fmt: skip
+    ref, bound, desc, dtype = _reference_and_bound(q, k, v, precision=precision, **kw)
     err = np.abs(actual.detach().to("cpu", torch.float64).numpy() - ref)
     title = msg or "Attention outputs are not within the derived bound of the exact result!"
     text = _message(title, err, bound, ref, dtype, desc)
     if text:
+        if kernel == "softmax" and (precision or errors.default_precision(dtype)) == "envelope":
+            text += "\n" + _members(q, k, v, err, **kw)
         raise AssertionError(text)
+
+
+def _members(q, k, v, err, **kw) -> str:
+    """The envelope's members, each with its worst ratio: the model a kernel states (the
+    ``precision`` argument) gives the tighter check."""
+    from verify.exact.models import ENVELOPE
+
+    parts = []
+    for m in ENVELOPE:
+        b = _reference_and_bound(q, k, v, precision=m.spec, **kw)[1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(b > 0, err / b, np.where(err == 0, 0.0, np.inf))
+        parts.append(f"{m.spec} {float(np.nanmax(r)):.3g}x")
+    return (
+        "Envelope members (worst error / bound): " + ", ".join(parts) + "; declare the "
+        "kernel's own model (precision=...) for the tighter check of that arithmetic"
+    )
 
 
 def assert_attention_grads_close(
