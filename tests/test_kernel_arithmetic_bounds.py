@@ -210,3 +210,28 @@ def test_testing_api_default_contains_eager_and_names_the_members():
         assert_attention_close(bad, q, k, v, causal=True)
     with pytest.raises(TypeError, match="unexpected keyword"):
         assert_attention_close(o, q, k, v, causal=True, softcapp=2.0)
+
+
+def test_subnormal_weights_carry_their_absolute_error(monkeypatch):
+    """The underflow floor: the leading key has value 0, the others scores 741..745 below it,
+    so their weights e^{x - m} are float64 subnormals, each with an absolute rounding error up
+    to eta = 2^-1075, carried into the output by values near 1e38 (an output ~1e-280). The
+    bound holds; with eta taken as 0 (2.0**-1075 itself rounds to 0 in float64: the twin) it is
+    exceeded."""
+    from derivations import rounding as d10
+
+    gaps = torch.tensor([0.0, 741.3, 742.1, 742.9, 743.5, 744.0, 744.4], dtype=torch.float64)
+    q = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    k = (-gaps).reshape(1, 1, -1, 1)  # scores -gaps (scale 1)
+    v = torch.full((1, 1, 7, 1), 1e38, dtype=torch.float64)
+    v[..., 0, 0] = 0.0
+    from verify.exact.oracle import reference
+
+    o = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+    exact = reference(q, k, v, kernel="exp", scale=1.0)  # mpmath, rounded once
+    eb = attention_error_bound("softmax", q, k, v, dtype="float64", exact=exact, scale=1.0)
+    err = np.abs(o.numpy() - exact.float64)
+    assert np.all(err <= eb.bound) and err.max() > 0
+    monkeypatch.setattr(d10, "underflow_abs_error_log2", lambda name: -4000)
+    twin = attention_error_bound("softmax", q, k, v, dtype="float64", exact=exact, scale=1.0)
+    assert np.any(err > twin.bound)

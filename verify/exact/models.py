@@ -221,11 +221,15 @@ def _single(st, model, dtype, acc, o_abs, arith, vis):
     if r["eager"]:
         r["den_rel"] = den_rel
     # subnormal (or, under flush-to-zero, flushed) results of the accumulation and the division
-    eta_acc = d10.underflow_abs_error(acc)
+    # each weight (and the division's result) may round in the subnormal range: an absolute
+    # eta (half the subnormal spacing; under flush-to-zero the smallest normal number), which a
+    # value |v| carries into the output: 2^log2(eta) (n (|v|max + 1) + 1), scaled by ldexp (the
+    # float64 eta 2^-1075 is itself below the smallest subnormal and would round to 0)
+    eta_log2 = d10.underflow_abs_error_log2(acc)
     if arith.flush_to_zero:  # the smallest normal 2^(log2 eta + p) replaces eta
-        tiny = 2.0 ** (d10.underflow_abs_error_log2(acc) + d10.precision_bits(acc))
-        eta_acc = ka.flushed_abs_error(tiny, True, eta_acc)
-    bound = bound + eta_acc * (n_vis[..., None] * (vmax + 1) + 1)
+        tiny = 2.0 ** (eta_log2 + d10.precision_bits(acc))
+        eta_log2 = int(math.log2(ka.flushed_abs_error(tiny, True, 0.0)))
+    bound = bound + np.ldexp(n_vis[..., None] * (vmax + 1) + 1, eta_log2)
     r["o_abs"] = o_abs
     r["vmax"] = vmax
     return bound, how, r
