@@ -40,6 +40,8 @@ OWNED_FILES = {
     "faults.md",
     "anchors.md",
     "anchors.json",
+    "arithmetic.md",
+    "arithmetic.json",
 }
 
 
@@ -116,6 +118,11 @@ def build(
 
     progress("anchors' tolerance rules")
     anchors.write(stage, quick=quick)
+
+    from verify.render import arithmetic
+
+    progress("kernel arithmetics")
+    arithmetic.write(stage)
 
     progress("seed-paper claims")
     claims = claims_mod.build(stage, records=records, verification=ver, source_dir=source_dir)

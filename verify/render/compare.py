@@ -14,7 +14,8 @@ Rules (README, "Reports"):
   (``verify.properties.support.base.MACHINE_RATIO_FACTOR``). They are the numbers under the
   measured keys (``max_ratio``, ``ratios``, ``vs_reference``, ``observed``, ``bound``, errors,
   ``measured_*``, ``*_ratio``) anywhere, and every other float of the measured reports
-  (verification, anchors and the cards: probe fits, adapters' measured conventions). An
+  (verification, anchors, kernel arithmetics and the cards: probe fits, adapters' measured
+  conventions). An
   observed/bound ratio agrees when within the factor or when both are at most
   ``1 / RATIO_FACTOR`` (far below the bound: rounding noise, which one machine may make
   exactly 0); another measured number when within the factor or both at most ``RATIO_FLOOR``
@@ -50,7 +51,7 @@ IGNORED_KEYS = {"environment", "versions", "metadata", "detail", "runtime_s"}
 #: free text quoting measured numbers: compared with the numbers masked
 MASKED_TEXT_KEYS = {"reason", "probe_description"}
 #: reports whose floats are all measured (except under a declared ``claims`` block)
-MEASURED_FILES = ("verification.json", "anchors.json")
+MEASURED_FILES = ("verification.json", "anchors.json", "arithmetic.json")
 MEASURED_DIRS = ("variants/",)
 _NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:inf|nan)\b")
 

@@ -284,6 +284,9 @@ def build(
         "- [faults.md](faults.md): the fault classes the checker catches, with their properties",
         "- [anchors.md](anchors.md): other projects' attention tolerance rules beside the "
         "derived bound, on the same kernels and faulty twins (false alarms, misses, tightness)",
+        "- [arithmetic.md](arithmetic.md): the bounds of D16's transforms and D17's kernel "
+        "arithmetic on emulated FlashAttention-2, eager and rounded-weights kernels (median and "
+        "max observed/bound, defects), the defaults per device and dtype",
         "- [benchmarks.md](benchmarks.md), [experiments.md](experiments.md)",
         "",
     ]
