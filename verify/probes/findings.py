@@ -17,7 +17,8 @@ from typing import Any
 @dataclass
 class Merge:
     """The variant after the merge, the suggestions applied, and the findings a declared claim
-    overrode ({field: (declared value, found value)})."""
+    overrode ({field: (the value checked, the value found)}: a declared field, or the other
+    half of a declared eps convention)."""
 
     variant: Any
     applied: dict[str, Any] = field(default_factory=dict)
@@ -123,8 +124,13 @@ def sentences(m: Merge) -> list[str]:
                 f"{declared!r} is declared: judged against the "
                 + (f"declared {declared} bound" if declared else "input dtype's bound")
             )
-        else:
+        elif k in v.declared:
             out.append(f"declared {k} = {declared!r} is checked; the probes found {found!r}")
+        else:  # the other half of a declared eps convention
+            out.append(
+                f"{k} = {declared!r} is checked with the declared eps convention; the probes "
+                f"found {found!r}"
+            )
     for k, why in m.invalid.items():
         out.append(f"the probes found {k} = {why}: not applied with the declared claims")
     return out
