@@ -247,7 +247,7 @@ def _variant(impl: str, *, sliding: bool) -> AttentionVariant:
         kv_heads=KV_HEADS,
         window=(w - 1, 0) if sliding else None,
         compute_dtype="float32" if impl == "eager" else None,
-        dtypes=("float64", "float32"),
+        dtypes=("float64", "float32", "bfloat16"),
         description=f"transformers {fn} with masking_utils masks (kv_heads={KV_HEADS}{extra})",
     )
 

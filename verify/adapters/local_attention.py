@@ -162,7 +162,7 @@ def _variant(name: str, **claims: Any) -> AttentionVariant:
         normalized=True,
         key_padding=True,
         self_attention_only=True,
-        dtypes=("float64", "float32"),
+        dtypes=("float64", "float32", "bfloat16"),
         description=f"local_attention.LocalAttention(window_size={WINDOW_SIZE}, causal={causal}, "
         f"look_backward={LOOK_BACKWARD}, look_forward={0 if causal else LOOK_FORWARD}, "
         f"autopad=True, exact_windowsize={exact}, use_rotary_pos_emb=False)",

@@ -139,7 +139,7 @@ _CLAIMS: dict[str, Any] = dict(
     supports_mask=True,
     key_padding=True,
     dv_equals_d=True,
-    dtypes=("float64", "float32"),
+    dtypes=("float64", "float32", "bfloat16"),
 )
 
 

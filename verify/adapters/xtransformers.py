@@ -121,7 +121,7 @@ _CLAIMS: dict[str, Any] = dict(
     supports_mask=True,
     key_padding=True,
     compute_dtype="float32",
-    dtypes=("float64", "float32"),
+    dtypes=("float64", "float32", "bfloat16"),
 )
 
 
