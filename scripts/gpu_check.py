@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:  # a checkout without ``pip install -e .``
     sys.path.insert(0, str(ROOT))
 
 DRY_RUN_BANNER = "dry run (no CUDA device): not a result"
-SECTIONS = ("device_agreement", "precision_models", "tolerance", "gradients")
+SECTIONS = ("device_agreement", "precision_models", "tolerance", "gradients", "kernel_arithmetic")
 CHECK_TARGETS = ("softmax", "verify.adapters.sdpa:sdpa_variant")
 CHECK_SELECT = (
     "device-agreement",
@@ -595,6 +595,60 @@ def section_precision_models(state: State) -> dict[tuple[str, str, bool], str | 
     return found
 
 
+# ---------------------------------------------------------------------------- section 5
+
+
+def section_kernel_arithmetic(state: State) -> None:
+    """D17 on the device: each SDPA backend's output and FlashAttention-2's emulation (with a
+    softcap and ALiBi) against the float64 reference, within the bound of the device's default
+    arithmetic (CUDA: ``flash-attention-2``) and of D10's CPU model (``cpu``), bf16/fp16, the
+    first length and head dimension of the plan, causal."""
+
+    from derivations.decay import alibi_slopes
+    from verify.attention.flash import flash_attention
+    from verify.exact.errors import attention_error_bound, default_precision, float64_reference
+
+    plan = state.plan
+    sec: dict[str, Any] = {"status": "running", "rows": []}
+    state.sections["kernel_arithmetic"] = sec
+    T, d = plan.lengths[0], plan.dims[0]
+    slopes = [float(m) for m in alibi_slopes(plan.heads)]
+    for dtype in plan.dtypes:
+        q, k, v, _ = make_inputs(dtype, T, d, True, plan)
+        kernels = {f"sdpa {b}": (backend_forward(b), {}) for b in plan.backends}
+        kernels["flash-attention-2 emulation, softcap 30"] = (
+            lambda q_, k_, v_, causal: flash_attention(q_, k_, v_, causal=causal, softcap=30.0),
+            {"softcap": 30.0},
+        )
+        kernels["flash-attention-2 emulation, ALiBi"] = (
+            lambda q_, k_, v_, causal: flash_attention(
+                q_, k_, v_, causal=causal, alibi_slopes=slopes
+            ),  # fmt: skip
+            {"alibi_slopes": slopes},
+        )
+        for name, (fwd, claims) in kernels.items():
+            row: dict[str, Any] = {"kernel": name, "dtype": dtype, "T": T, "d": d}
+            try:
+                o = fwd(q.to(plan.device), k.to(plan.device), v.to(plan.device), causal=True)
+                _sync(plan.device)
+                ref = float64_reference("softmax", q, k, v, causal=True, **claims)
+                err = (o.detach().cpu().double().numpy() - ref).__abs__()
+                for arith in (None, "cpu"):
+                    eb = attention_error_bound(
+                        "softmax", q, k, v, dtype=dtype, exact=None, causal=True,
+                        device=plan.device, precision=default_precision(dtype),
+                        arithmetic=arith, **claims,
+                    )  # fmt: skip
+                    row[f"ratio_{arith or 'device'}"] = float((err / eb.bound).max())
+                row["status"] = "ran"
+            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                row["status"] = f"error: {_error(exc)}"
+            sec["rows"].append(row)
+            _say(f"kernel arithmetic [{name} {dtype}]: {row}")
+    sec["status"] = "ok"
+    state.write()
+
+
 # ---------------------------------------------------------------------------- sections 3, 4
 
 
@@ -1024,6 +1078,21 @@ def render_markdown(data: dict) -> str:
         if r.get("result") == "fail":
             lines.append(f"- {r['backend']} {r['case']}: {_greatest(r.get('message', ''))}")
     lines.append("")
+
+    sec = secs["kernel_arithmetic"]
+    lines += ["", "## 5. Kernel arithmetic (D17) on the device", ""]
+    lines += [
+        f"Status: {sec.get('status')}. Each kernel's worst observed/bound (causal, the "
+        "default precision model) under the device's default arithmetic (CUDA: "
+        "flash-attention-2) and under D10's CPU model.",
+        "",
+    ]
+    rows = [
+        [r["kernel"], r["dtype"], r.get("T"), r.get("d"), r["status"][:160],
+         _cell(r.get("ratio_device")), _cell(r.get("ratio_cpu"))]
+        for r in sec.get("rows", [])
+    ]  # fmt: skip
+    lines += _table(["kernel", "dtype", "T=S", "d", "status", "device default", "cpu"], rows)
     return "\n".join(lines)
 
 
@@ -1105,6 +1174,10 @@ def main(argv: list[str] | None = None) -> int:
             section_device_agreement(state)
         except Exception as exc:  # noqa: BLE001
             state.sections["device_agreement"].update(status=f"error: {_error(exc)}")
+        try:
+            section_kernel_arithmetic(state)
+        except Exception as exc:  # noqa: BLE001
+            state.sections["kernel_arithmetic"].update(status=f"error: {_error(exc)}")
         _say(f"gpu_check: collecting {len(runner.pending)} bound tasks")
         runner.finish()
     finally:

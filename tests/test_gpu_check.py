@@ -55,6 +55,8 @@ def _rows_ran(data: dict) -> None:
         for r in ran:
             cell = r["fused"] if name == "tolerance" else r
             assert cell.get("result") in ("pass", "fail"), (name, r)
+    ran = [r for r in secs["kernel_arithmetic"]["rows"] if r["status"] == "ran"]
+    assert ran and all(0 < r["ratio_device"] <= 1 for r in ran), ran  # correct kernels pass
 
 
 def test_dry_run_writes_the_report(tmp_path):
