@@ -128,8 +128,8 @@ class KernelArithmetic(NamedTuple):
     Fields: ``accumulation`` of matrix-product sums (``nearest`` | ``truncate``); ``tf32``
     (float32 matrix inputs rounded to TF32); ``exp_ulps`` (None: the device's cited exp);
     ``exp_argument`` (``subtract``: exp(fl(x - m)); ``fma-scaled``: exp2(fma(x, c log2 e,
-    -m c log2 e)); ``mul-sub-scaled``: the same with a rounded product first); ``tanh_rel`` (None: the library's ``TANH_ULPS``); ``softcap_argument``
-    (:data:`SOFTCAP_ARGUMENTS`); ``softcap_product`` (C tanh rounded on its own, or folded into
+    -m c log2 e)); ``mul-sub-scaled``: the same with a rounded product first); ``tanh_rel``
+    (None: the library's ``TANH_ULPS``); ``softcap_argument`` (:data:`SOFTCAP_ARGUMENTS`); ``softcap_product`` (C tanh rounded on its own, or folded into
     the exponent's scale); ``bias_roundings`` (roundings of an ALiBi bias value before it is
     added); ``alibi_anchor`` (``distance``: -m |t' - s|; ``key-index``: +m s on causal rows, the
     same softmax; ``either``: the larger bias magnitude of the two); ``normalization``
@@ -296,9 +296,10 @@ def flushed_abs_error(smallest_normal: float, flush_to_zero: bool, eta: float) -
 def split_kv_scale_rel(lse_abs, combined_lse_abs, lse_gap_abs, u: float, exp_ulps: float):
     """Relative error theta_i of a split's scale fl(exp(L_hat_i - L_hat)) against exp(L_i - L)
     (derived; floats or arrays): the argument carries |L_hat_i - L_i| + |L_hat - L| and one
-    subtraction u |L_i - L|, then the library exp:
+    subtraction of the computed values, u |L_hat_i - L_hat| <= u (gap_i + lse_i + lse), then
+    the library exp:
 
-        theta_i <= exp(lse_i + lse + u gap_i)(1 + 2 exp_ulps u) - 1.
+        theta_i <= exp((1 + u)(lse_i + lse) + u gap_i)(1 + 2 exp_ulps u) - 1.
 
     Raises:
         TypeError, ValueError: bad arguments.
@@ -308,7 +309,7 @@ def split_kv_scale_rel(lse_abs, combined_lse_abs, lse_gap_abs, u: float, exp_ulp
     b = check_real("combined_lse_abs", combined_lse_abs, nonneg=True, array_ok=True)
     g = check_real("lse_gap_abs", lse_gap_abs, nonneg=True, array_ok=True)
     with np.errstate(over="ignore"):
-        grown = np.exp(a + b + uu * g) * (1.0 + ulps_to_relative(exp_ulps, uu)) - 1.0
+        grown = np.exp((1.0 + uu) * (a + b) + uu * g) * (1.0 + ulps_to_relative(exp_ulps, uu)) - 1.0
     return _result(grown)
 
 
@@ -316,9 +317,10 @@ def split_kv_weighted_scale_rel(lse_abs, combined_lse_abs, n_splits: int, u: flo
     """A bound on sum_i s_i theta_i, the scales' relative errors weighted by the exact scales
     s_i = exp(-g_i), g_i = L - L_i >= 0, sum_i s_i = 1 (derived; floats or arrays):
 
-        theta_i <= [e^{a + b}(1 + r) - 1] + e^{a + b}(1 + r)(e^{u g_i} - 1) and
+        theta_i <= [e^{c}(1 + r) - 1] + e^{c}(1 + r)(e^{u g_i} - 1), c = (1 + u)(a + b) (the
+        subtraction of the computed values: u (g_i + a + b)), and
         e^{-g}(e^{u g} - 1) <= u g e^{-(1 - u) g} <= u / ((1 - u) e), so
-        sum_i s_i theta_i <= e^{a + b}(1 + r) - 1 + P e^{a + b}(1 + r) u / ((1 - u) e),
+        sum_i s_i theta_i <= e^{c}(1 + r) - 1 + P e^{c}(1 + r) u / ((1 - u) e),
 
     a = ``lse_abs`` (every split's |L_hat_i - L_i|), b = ``combined_lse_abs`` (|L_hat - L|),
     r = 2 exp_ulps u. The subtraction's error u g_i grows with a split's distance below the
@@ -333,7 +335,7 @@ def split_kv_weighted_scale_rel(lse_abs, combined_lse_abs, n_splits: int, u: flo
     b = check_real("combined_lse_abs", combined_lse_abs, nonneg=True, array_ok=True)
     p = check_int("n_splits", n_splits, 1)
     with np.errstate(over="ignore"):
-        grow = np.exp(a + b) * (1.0 + ulps_to_relative(exp_ulps, uu))
+        grow = np.exp((1.0 + uu) * (a + b)) * (1.0 + ulps_to_relative(exp_ulps, uu))
     return _result(grow - 1.0 + p * grow * uu / ((1.0 - uu) * np.e))
 
 
