@@ -129,12 +129,13 @@ class KernelArithmetic(NamedTuple):
     (float32 matrix inputs rounded to TF32); ``exp_ulps`` (None: the device's cited exp);
     ``exp_argument`` (``subtract``: exp(fl(x - m)); ``fma-scaled``: exp2(fma(x, c log2 e,
     -m c log2 e)); ``mul-sub-scaled``: the same with a rounded product first); ``tanh_rel``
-    (None: the library's ``TANH_ULPS``); ``softcap_argument`` (:data:`SOFTCAP_ARGUMENTS`); ``softcap_product`` (C tanh rounded on its own, or folded into
-    the exponent's scale); ``bias_roundings`` (roundings of an ALiBi bias value before it is
-    added); ``alibi_anchor`` (``distance``: -m |t' - s|; ``key-index``: +m s on causal rows, the
-    same softmax; ``either``: the larger bias magnitude of the two); ``normalization``
-    (``divide`` or ``reciprocal`` then a product); ``div_ulps`` (None: IEEE);
-    ``flush_to_zero``; ``split_kv`` (key splits combined by log-sum-exp)."""
+    (None: the library's ``TANH_ULPS``); ``softcap_argument`` (:data:`SOFTCAP_ARGUMENTS`);
+    ``softcap_product`` (C tanh rounded on its own, or folded into the exponent's scale);
+    ``bias_roundings`` (roundings of an ALiBi bias value before it is added); ``alibi_anchor``
+    (``distance``: -m |t' - s|; ``key-index``: +m s on causal rows, the same softmax;
+    ``either``: the larger bias magnitude of the two); ``normalization`` (``divide`` or
+    ``reciprocal`` then a product); ``div_ulps`` (None: IEEE); ``flush_to_zero``;
+    ``split_kv`` (key splits combined by log-sum-exp)."""
 
     name: str = "cpu"
     accumulation: str = "nearest"
