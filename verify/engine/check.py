@@ -17,7 +17,6 @@ NaN fails the property being run with the reason, and the run continues.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,7 +248,7 @@ def check(
         given = _claims_beyond(spec, variant)
         for r in results:
             if r.snippet:
-                r.snippet = reproducer(spec, variant, r.snippet, claims=given)
+                r.snippet = reproducer(spec, variant, r.snippet, claims=given, result=r)
     return CheckResult(
         variant=variant,
         results=results,
@@ -277,53 +276,21 @@ def _claims_beyond(spec: str, variant: AttentionVariant) -> dict[str, Any]:
 
 
 def reproducer(
-    spec: str, variant: AttentionVariant, inputs_snippet: str, *, claims: dict | None = None
+    spec: str,
+    variant: AttentionVariant,
+    inputs_snippet: str,
+    *,
+    claims: dict | None = None,
+    result: PropertyResult | None = None,
 ) -> str:
     """The example's tensors, the lines that call the variant (with ``claims``, the claims
-    beyond its import spec) on them and, when the example is attention inputs and the claimed
-    kernel has a reference, the reference and the difference against the derived bound
-    (``verify.properties.support.reproduce``)."""
-    claims = claims or {}
-    if claims:
-        imports = "apply_claims, as_variant"
-        build = f"apply_claims(as_variant({spec!r}), {claims!r})"
-    else:
-        imports, build = "as_variant", f"as_variant({spec!r})"
-    lines = [
-        inputs_snippet.rstrip(),
-        "",
-        f"from verify.spec.target import {imports}",
-        "",
-        f"variant = {build}  # {spec} with the claims checked",
-    ]
-    kwargs = "causal=causal"
-    masked = "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet
-    if masked:
-        kwargs += ", attn_mask=attn_mask"
-    m = re.search(r"^# denominator = '(\w+)'", inputs_snippet, flags=re.M)
-    if m and variant.denominators:
-        kwargs += f", denominator={m.group(1)!r}"
-    if variant.layout == "BTHD":  # the variant takes (B, T, H, d): q, k, v here are (B, H, T, d)
-        lines.append(
-            f"o = variant.forward(*(t.transpose(1, 2) for t in (q, k, v)), {kwargs})"
-            ".transpose(1, 2)"
-        )
-    else:
-        lines.append(f"o = variant.forward(q, k, v, {kwargs})")
-    lines.append("print('o =', o)")
-    if "attn_mask = " in inputs_snippet and variant.parsed_kernel.known:
-        ref_kw = "causal=causal" + (", attn_mask=attn_mask" if masked else "")
-        if m:
-            ref_kw += f", denominator={m.group(1)!r}"
-        lines += [
-            "",
-            f"# the suite's reference: the claimed kernel ({variant.kernel}) in exact arithmetic "
-            "on the same inputs,",
-            "# with the derived bound of each output element (what the checks compare with)",
-            "from verify.properties.support.reproduce import reference",
-            "",
-            f"ref = reference(variant, q, k, v, {ref_kw})",
-            "print('reference =', ref.exact)",
-            "print(ref.difference(o))",
-        ]
-    return "\n".join(lines) + "\n"
+    beyond its import spec) on them as the failing run did, the reference and the difference
+    against the derived bound when the example is attention inputs and the claimed kernel has
+    a reference, and the failing property (``result``'s) re-checked on the example
+    (``verify.properties.support.reproduce.code``)."""
+    from verify.properties.support.reproduce import code
+
+    run = {} if result is None else {
+        "property_id": result.property_id, "dtype": result.dtype, "device": result.device
+    }  # fmt: skip
+    return code(spec, variant, inputs_snippet, claims=claims, **run)

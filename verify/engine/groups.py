@@ -4,22 +4,46 @@ The rule (README, "Reading the result"):
 
 0. Failures without a counterexample (the worker crashed, the watchdog stopped a hung run, the
    variant could not be built) are grouped by the first clause of their reason.
-1. Failing runs are taken in *dependency order* (:data:`ORDER`): the properties that explain
-   nothing but themselves (:data:`ISOLATED`); the structure every output relies on (batch and
-   head independence, the causal mask, the mask); the forward pass against the exact result;
-   then everything read from the forward pass (weights, normalization, scale, peaks, gradients
-   against the reference, long sequences and other dtypes, statistics) in catalogue order.
-2. What a failure *needs* is read from its minimal counterexample (``PropertyResult.features``):
+1. Failing runs are taken in *specificity order* (:data:`ORDER`): the properties that explain
+   nothing but themselves (:data:`ALONE`); the axes (batch and head independence); the causal
+   mask; the mask; the structural claims (window, kv-head map, key padding, score bias); the
+   causal alignment; the alternative forms; the backward against the forward (gradcheck);
+   then the forward pass against the exact result and everything read from it, in catalogue
+   order. The first failure of a group is its *root*: the most specific property that fails.
+2. What a failure *has* is read from its counterexample (``PropertyResult.features``):
    ``causal`` (causal=True), ``mask`` (an attn_mask), ``batch`` (B > 1), ``heads`` (H > 1),
-   ``cross`` (T != S). Shrinking removes what a failure does not need (causal=True becomes
-   False, B and H become 1, T and S shrink; ``verify.strategies.sizes``), so what is left is
-   what it needs.
+   ``cross`` (T != S). What it *needs* is what it has less what is shown not needed:
+
+   * nothing, when the counterexample is not minimal (shrinking stopped early, a long
+     example, a property that does not shrink: :data:`UNSHRUNK`): its sizes and flags are
+     the draw's, not the failure's;
+   * B > 1 and H > 1 are needs only of batch and head independence: anywhere else, a failure
+     at element (b, h, ...) is a failure of the slice b, h alone, since the variant keeps
+     batch elements and heads apart (which those two properties check; a failure of theirs is
+     a group that explains every later one, below);
+   * T != S is a need only with causal=True: without the causal mask a query row sees every
+     key whatever T is (shrinking lowers T first, so T = 1 < S = 2 is what a failure needing
+     two keys shrinks to).
+
 3. A structural property's *cause* is what it tests (:data:`STRUCTURAL`: causality and
-   prefix-invariance ``causal``, batch-independence ``batch``, ...); any other property's cause
-   is what its own counterexample needs.
-4. A failure joins the group whose root is its own property (in another dtype); else, unless
-   it or the root is isolated, the first group whose cause is contained in what the failure
-   needs; else it opens a group of its own, as its root.
+   prefix-invariance ``causal``, causal-alignment ``causal`` and ``cross``, masks ``mask``,
+   ...; the structural claims' own properties: none); any other property's cause is what its
+   own counterexample needs.
+4. A failure joins the group whose root is its own property (in another dtype); else the first
+   group whose root explains it (:func:`explains`): a batch or head mixing (an axis written
+   for another layout also changes the computation when that axis has length 1) and a window
+   wider or narrower than claimed (every call has the window) explain every failure; gradcheck
+   (the backward against the variant's own forward) explains the gradient properties; the
+   kv-head map, key padding and score bias explain no other property's failure (the other
+   properties call without them); any other root explains a failure whose counterexample has
+   its cause; the causal mask and the attn_mask are one visibility (:data:`VISIBILITY`: a
+   finite sentinel or a shifted mask leaks through both), so a root of causality, prefix
+   invariance or the masks explains a failure with causal=True or an attn_mask. Else the
+   failure opens a group, as its root.
+5. A causal alignment failure is a comparison with the oracle on causal T != S inputs: when
+   the computation is found wrong (the forward against the oracle, the feature map, a form:
+   :data:`WRONG_COMPUTATION`) with a cause it contains (non-causal inputs, say: a wrong
+   constant), its group joins that one, whose root becomes the group's.
 
 So a causal mask shifted by one position (``tril(1)``) fails causality (cause: ``causal``) and,
 with causal counterexamples, oracle-agreement, the weights, gradients...: one group. A wrong
@@ -30,13 +54,55 @@ group is a hypothesis to test: fix its root, rerun, and the failures it explaine
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-#: failures that explain no other property's: an input the variant rejects (the other
-#: properties leave such inputs out), nondeterminism, the variant's backward against its own
-#: forward (finite differences), the API's rejection of causal T != S
-ISOLATED = ("accepts-inputs", "determinism", "gradcheck", "causal-mismatch-rejected")
+#: failures that explain no other property's and no other explains: an input the variant
+#: rejects (the other properties leave such inputs out), nondeterminism, the API's rejection
+#: of causal T != S
+ALONE = ("accepts-inputs", "determinism", "causal-mismatch-rejected")
+#: kept for readers of the former name: the self-contained properties
+ISOLATED = ALONE
+#: a mixing of batch elements or heads: explains every later failure (rule 4)
+AXES = ("batch-independence", "head-independence")
+#: the structural claims every call carries (a window): their property explains every failure
+EVERY_CALL = ("window-extent",)
+#: the structural claims only their own property exercises (the other properties call with
+#: G = H kv heads, no key_padding_mask, no attn_bias): their failures explain no other
+OWN_CALLS = ("head-groups", "key-padding", "score-bias")
+#: the backward against the variant's own forward: explains the gradient properties
+BACKWARD = "gradcheck"
+GRADIENTS = (
+    "gradients-vs-reference",
+    "single-key-gradients",
+    "masked-key-gradients",
+    "empty-row-gradients",
+)
+#: the visibility: the causal pattern and the attn_mask are one mask in most code (a finite
+#: sentinel or a shifted mask leaks through both), so a root here explains a failure with
+#: either (rule 4)
+VISIBILITY = (
+    "causality",
+    "prefix-invariance",
+    "masks",
+    "masked-key-gradients",
+    "empty-row-gradients",
+)
+#: structural properties compared with the oracle (rule 5)
+AGAINST_ORACLE = ("causal-alignment",)
+#: roots that say the computation itself is wrong (the forward against the exact result, the
+#: feature map, the alternative forms): what rule 5 merges a causal-alignment group into
+WRONG_COMPUTATION = (
+    "kernel-identity",
+    "forms-agree",
+    "state-step",
+    "state-split-resume",
+    "oracle-agreement",
+    "edge-cases",
+    "dtype-agreement",
+    "rounding-bias",
+)
 #: the structural properties and the need each one tests (its cause when it fails)
 STRUCTURAL = {
     "batch-independence": ("batch",),
@@ -47,39 +113,85 @@ STRUCTURAL = {
     "masks": ("mask",),
     "masked-key-gradients": ("mask",),
     "empty-row-gradients": ("mask",),
+    "window-extent": (),
+    "head-groups": (),
+    "key-padding": (),
+    "score-bias": (),
 }
-#: the head of the dependency order; every other property follows in catalogue order
+#: the head of the specificity order; every other property follows in catalogue order
 ORDER = (
-    *ISOLATED,
-    "batch-independence",
-    "head-independence",
+    *ALONE,
+    *AXES,
     "causality",
     "prefix-invariance",
-    "causal-alignment",
     "masks",
-    "oracle-agreement",
-    "edge-cases",
+    "masked-key-gradients",
+    "empty-row-gradients",
+    *EVERY_CALL,
+    *OWN_CALLS,
+    "causal-alignment",
     "forms-agree",
     "state-step",
     "state-split-resume",
     "kernel-identity",
+    BACKWARD,
+    "oracle-agreement",
+    "edge-cases",
 )
 #: the needs, in the order they are named
 NEEDS = ("causal", "mask", "batch", "heads", "cross")
+#: what a failure's reason says when its counterexample is not minimal (rule 2)
+UNSHRUNK_REASONS = ("[shrinking stopped after", "on a long example")
 
 
-def needs(features: dict[str, Any]) -> tuple[str, ...]:
-    """What a counterexample with these features needs (see the module docstring, rule 2)."""
+@functools.cache
+def _unshrunk_properties() -> frozenset[str]:
+    """Ids of the catalogue's properties whose examples are not shrunk (``shrink=False``)."""
+    try:
+        from verify.properties import catalogue
+
+        return frozenset(p.id for p in catalogue() if not p.shrink)
+    except Exception:  # noqa: BLE001 - grouping without the catalogue: every property shrinks
+        return frozenset()
+
+
+def has(features: dict[str, Any]) -> tuple[str, ...]:
+    """What a counterexample with these features has (rule 2), in :data:`NEEDS` order."""
     if not features:
         return ()
-    have = {
+    present = {
         "causal": bool(features.get("causal")),
         "mask": bool(features.get("mask")),
         "batch": features.get("B", 1) > 1,
         "heads": features.get("H", 1) > 1,
         "cross": features.get("T") != features.get("S"),
     }
-    return tuple(n for n in NEEDS if have[n])
+    return tuple(n for n in NEEDS if present[n])
+
+
+def minimal(r) -> bool:
+    """Whether ``r``'s counterexample is a shrunk, minimal one (rule 2)."""
+    reason = r.reason or ""
+    return r.property_id not in _unshrunk_properties() and not any(
+        s in reason for s in UNSHRUNK_REASONS
+    )
+
+
+def needs(r) -> tuple[str, ...]:
+    """What failure ``r`` needs (rule 2); a features dict (read as a minimal counterexample of
+    a property other than batch and head independence) is accepted too."""
+    if isinstance(r, dict):
+        features, pid, exact = r, "", True
+    else:
+        features, pid, exact = r.features, r.property_id, minimal(r)
+    if not exact:
+        return ()
+    out = set(has(features))
+    if pid not in AXES:
+        out -= {"batch", "heads"}
+    if "causal" not in out:
+        out.discard("cross")
+    return tuple(n for n in NEEDS if n in out)
 
 
 def size(features: dict[str, Any]) -> tuple[int, ...]:
@@ -94,9 +206,9 @@ def size(features: dict[str, Any]) -> tuple[int, ...]:
 
 @dataclass
 class FailureGroup:
-    """Failing runs with one root cause: the root (the first failure of the group in dependency
-    order), its cause (the needs it stands for), the members (the root first) and the member
-    whose counterexample is smallest (the one to show)."""
+    """Failing runs with one root cause: the root (the most specific failure of the group), its
+    cause (the needs it stands for), the members (the root first) and the member whose
+    counterexample is smallest (the one to show)."""
 
     root: Any
     cause: tuple[str, ...]
@@ -119,7 +231,7 @@ class FailureGroup:
         those whose reproducer shows the output off the reference beyond the bound
         (``features["vs_reference"] > 1``) when there are such, else among all; runs without a
         counterexample last."""
-        rank = {id(r): i for i, r in enumerate(self.members)}
+        rank_of = {id(r): i for i, r in enumerate(self.members)}
 
         def shows(r) -> bool:
             ratio = r.features.get("vs_reference")
@@ -127,7 +239,7 @@ class FailureGroup:
 
         return min(
             self.members,
-            key=lambda r: (not r.counterexample, not shows(r), size(r.features), rank[id(r)]),
+            key=lambda r: (not r.counterexample, not shows(r), size(r.features), rank_of[id(r)]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -144,7 +256,8 @@ class FailureGroup:
 
 
 def rank(property_ids: list[str]) -> dict[str, int]:
-    """Position of each property in the dependency order (``property_ids``: catalogue order)."""
+    """Position of each property in the specificity order (``property_ids``: catalogue
+    order)."""
     rest = [p for p in property_ids if p not in ORDER]
     return {p: i for i, p in enumerate([*ORDER, *rest])}
 
@@ -156,9 +269,28 @@ def no_example_reason(reason: str) -> str:
     return head.split(":")[0].split(" (")[0].strip() or "no reason"
 
 
+def explains(group: FailureGroup, r) -> bool:
+    """Whether ``group``'s root explains failure ``r`` (rule 4)."""
+    root, pid = group.root.property_id, r.property_id
+    if root == pid:
+        return True
+    if root in ALONE or pid in ALONE:
+        return False
+    if root in AXES or root in EVERY_CALL:
+        return True
+    if root in OWN_CALLS or pid in OWN_CALLS or pid == BACKWARD:
+        return False
+    if root == BACKWARD:
+        return pid in GRADIENTS
+    present = set(has(r.features)) | set(STRUCTURAL.get(pid, ()))
+    if root in VISIBILITY:
+        return bool(present & {"causal", "mask"})
+    return set(group.cause) <= present
+
+
 def group_failures(failures: list[Any], catalogue_order: list[str] | None = None) -> list[Any]:
     """The failing runs (``PropertyResult`` objects with status ``fail``) in groups by root
-    cause, groups in dependency order of their roots (module docstring)."""
+    cause, groups in specificity order of their roots (module docstring)."""
     order = rank(catalogue_order or list(dict.fromkeys(r.property_id for r in failures)))
     pending = sorted(
         enumerate(failures), key=lambda ir: (order.get(ir[1].property_id, len(order)), ir[0])
@@ -174,17 +306,36 @@ def group_failures(failures: list[Any], catalogue_order: list[str] | None = None
                 by_reason[key] = FailureGroup(root=r, cause=(), members=[r], reason=key)
                 groups.append(by_reason[key])
             continue
-        have = set(needs(r.features))
         ours = [g for g in groups if not g.reason]
         home = next((g for g in ours if g.root.property_id == r.property_id), None)
-        if home is None and r.property_id not in ISOLATED:
-            home = next(
-                (g for g in ours if g.root.property_id not in ISOLATED and set(g.cause) <= have),
-                None,
-            )
+        home = home or next((g for g in ours if explains(g, r)), None)
         if home is None:
-            cause = STRUCTURAL.get(r.property_id, needs(r.features))
+            cause = STRUCTURAL.get(r.property_id, needs(r))
             groups.append(FailureGroup(root=r, cause=tuple(cause), members=[r]))
         else:
             home.members.append(r)
-    return groups
+    return _merge_alignment(groups, order)
+
+
+def _merge_alignment(groups: list[FailureGroup], order: dict[str, int]) -> list[FailureGroup]:
+    """Rule 5: a causal-alignment group joins a group of a wrong computation whose cause it
+    contains."""
+    out = list(groups)
+    for g in groups:
+        if g.reason or g.root.property_id not in AGAINST_ORACLE:
+            continue
+        into = next(
+            (
+                h for h in out
+                if h is not g and not h.reason and h.root.property_id in WRONG_COMPUTATION
+                and set(h.cause) < set(g.cause)
+            ),
+            None,
+        )  # fmt: skip
+        if into is not None:
+            into.members.extend(g.members)
+            out.remove(g)
+    for g in out:  # members in specificity order, the root first
+        rest = sorted(g.members[1:], key=lambda r: order.get(r.property_id, len(order)))
+        g.members[1:] = rest
+    return out

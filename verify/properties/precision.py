@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -170,15 +170,23 @@ class LongExample:
         )
 
     def snippet(self) -> str:
+        """Python code that rebuilds the inputs (``long_inputs``) and the example, and states
+        ``attn_mask`` (None) and ``causal``, so the reproducer adds the reference of every row,
+        the difference against the bound (``verify.properties.support.reproduce``; the float64
+        reference with its own bound at these lengths) and the re-check; one comment line per
+        choice."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.sizes.items())
         return (
-            "from verify.properties.precision import long_inputs\n\n"
+            "from verify.properties.precision import LongExample, long_inputs\n\n"
             f"q, k, v = long_inputs({self.seed}, {args}, dtype={self.dtype!r}, "
             f"positive={self.positive!r}, radius={self.radius!r}, scale={self.scale!r})\n"
+            "attn_mask = None\n"
             f"causal = {self.causal!r}\n"
-            f"# rows compared: {self.rows}; "
-            + "; ".join(f"{k} = {v!r}" for k, v in self.choices.items())
-            + "\n"
+            f"example = LongExample({self.seed}, {self.sizes!r}, {self.dtype!r}, "
+            f"{self.positive!r}, {self.radius!r}, {self.scale!r}, {self.causal!r}, "
+            f"{self.rows!r}, {self.choices!r})\n"
+            f"# rows compared: {self.rows}\n"
+            + "".join(f"# {k} = {v!r}\n" for k, v in self.choices.items())
         )
 
 
@@ -290,6 +298,7 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
             device=ctx.device,
             exp_library=variant.exp_library,
             precision=precision_of(variant, ctx, denominator=mode),
+            arithmetic=variant.arithmetic,
             **claims,
         )
     with torch.no_grad():
@@ -313,7 +322,48 @@ def _dtype_check(variant, ex: LongExample, ctx) -> Observation:
         out = call(
             fn, q.to(dev), k.to(dev), v.to(dev), causal=ex.causal, allow_nonfinite=unbounded, **kw
         )
-    return errors.compare(out[..., rows, :], eb, ref, what=f"{form}/{mode}, rows {rows}")
+    obs = errors.compare(out[..., rows, :], eb, ref, what=f"{form}/{mode}, rows {rows}")
+    low = ctx.dtype in LOW_PRECISION_DTYPES
+    if obs.ratio > 1.0 and low and precision_of(variant, ctx, denominator=mode) is not None:
+        verdict = _precision_verdict(variant, ex, ctx, (q, k, v), out, ref, eb_kwargs={
+            "form": _bound_form(form), "device": ctx.device, "exp_library": variant.exp_library,
+            "arithmetic": variant.arithmetic, **claims})  # fmt: skip
+        obs = replace(obs, detail=f"{obs.detail}; {verdict}" if obs.detail else verdict)
+    return obs
+
+
+def _precision_verdict(variant, ex: LongExample, ctx, qkv, out, ref, *, eb_kwargs) -> str:
+    """What the failure of a bf16/fp16 softmax on ``ex`` can be blamed on
+    (``verify.properties.support.diagnose.precision_verdict``): the error against every
+    precision model's bound on the compared rows, and the same inputs in float32 (exactly
+    representable) against the float32 bound, when the variant claims float32."""
+    import torch
+
+    from verify.exact import errors
+    from verify.properties.support.diagnose import error_ratio, precision_sweep, precision_verdict
+
+    q, k, v = qkv
+    rows = list(ex.rows)
+    kernel = kernel_name(variant)
+    out_rows = out[..., rows, :].detach().cpu().to(torch.float64).numpy()
+    sweep = precision_sweep(kernel, q[..., rows, :], k, v, out_rows, ref, dtype=ctx.dtype,
+                            bound_kwargs=eb_kwargs)  # fmt: skip
+    f32 = None
+    if "float32" in variant.dtypes:
+        q32, k32, v32 = (t.to(torch.float32) for t in (q, k, v))
+        with model_applies():
+            eb32 = errors.attention_error_bound(
+                kernel, q32[..., rows, :], k32, v32, dtype="float32", exact=None, **eb_kwargs
+            )
+        kw = call_kwargs(variant, ex.choices["denominator"])
+        fn = path_callable(variant, ex.choices["form"])
+        dev = torch.device(ctx.device)
+        with torch.no_grad():
+            o32 = call(fn, q32.to(dev), k32.to(dev), v32.to(dev), causal=ex.causal,
+                       allow_nonfinite=True, **kw)  # fmt: skip
+        o32 = o32[..., rows, :].detach().cpu().to(torch.float64).numpy()
+        f32 = error_ratio(o32, np.asarray(ref), np.asarray(eb32.bound))
+    return precision_verdict(sweep, f32)
 
 
 DTYPE_AGREEMENT = declare("dtype-agreement", _dtype_applies, _dtype_examples, _dtype_check)

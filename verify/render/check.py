@@ -61,7 +61,9 @@ def to_json(result) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "notes": result.notes,
         "findings": list(getattr(result, "findings", [])),
-        "groups": [{**g.to_json(), "look_at": look_at(g.root.property_id)} for g in result.groups],
+        "groups": [
+            {**g.to_json(), "look_at": group_look_at(g, result.variant)} for g in result.groups
+        ],
         "skips": [
             {"reason": why, "runs": len(rs), "properties": _ids(rs), "to_run": to_run(why)}
             for why, rs in result.skips
@@ -91,45 +93,88 @@ def failure_text(r) -> str:
     return "\n".join(out)
 
 
-#: what to look at when a group's root fails (by root property)
+#: what to look at when a group's root fails (by root property): the fix of the defects the
+#: property decides (:func:`look_at` adds what depends on the claims and the failure)
 LOOK_AT = {
     "accepts-inputs": "the variant raised on an input inside its claimed domain: (B, T, H, d) "
     "tensors are claimed with --layout BTHD, restrictions with --dv-equals-d or "
     "--self-attention-only",
     "determinism": "two calls on the same inputs differ: uninitialized memory, an atomic or "
     "unordered reduction, a random draw",
-    "gradcheck": "the backward pass disagrees with finite differences of the forward: a custom "
-    "autograd Function, a detached term, an in-place update",
+    "gradcheck": "the backward pass disagrees with finite differences of the variant's own "
+    "forward: a hand-written backward missing a term (FlashAttention's delta = rowsum(dO * O) "
+    "in dS = P * (dP - delta)), a term computed under torch.no_grad() or .detach(), an in-place "
+    "update of a saved tensor",
     "causal-mismatch-rejected": "causal=True with T != S should raise a ValueError naming "
     "'causal', or the alignment be declared (--alignment)",
     "batch-independence": "batch elements mix: a reshape or transpose across the batch axis, a "
-    "reduction over it",
-    "head-independence": "heads mix: a reshape that interleaves heads, (B, T, H, d) read as "
-    "(B, H, T, d) (--layout), a reduction over heads",
+    "reduction over it; the same axis error changes the result at B = 1 too",
+    "head-independence": "heads mix: a reduction over the head axis where the time axis is "
+    "meant (cumsum(dim=1) on (B, H, T, d)), a reshape that interleaves heads, (B, T, H, d) "
+    "read as (B, H, T, d) (--layout); the same axis error changes the result at H = 1 too",
     "causality": "the causal mask: query t may see keys s <= t only (torch.ones(T, T).tril(), "
-    "not tril(1)); or a statistic over all positions (a max, a norm) used before masking",
-    "prefix-invariance": "outputs at t depend on the sequence length: the causal mask, padding, "
-    "a statistic over the whole sequence",
-    "causal-alignment": "the alignment of the causal mask for T != S (--alignment states it)",
-    "masks": "masked keys must have no influence and a row with no visible key must be zeros "
-    "(--empty-rows states another convention)",
-    "oracle-agreement": "the output differs from the claimed kernel: compare o with the "
-    "reference in the reproducer; state what the variant does: --scale X, --eps X (a constant "
-    "in the denominator), --compute-dtype (computes narrower than its inputs), --precision "
-    "MODEL (bf16/fp16 rounding), or another --kernel",
+    "not tril(1)), on every code path (a short-sequence or fused path that skips the mask); or a "
+    "statistic over all positions (a max, a norm) used before masking",
+    "prefix-invariance": "outputs at t depend on later positions or on the sequence length: "
+    "the causal mask, a chunked form reading the state after its chunk (states[i] where "
+    "states[i - 1] is meant), padding, a statistic over the whole sequence",
+    "causal-alignment": "the causal mask for T != S: top-left is s <= t (tril()), bottom-right "
+    "s <= t + S - T (tril(S - T)); make the mask the declared alignment, or declare the one it "
+    "implements (--alignment)",
+    "masks": "masked keys must get weight exactly 0 (a boolean mask, or -inf added, not a finite "
+    "sentinel like -1e4) and a row with no visible key must return zeros (softmax of an all "
+    "-inf row is NaN: zero such rows; --empty-rows states another convention)",
+    "masked-key-gradients": "a masked key must get no gradient: mask with -inf or a boolean "
+    "select, not a finite sentinel",
+    "empty-row-gradients": "a row with no visible key must give finite, zero gradients: zero "
+    "the row before the softmax's backward sees NaN",
+    "window-extent": "the window's extent: query t (position t + S - T, bottom-right) must see "
+    "exactly the keys t - left <= s <= t + right, both ends inclusive (FlashAttention's "
+    "window_size; causal: right = 0); the reason names the key it gets wrong: an edge one key "
+    "too wide or narrow (left + 1, < where <= is meant), a window aligned top-left",
+    "head-groups": "the kv-head map: query head h must read kv head h // (H / G), "
+    "k.repeat_interleave(H // G, dim=1); k.repeat(1, H // G, 1, 1) tiles the heads (h mod G)",
+    "key-padding": "the key_padding_mask convention: True keeps a key (no weight and no "
+    "gradient for False); nn.MultiheadAttention's mask (True = ignore) is the opposite: invert "
+    "it (~mask) before masking",
+    "score-bias": "attn_bias is added to the scaled (and softcapped) scores: softmax(c q k^T + "
+    "bias), not c (q k^T + bias); before ALiBi and the mask",
+    "forms-agree": "an alternative form disagrees with the forward: the chunked form must read "
+    "the state before its chunk, apply a decay once per step (gamma^n, not gamma^(n+1)) and "
+    "keep padding out of its state",
+    "state-step": "the streaming state: step must continue prefill exactly (no padded or zero "
+    "key entering the state, the step's normalizer updated with its key)",
+    "state-split-resume": "resuming from a state must carry all of it: the normalizer z beside "
+    "the numerator state",
+    "kernel-identity": "the feature map does not reproduce the claimed kernel: phi(q).phi(k) "
+    "must equal kappa_N(c q.k) (Taylor-2 needs every product x_i x_j, not the squares x_i^2 "
+    "only)",
+    "oracle-agreement": "the output differs from the claimed kernel beyond its bound (the "
+    "reproducer prints o beside the reference): a constant or a step of the computation",
     "edge-cases": "zeros, one key, equal scores, large norms: overflow, 0/0, a missing "
-    "max-subtraction; --eps X if the denominator adds a constant",
+    "max-subtraction; the normalizer (divide by the row sum, not multiply)",
     "claimed-scale": "the scores are not scaled as claimed (the reason names the scale that "
-    "fits): fix it or claim it with --scale X",
+    "fits): fix the scale, or claim the intended one with --scale X",
     "weights-vs-reference": "the normalized weights (read with v = identity) differ from the "
-    "claimed kernel's: the mask, the scale, a constant in the denominator (--eps X)",
-    "gradients-vs-reference": "dq, dk, dv differ from the exact gradients: a custom backward, a "
-    "detached term",
-    "dtype-agreement": "long sequences in the narrower dtype drift from the float64 result: "
-    "accumulation in the input dtype (--precision input-accumulation:... states it), "
-    "--compute-dtype",
-    "rounding-bias": "a one-sided rounding (truncation) of the weights or the output",
+    "claimed kernel's: the normalizer (phi(q) . sum_s phi(k_s)), the mask, the scale",
+    "gradients-vs-reference": "dq, dk, dv differ from the exact gradients: a hand-written "
+    "backward missing a term, a term computed under torch.no_grad() or .detach()",
+    "dtype-agreement": "long rows in the narrower dtype are off the float64 result beyond "
+    "every precision model (the reason measures each): a defect on long rows, not a rounding: "
+    "an online softmax must rescale its accumulator when the running maximum grows (acc = "
+    "exp(m_old - m_new) acc + P V), the keys padding the last block must be masked, a row sum "
+    "or normalizer over thousands of keys must be accumulated in float32 (a float16 sum "
+    "overflows or stalls)",
+    "rounding-bias": "a one-sided rounding of the weights or the output (bit truncation): round "
+    "to nearest (P.to(dtype))",
 }
+#: the rounding-bias failure of one head beyond its max-error bound: a defect of the arithmetic
+BIAS_BEYOND_BOUND = (
+    "a head's output exceeds its max-error bound on 128-key rows, beyond any rounding: a "
+    "defect of the computation past a few dozen keys (the online softmax's rescaling, the "
+    "masking of the last block's padding)"
+)
+
 
 #: how to run what a skip reason leaves out: (words of the reason, a command-line claim or
 #: "field=..." of an AttentionVariant to declare)
@@ -163,9 +208,62 @@ NEED_WORDS = {
 }
 
 
-def look_at(property_id: str) -> str:
-    """What to look at when ``property_id`` is a group's root ('' when nothing specific)."""
-    return LOOK_AT.get(property_id, "")
+def look_at(property_id: str, variant: Any = None, reasons: tuple[str, ...] = ()) -> str:
+    """What to look at when ``property_id`` is a group's root ('' when nothing specific): the
+    fix of the defects the property decides, with the claimed constants a wrong output may come
+    from (``variant``'s claims), and for a low-precision failure what its reasons (the root's
+    failure messages) measured: a ``--precision`` claim is named only where a failure found
+    the error within that model's bound (``verify.properties.support.diagnose``)."""
+    from verify.properties.support.diagnose import SUGGESTS
+
+    text = LOOK_AT.get(property_id, "")
+    said = " ".join(reasons)
+    marker = SUGGESTS.split("{model}")
+    if property_id in ("dtype-agreement", "oracle-agreement") and marker[0] in said:
+        model = said.split(marker[0], 1)[1].split(marker[1], 1)[0].strip()
+        return (
+            "the error is within the bound of the precision model "
+            f"{model} (the reason measures every model, and the same inputs in float32 pass): "
+            f"--precision {model} states it, if the kernel computes that way; else " + text
+        )
+    if property_id == "rounding-bias" and "exceeds its max-error bound" in said:
+        return BIAS_BEYOND_BOUND
+    if property_id == "oracle-agreement" and variant is not None:
+        return f"{text}: {'; '.join(_constants(variant))}"
+    return text
+
+
+def _constants(variant) -> list[str]:
+    """The constants and steps a wrong output of ``variant`` may come from, its claims named."""
+    scale = "1/sqrt(d)" if variant.scale == "default" else str(variant.scale)
+    out = [f"the score scale (claimed {scale}; the reason of claimed-scale names the one that "
+           "fits)"]  # fmt: skip
+    if getattr(variant, "softcap", None) is not None:
+        out.append(f"the softcap C tanh(s / C) with C = {variant.softcap:g} on the scaled "
+                   "scores, the exponent's scale after the cap")  # fmt: skip
+    if getattr(variant, "alibi_slopes", None) is not None:
+        out.append("the ALiBi bias -m_h |t' - s| (its sign, the slopes' head order, m_h not "
+                   "divided or multiplied by the scale)")  # fmt: skip
+    if getattr(variant, "sigmoid_bias", None) is not None:
+        out.append(f"the sigmoid bias b = {variant.sigmoid_bias:g} (its sign)")
+    if getattr(variant, "qk_norm", False):
+        out.append("the QK-norm: both q and k L2-normalized")
+    if variant.kernel_family != "softmax":
+        out.append("the feature map and the normalizer (N / D, phi(q) . z)")
+    if variant.eps:
+        out.append(f"eps = {variant.eps:g} ({variant.eps_mode} mode)")
+    out.append("an online softmax's rescaling across key blocks, a split's log-sum-exp "
+               "combination (base e)")  # fmt: skip
+    out.append("fix it, or state the constant the variant is meant to use (--scale X, "
+               "--softcap C, --eps X)")  # fmt: skip
+    return out
+
+
+def group_look_at(group, variant: Any = None) -> str:
+    """:func:`look_at` of a failure group's root, with the reasons of its root property's runs."""
+    root = group.root.property_id
+    reasons = tuple(r.reason or "" for r in group.members if r.property_id == root)
+    return look_at(root, variant, reasons)
 
 
 def to_run(reason: str) -> str:
@@ -287,7 +385,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
                 f"{shape_words(ex.features)}"
             )
             out += _indent(ex.counterexample, "      ", None if verbose else 8)
-        if hint := look_at(root.property_id):
+        if hint := group_look_at(g, result.variant):
             out.append(f"    look at: {hint}")
         if ex.snippet and (i == 1 or verbose):
             out.append(

@@ -1,13 +1,53 @@
-"""What a failure's reproducer will show, measured where the failure is found: the variant's
-output against the reference on the counterexample's attention inputs, as a multiple of the
-bound (the failure grouping shows a run whose reproducer shows it: ``verify.engine.groups``).
-The reproducer itself calls ``verify.properties.support.reproduce.reference``."""
+"""What a failure's reproducer will show, and what a low-precision failure can be blamed on,
+measured where the failure is found.
+
+- :func:`reference_ratio`: the variant's output against the reference on the counterexample's
+  attention inputs, as a multiple of the bound (the failure grouping shows a run whose
+  reproducer shows it: ``verify.engine.groups``). The reproducer itself calls
+  ``verify.properties.support.reproduce.reference``.
+- :func:`precision_sweep` and :func:`precision_verdict`: a bf16/fp16 softmax output off the
+  float64 result measured against the bound of every precision model (D10,
+  ``derivations.precision_models``), and the sentence the failure states. A precision claim
+  is named only when its own bound contains the observed error on the failing example *and*
+  the same inputs in float32 stay within the float32 bound: an error that does not shrink with
+  the unit roundoff is no rounding. A failure beyond every model is called a defect.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
 
 #: largest number of scores (B H T S) whose reference :func:`reference_ratio` computes (the
 #: mpmath oracle: minimal counterexamples are far below it)
 RATIO_SCORES = 256
+
+#: the precision models a bf16/fp16 softmax failure is measured against: the float32-
+#: accumulating models a probe can name, the online softmax at the block sizes of real
+#: kernels, the envelopes, and sums in the input type (``derivations.precision_models``)
+SWEEP_MODELS = (
+    "fused",
+    "online:16",
+    "online:32",
+    "online:64",
+    "online:128",
+    "rounded-weights",
+    "eager",
+    "envelope",
+    "envelope:fp32-scores",
+    "input-accumulation:recursive",
+    "input-accumulation:pairwise",
+    "input-accumulation:blocked:16",
+    "input-accumulation:blocked:32",
+    "input-accumulation:blocked:64",
+    "input-accumulation:blocked:128",
+)
+#: how a failure's reason names a precision claim whose bound contains its error (read by the
+#: hint of ``verify.render.check``)
+SUGGESTS = "--precision {model} states it"
+#: how a failure's reason says that no precision model contains its error
+DEFECT = "beyond every precision model"
 
 
 def reference_ratio(variant, example, ctx) -> float | None:
@@ -38,3 +78,88 @@ def reference_ratio(variant, example, ctx) -> float | None:
         return float(compare(o, eb, result).ratio)
     except Exception:  # noqa: BLE001 - a diagnosis only: nothing to show
         return None
+
+
+def error_ratio(out: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> float | None:
+    """max |out - ref| / bound over the elements with a finite bound (inf where out is not
+    finite or exceeds a zero bound); None when no element has a finite bound (the model states
+    nothing there)."""
+    err = np.abs(out - ref)
+    finite = np.isfinite(bound)
+    if not finite.any():
+        return None
+    if np.isnan(err[finite]).any():
+        return float("inf")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
+    r = np.where(finite, r, 0.0)
+    return float(r.max()) if r.size else 0.0
+
+
+def precision_sweep(
+    kernel: str,
+    q,
+    k,
+    v,
+    out,
+    ref,
+    *,
+    dtype: str,
+    bound_kwargs: dict[str, Any],
+    models=SWEEP_MODELS,
+) -> list[tuple[str, float | None]]:
+    """(model, max |out - ref| / bound) for each precision model of ``models`` (None: the
+    model has no bound for these sizes, e.g. a recursive bf16 sum of more than 256 terms).
+
+    Args:
+        kernel: the claimed kernel (``softmax``; other kernels have no precision models).
+        q, k, v: the inputs the variant received for the compared rows, (B, H, R, d),
+            (B, H, S, d), (B, H, S, d_v) in ``dtype``.
+        out: the variant's output on those rows, float64 numpy (B, H, R, d_v).
+        ref: the float64 reference of those rows (``verify.exact.errors.float64_reference``).
+        dtype: the input dtype (``bfloat16`` or ``float16``).
+        bound_kwargs: the other keywords of ``verify.exact.errors.attention_error_bound``
+            (mask, scale, denominator, device, arithmetic, ...), without ``precision``.
+
+    Raises:
+        ValueError: a model name ``derivations.precision_models.parse_precision`` rejects.
+    """
+    from derivations.precision_models import parse_precision
+    from verify.exact import errors
+
+    out_np = np.asarray(out, dtype=np.float64)
+    ref_np = np.asarray(ref, dtype=np.float64)
+    rows: list[tuple[str, float | None]] = []
+    for model in models:
+        parse_precision(model)
+        kw = {**bound_kwargs, "precision": model}
+        try:
+            eb = errors.attention_error_bound(kernel, q, k, v, dtype=dtype, exact=None, **kw)
+        except (ValueError, NotImplementedError):  # ModelNotApplicable: no bound here
+            rows.append((model, None))
+            continue
+        rows.append((model, error_ratio(out_np, ref_np, np.asarray(eb.bound))))
+    return rows
+
+
+def precision_verdict(sweep: list[tuple[str, float | None]], float32_ratio: float | None) -> str:
+    """The sentence a low-precision failure states about the precision models: the models
+    whose bound contains the error (each named as a claim, :data:`SUGGESTS`) when the same
+    inputs in float32 pass (``float32_ratio`` <= 1, None: not measured), else that the error
+    lies beyond every model (:data:`DEFECT`) or does not shrink with the unit roundoff."""
+    shown = ", ".join(f"{m} {'n/a' if r is None else f'{r:.3g}'}" for m, r in sweep)
+    inside = [m for m, r in sweep if r is not None and r <= 1.0]
+    head = f"error / bound under each precision model on this example: {shown}"
+    if float32_ratio is not None and float32_ratio > 1.0:
+        return (
+            f"{head}; the same inputs in float32 exceed the float32 bound too (ratio "
+            f"{float32_ratio:.3g}): the error does not shrink with the unit roundoff, so no "
+            f"precision claim explains it ({DEFECT}: a defect of the computation)"
+        )
+    if not inside:
+        return f"{head}; {DEFECT}: a defect of the computation, not a rounding"
+    return (
+        f"{head}; within the bound of {', '.join(inside)} (the float32 run passes): "
+        + SUGGESTS.format(model=inside[0])
+        + " if the kernel computes that way"
+    )

@@ -1,20 +1,30 @@
-"""What a failure's reproducer calls after the variant: the suite's reference for the variant's
-claims on the same inputs, and the difference against the derived bound.
+"""A failure's reproducer: the code ``attn-theory check`` prints under each failure, and what
+that code calls.
 
-A reproducer (``attn-theory check`` prints one per failure) rebuilds the counterexample's
-tensors, calls the variant, then::
+:func:`code` composes it from the example's snippet (which rebuilds the tensors, ``q, k, v``,
+``attn_mask``, ``causal`` and ``scale``, with the property's choices as ``# name = value``
+comment lines): it builds the variant with the claims checked, calls it the way the failing
+run did (the code path of a ``path`` or ``form`` choice, k and v with the claimed G kv heads,
+the ``key_padding_mask`` or ``attn_bias`` the property passed) and prints the output, the
+reference and the difference against the bound::
 
     ref = reference(variant, q, k, v, causal=causal)
     print(ref.difference(o))
 
-``reference`` is the claimed kernel evaluated exactly (the mpmath oracle, ``verify.exact.oracle``)
-with the element-wise bound the checks state for the claimed computation (D10, the claimed or
-probed precision model, the declared eps, scale and compute dtype: ``verify.exact.errors``),
-the same pair the properties compare the variant with.
+then re-runs the failing property's own check on the rebuilt example (:func:`recheck`), which
+prints each of its observations against its bound: the statement that failed.
+
+:func:`reference` is the claimed kernel evaluated exactly (the mpmath oracle,
+``verify.exact.oracle``; past ``common.LONG_PAIRS`` pairs the float64 reference with its own
+bound, D10 recipe 6) with the element-wise bound the checks state for the claimed computation
+(D10, the claimed or probed precision model, the declared eps, scale and compute dtype:
+``verify.exact.errors``), the same pair the properties compare the variant with.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,9 +74,16 @@ def reference(
     causal: bool,
     attn_mask=None,
     denominator: str = "sum",
+    key_padding_mask=None,
+    attn_bias=None,
+    path: str = "forward",
 ) -> Reference:
     """The suite's reference for ``variant``'s claims on canonical ``(B, H, T, d)`` inputs.
 
+    k and v may have fewer heads than q (the claimed G kv heads); ``key_padding_mask`` (B, S),
+    True = keep, is applied as the attn_mask (B, 1, 1, S); ``attn_bias`` (broadcastable to
+    (B, H, T, S)) is added to the scaled scores (``common.biased_reference``); ``path`` (a
+    code path of ``verify.properties.support.paths``) selects the form kind of the bound.
     Without a reference for these claims (kernel unknown, FAVOR+ without a projection) or
     for inputs outside the error model, ``exact`` and ``bound`` are None and ``missing`` says
     why.
@@ -74,12 +91,16 @@ def reference(
     import torch
 
     from verify.properties.support.base import RunContext
-    from verify.properties.support.common import exact_and_bound
+    from verify.properties.support.common import biased_reference, exact_and_bound
+    from verify.properties.support.paths import form_kind
     from verify.spec.results import NotApplicable
     from verify.strategies import AttentionInputs, Shape
 
     B, H, T, d = (int(n) for n in q.shape)
     S, d_v = int(k.shape[-2]), int(v.shape[-1])
+    if key_padding_mask is not None:
+        keep = key_padding_mask.to(torch.bool)[:, None, None, :]
+        attn_mask = keep if attn_mask is None else attn_mask & keep
     x = AttentionInputs(
         q=q,
         k=k,
@@ -95,8 +116,13 @@ def reference(
         device=str(q.device.type),
         compute_dtype=getattr(variant, "compute_dtype", None),
     )
+    form = form_kind(path)
     try:
-        result, eb = exact_and_bound(variant, x, ctx, denominator=denominator)
+        if attn_bias is not None:
+            result, eb = biased_reference(variant, x, ctx, attn_bias, denominator=denominator,
+                                          form=form)  # fmt: skip
+        else:
+            result, eb = exact_and_bound(variant, x, ctx, denominator=denominator, form=form)
     except NotApplicable as exc:
         return Reference(None, None, "", missing=str(exc))
     return Reference(
@@ -106,3 +132,274 @@ def reference(
         _result=result,
         _eb=eb,
     )
+
+
+# ----------------------------------------------------------------------------- re-check
+
+
+def example_of(q, k=None, v=None, *, causal: bool = False, attn_mask=None, scale=None,
+               choices=None):  # fmt: skip
+    """The example a property drew, rebuilt from its tensors and choices: an ``Example`` of
+    attention inputs (a ``GradExample`` when the choices hold the upstream gradient's
+    ``g_seed``). With ``q`` a list of ``(q, k, v, attn_mask, causal, scale)`` tuples (and no
+    k, v), an example of several inputs (``.items``)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from verify.properties.support.common import Example
+    from verify.properties.support.grads import GradExample
+    from verify.properties.support.inputs import make_inputs
+
+    def one(q, k, v, attn_mask, causal, scale):
+        x = make_inputs(q, k, v, causal=causal, attn_mask=attn_mask)
+        return dataclasses.replace(x, scale=scale)
+
+    choices = {c: _array(v_) if c.startswith("_") else v_ for c, v_ in (choices or {}).items()}
+    x = SimpleNamespace(items=[one(*t) for t in q]) if k is None else one(
+        q, k, v, attn_mask, causal, scale)  # fmt: skip
+    return (GradExample if "g_seed" in choices else Example)(x, choices)
+
+
+def _array(value):
+    """Choices that hold data (``_``-named: replacement values, biases) as float64 arrays, the
+    way the properties drew them; others as they are."""
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+        try:
+            return np.asarray(value, dtype=np.float64)
+        except (ValueError, TypeError):
+            return type(value)(_array(v) for v in value)
+    return value
+
+
+def recheck(prop, variant, example, *, dtype: str | None = None, device: str = "cpu") -> bool:
+    """Run property ``prop``'s check (a ``verify.properties`` entry, e.g.
+    ``verify.properties.get("head-groups")``) on ``example`` and print each observation
+    against its bound ('> bound' where it fails); True when one fails.
+
+    ``dtype`` defaults to the dtype of the example's tensors."""
+    from verify.properties.support import observe
+    from verify.properties.support.base import RunContext
+    from verify.spec.results import NotApplicable, VariantError
+
+    if dtype is None:
+        inner = getattr(example, "inputs", None)
+        dtype = str(getattr(inner, "dtype", None) or getattr(example, "dtype", "float64"))
+        dtype = dtype.removeprefix("torch.")
+    ctx = RunContext(dtype=dtype, device=device, compute_dtype=variant.compute_dtype)
+    try:
+        result = prop.check(variant, example, ctx)
+    except NotApplicable as exc:
+        print(f"{prop.id}: not applicable to this example ({exc})")
+        return False
+    except VariantError as exc:
+        print(f"{prop.id}: FAILS: {exc}")
+        return True
+    except (AttributeError, KeyError, TypeError) as exc:  # an example of another kind
+        print(f"{prop.id}: this example cannot be re-checked here ({type(exc).__name__}: {exc})")
+        return False
+    rows = result if isinstance(result, list) else [result]
+    for o in rows:
+        rel = "> bound" if o.ratio > 1 else "<= bound"
+        where = f" at {o.where}" if o.where else ""
+        print(f"{prop.id}: observed {o.observed:.3e} {rel} {o.bound:.3e} (ratio {o.ratio:.3g})"
+              f"{where}; {o.detail}")  # fmt: skip
+    return observe.worst(result).ratio > 1
+
+
+# ----------------------------------------------------------------------------- the code
+
+
+def choices_of(snippet: str) -> dict[str, Any]:
+    """The property's choices an example's snippet states as ``# name = value`` comment lines
+    (values Python literals or numpy array reprs, which become nested lists; other comments
+    and values that do not parse are left out)."""
+    out: dict[str, Any] = {}
+    for m in re.finditer(r"^# (\w+) = (.+)$", snippet, flags=re.M):
+        try:
+            out[m.group(1)] = _value(m.group(2).strip())
+        except (ValueError, SyntaxError, TypeError, NameError):
+            continue
+    return out
+
+
+def _value(text: str):
+    """A literal, or a numpy array's repr (``array([...])``, nested in tuples or lists) as
+    nested lists: no name but ``array`` is known while evaluating it."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    if "..." in text:  # a summarized array: not its values
+        raise ValueError(text)
+    tree = ast.parse(text, mode="eval")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if not names <= {"array", "float64", "float32", "inf", "nan"}:
+        raise NameError(sorted(names))
+    space = {
+        "__builtins__": {},
+        "array": lambda a, dtype=None: np.asarray(a).tolist(),
+        **dict.fromkeys(("float64", "float32")),
+        "inf": float("inf"),
+        "nan": float("nan"),
+    }
+    return eval(compile(tree, "<choice>", "eval"), space)  # noqa: S307 - names checked above
+
+
+#: the marker of an example holding several attention inputs (each section rebuilds one)
+SEVERAL = "# --- input "
+
+
+def code(
+    spec: str,
+    variant,
+    inputs_snippet: str,
+    *,
+    claims: dict | None = None,
+    property_id: str | None = None,
+    dtype: str | None = None,
+    device: str = "cpu",
+) -> str:
+    """The reproducer of a failure of ``property_id`` (module docstring): ``inputs_snippet``
+    (the example's snippet), the lines that build the variant from ``spec`` with ``claims``
+    (the claims beyond its import spec), call it as the failing run did, print the output,
+    the reference and the difference against the bound when the example is attention inputs
+    and the claimed kernel has a reference, then re-check the property on the example."""
+    claims = claims or {}
+    if claims:
+        imports = "apply_claims, as_variant"
+        build = f"apply_claims(as_variant({spec!r}), {claims!r})"
+    else:
+        imports, build = "as_variant", f"as_variant({spec!r})"
+    several = SEVERAL in inputs_snippet
+    attention = "attn_mask = " in inputs_snippet
+    choices = choices_of(inputs_snippet)
+    rebuilt = re.search(r"^example = ", inputs_snippet, flags=re.M) is not None
+    lines = [_collected(inputs_snippet) if several else inputs_snippet.rstrip()]
+    lines += ["", f"from verify.spec.target import {imports}", "",
+              f"variant = {build}  # {spec} with the claims checked"]  # fmt: skip
+    if attention and property_id and not rebuilt:
+        call = (
+            "items, " if several else "q, k, v, causal=causal, attn_mask=attn_mask, scale=scale, "
+        )
+        lines += [
+            "",
+            "from verify.properties.support.reproduce import example_of",
+            "",
+            f"example = example_of({call}choices={choices!r})",
+        ]
+    body = _call_lines(variant, inputs_snippet, choices, property_id)
+    if attention and variant.parsed_kernel.known:
+        body += _reference_lines(variant, inputs_snippet, choices, property_id)
+        body += _forms_lines(variant, choices, _call_kwargs(variant, inputs_snippet, choices))
+    if several:  # each input in turn
+        body = ["", "for x in items:", "    q, k, v, attn_mask, causal, scale = x",
+                *("    " + line if line else "" for line in body)]  # fmt: skip
+    lines += body
+    if property_id and (attention or rebuilt):
+        where = "" if device == "cpu" else f", device={device!r}"
+        lines += [
+            "",
+            f"# the failing statement ({property_id}) re-checked on this example: each "
+            "observation against its bound",
+            "from verify.properties import get",
+            "from verify.properties.support.reproduce import recheck",
+            "",
+            f"recheck(get({property_id!r}), variant, example, dtype={dtype!r}{where})",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _collected(inputs_snippet: str) -> str:
+    """A snippet of several inputs with each section's tensors collected in ``items``."""
+    keep = "items.append((q, k, v, attn_mask, causal, scale))"
+    parts = inputs_snippet.rstrip().split(SEVERAL)
+    out = ["items = []  # (q, k, v, attn_mask, causal, scale) of each input", parts[0].rstrip()]
+    out += [f"{SEVERAL}{p.rstrip()}\n{keep}\n" for p in parts[1:]]
+    return "\n".join(x for x in out if x)
+
+
+def _call_kwargs(variant, inputs_snippet: str, choices: dict[str, Any]) -> str:
+    kwargs = "causal=causal"
+    if "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet:
+        kwargs += ", attn_mask=attn_mask"
+    if "denominator" in choices and variant.denominators:
+        kwargs += f", denominator={choices['denominator']!r}"
+    if "keep" in choices:
+        kwargs += ", key_padding_mask=key_padding_mask"
+    if "_bias" in choices:
+        kwargs += ", attn_bias=attn_bias"
+    return kwargs
+
+
+def _call_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> list:
+    """The lines that call the variant as the failing run did (module docstring)."""
+    out = [""]
+    if property_id == "causal-alignment":
+        out.append("causal = True  # causal-alignment calls with causal=True (T != S)")
+    if "kv_heads" in choices:  # the call with G kv heads: every (H / G)-th head of k and v
+        out += [
+            f"G = {int(choices['kv_heads'])}  # the claimed kv heads",
+            "k, v = k[:, :: q.shape[1] // G].contiguous(), v[:, :: q.shape[1] // G].contiguous()",
+        ]
+    if "keep" in choices:
+        out.append(f"key_padding_mask = torch.tensor({choices['keep']!r}, dtype=torch.bool)")
+    if "_bias" in choices:
+        out.append(f"attn_bias = torch.tensor({choices['_bias']!r}, dtype=torch.float64).to(q)")
+    path = choices.get("path") or choices.get("form") or "forward"
+    target = "variant.forward" if path == "forward" else f"variant.forms[{path!r}]"
+    kwargs = _call_kwargs(variant, inputs_snippet, choices)
+    if variant.layout == "BTHD":  # the variant takes (B, T, H, d): q, k, v here are (B, H, T, d)
+        out.append(
+            f"o = {target}(*(t.transpose(1, 2) for t in (q, k, v)), {kwargs}).transpose(1, 2)"
+        )
+    else:
+        out.append(f"o = {target}(q, k, v, {kwargs})")
+    out.append("print('o =', o)")
+    return out
+
+
+def _forms_lines(variant, choices: dict[str, Any], kwargs: str) -> list[str]:
+    """Every alternative form against the reference, when the example drew no code path (a
+    property comparing the forms): the form that fails shows."""
+    if not variant.forms or "path" in choices or "form" in choices or variant.layout != "BHTD":
+        return []
+    return [
+        "for name, form in variant.forms.items():  # every alternative form of the variant",
+        f"    print(name, ref.difference(form(q, k, v, {kwargs})))",
+    ]
+
+
+def _reference_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> list:
+    ref_kw = "causal=causal"
+    if "attn_mask = None" not in inputs_snippet:
+        ref_kw += ", attn_mask=attn_mask"
+    aligned = []
+    if property_id == "causal-alignment":  # the declared alignment's mask, as the check has it
+        aligned = [
+            "from verify.spec.visibility import visible",
+            "",
+            "aligned = visible(q.shape[-2], k.shape[-2], causal=True, "
+            f"alignment={variant.causal_alignment!r}, numpy=False)[None, None]",
+        ]
+        ref_kw = "causal=False, attn_mask=aligned"
+    if "denominator" in choices:
+        ref_kw += f", denominator={choices['denominator']!r}"
+    if "keep" in choices:
+        ref_kw += ", key_padding_mask=key_padding_mask"
+    if "_bias" in choices:
+        ref_kw += ", attn_bias=attn_bias"
+    path = choices.get("path") or choices.get("form") or "forward"
+    if path != "forward":
+        ref_kw += f", path={path!r}"
+    return [
+        "",
+        f"# the suite's reference: the claimed kernel ({variant.kernel}) in exact arithmetic "
+        "on the same inputs,",
+        "# with the derived bound of each output element (what the checks compare with)",
+        "from verify.properties.support.reproduce import reference",
+        *aligned,
+        "",
+        f"ref = reference(variant, q, k, v, {ref_kw})",
+        "print('reference =', ref.exact)",
+        "print(ref.difference(o))",
+    ]
