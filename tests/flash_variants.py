@@ -108,7 +108,7 @@ def online_no_rescale(q, k, v, *, causal):
 
 #: faulty variant -> (its correct twin, the property that must decide it)
 TWINS = {
-    "bad_flash_no_rescale": ("ok_flash", "dtype-agreement"),
+    "bad_flash_no_rescale": ("ok_flash", "oracle-agreement"),
     "bad_flash_last_block": ("ok_flash", "oracle-agreement"),
     "bad_flash_softcap": ("ok_flash_softcap", "oracle-agreement"),
     "bad_flash_alibi": ("ok_flash_alibi", "oracle-agreement"),

@@ -8,8 +8,10 @@ The rule (README, "Reading the result"):
    nothing but themselves (:data:`ALONE`); the axes (batch and head independence); the causal
    mask; the mask; the structural claims (window, kv-head map, key padding, score bias); the
    causal alignment; the alternative forms; the backward against the forward (gradcheck);
-   then the forward pass against the exact result and everything read from it, in catalogue
-   order. The first failure of a group is its *root*: the most specific property that fails.
+   then the forward pass against the exact result (a rounding-bias failure of the mean
+   signed error, a one-sided rounding, just before it) and everything read from it, in
+   catalogue order. The first failure of a group is its *root*: the most specific property
+   that fails.
 2. What a failure *has* is read from its counterexample (``PropertyResult.features``):
    ``causal`` (causal=True), ``mask`` (an attn_mask), ``batch`` (B > 1), ``heads`` (H > 1),
    ``cross`` (T != S). What it *needs* is what it has less what is shown not needed:
@@ -40,10 +42,13 @@ The rule (README, "Reading the result"):
    finite sentinel or a shifted mask leaks through both), so a root of causality, prefix
    invariance or the masks explains a failure with causal=True or an attn_mask. Else the
    failure opens a group, as its root.
-5. A causal alignment failure is a comparison with the oracle on causal T != S inputs: when
-   the computation is found wrong (the forward against the oracle, the feature map, a form:
-   :data:`WRONG_COMPUTATION`) with a cause it contains (non-causal inputs, say: a wrong
-   constant), its group joins that one, whose root becomes the group's.
+5. A causal alignment failure is a comparison with the oracle on causal T != S inputs, a
+   prefix invariance failure one of two lengths (which a computation depending on the length,
+   a block's padding or a split of the keys, tells apart): when the computation is found wrong
+   (the forward against the oracle, the feature map, a form: :data:`WRONG_COMPUTATION`) with
+   a cause such a group's contains (non-causal inputs, say: a wrong constant), the group joins
+   that one, whose root becomes the group's. (With causality failing too, prefix invariance
+   is in causality's group already: a mask leak.)
 
 So a causal mask shifted by one position (``tril(1)``) fails causality (cause: ``causal``) and,
 with causal counterexamples, oracle-agreement, the weights, gradients...: one group. A wrong
@@ -89,8 +94,14 @@ VISIBILITY = (
     "masked-key-gradients",
     "empty-row-gradients",
 )
-#: structural properties compared with the oracle (rule 5)
-AGAINST_ORACLE = ("causal-alignment",)
+#: the mean signed error over heads: ranks before the forward pass when it is the mean that
+#: fails (:func:`place`)
+BIAS = "rounding-bias"
+#: structural properties a wrong computation fails too (rule 5): the causal alignment is
+#: compared with the oracle; prefix invariance compares calls of two lengths, which a
+#: computation depending on the length (padding to a block, a split of the keys) or on a
+#: score range outside the claimed one (the bound of the claim) tells apart
+AGAINST_ORACLE = ("causal-alignment", "prefix-invariance")
 #: roots that say the computation itself is wrong (the forward against the exact result, the
 #: feature map, the alternative forms): what rule 5 merges a causal-alignment group into
 WRONG_COMPUTATION = (
@@ -262,6 +273,17 @@ def rank(property_ids: list[str]) -> dict[str, int]:
     return {p: i for i, p in enumerate([*ORDER, *rest])}
 
 
+def place(r, order: dict[str, int]) -> float:
+    """Where failure ``r`` comes in the specificity order: its property's rank; a rounding-bias
+    failure of the mean signed error (a one-sided rounding, kind ``statistical``) comes just
+    before oracle-agreement (it decides a truncation, which may also push a few outputs past
+    the max-error bound), one of a head's max error past its bound stays in catalogue order."""
+    pid = r.property_id
+    if pid == BIAS and r.bound_kind == "statistical" and "oracle-agreement" in order:
+        return order["oracle-agreement"] - 0.5
+    return order.get(pid, len(order))
+
+
 def no_example_reason(reason: str) -> str:
     """What failures without a counterexample are grouped by: the reason's first clause
     ('the worker crashed', 'hung', 'could not build the variant')."""
@@ -292,9 +314,7 @@ def group_failures(failures: list[Any], catalogue_order: list[str] | None = None
     """The failing runs (``PropertyResult`` objects with status ``fail``) in groups by root
     cause, groups in specificity order of their roots (module docstring)."""
     order = rank(catalogue_order or list(dict.fromkeys(r.property_id for r in failures)))
-    pending = sorted(
-        enumerate(failures), key=lambda ir: (order.get(ir[1].property_id, len(order)), ir[0])
-    )
+    pending = sorted(enumerate(failures), key=lambda ir: (place(ir[1], order), ir[0]))
     groups: list[FailureGroup] = []
     by_reason: dict[str, FailureGroup] = {}
     for _, r in pending:
@@ -318,8 +338,8 @@ def group_failures(failures: list[Any], catalogue_order: list[str] | None = None
 
 
 def _merge_alignment(groups: list[FailureGroup], order: dict[str, int]) -> list[FailureGroup]:
-    """Rule 5: a causal-alignment group joins a group of a wrong computation whose cause it
-    contains."""
+    """Rule 5: a causal-alignment or prefix-invariance group joins a group of a wrong
+    computation whose cause it contains."""
     out = list(groups)
     for g in groups:
         if g.reason or g.root.property_id not in AGAINST_ORACLE:
@@ -336,6 +356,6 @@ def _merge_alignment(groups: list[FailureGroup], order: dict[str, int]) -> list[
             into.members.extend(g.members)
             out.remove(g)
     for g in out:  # members in specificity order, the root first
-        rest = sorted(g.members[1:], key=lambda r: order.get(r.property_id, len(order)))
+        rest = sorted(g.members[1:], key=lambda r: place(r, order))
         g.members[1:] = rest
     return out

@@ -113,8 +113,10 @@ LOOK_AT = {
     "meant (cumsum(dim=1) on (B, H, T, d)), a reshape that interleaves heads, (B, T, H, d) "
     "read as (B, H, T, d) (--layout); the same axis error changes the result at H = 1 too",
     "causality": "the causal mask: query t may see keys s <= t only (torch.ones(T, T).tril(), "
-    "not tril(1)), on every code path (a short-sequence or fused path that skips the mask); or a "
-    "statistic over all positions (a max, a norm) used before masking",
+    "not tril(1)), on every code path (a short-sequence or fused path that skips the mask); a "
+    "finite sentinel (-1e4 added to masked scores) lets huge scores through: mask with -inf or "
+    "a boolean select; a transform applied after the mask (a softcap turns -inf into -C: cap "
+    "before masking); a statistic over all positions (a max, a norm) used before masking",
     "prefix-invariance": "outputs at t depend on later positions or on the sequence length: "
     "the causal mask, a chunked form reading the state after its chunk (states[i] where "
     "states[i - 1] is meant), padding, a statistic over the whole sequence",
@@ -140,8 +142,8 @@ LOOK_AT = {
     "score-bias": "attn_bias is added to the scaled (and softcapped) scores: softmax(c q k^T + "
     "bias), not c (q k^T + bias); before ALiBi and the mask",
     "forms-agree": "an alternative form disagrees with the forward: the chunked form must read "
-    "the state before its chunk, apply a decay once per step (gamma^n, not gamma^(n+1)) and "
-    "keep padding out of its state",
+    "the state before its chunk (states[i - 1], not states[i]), apply a decay once per step "
+    "(gamma^n, not gamma^(n+1)) and keep padding out of its state",
     "state-step": "the streaming state: step must continue prefill exactly (no padded or zero "
     "key entering the state, the step's normalizer updated with its key)",
     "state-split-resume": "resuming from a state must carry all of it: the normalizer z beside "
@@ -252,8 +254,10 @@ def _constants(variant) -> list[str]:
         out.append("the feature map and the normalizer (N / D, phi(q) . z)")
     if variant.eps:
         out.append(f"eps = {variant.eps:g} ({variant.eps_mode} mode)")
-    out.append("an online softmax's rescaling across key blocks, a split's log-sum-exp "
-               "combination (base e)")  # fmt: skip
+    out.append(
+        "an online softmax's rescaling across key blocks, the padding keys of a partial last "
+        "block (masked), a split's log-sum-exp combination (base e)"
+    )
     out.append("fix it, or state the constant the variant is meant to use (--scale X, "
                "--softcap C, --eps X)")  # fmt: skip
     return out

@@ -54,6 +54,11 @@ class Reference:
 
         if self.exact is None:
             return f"no reference to compare with: {self.missing}"
+        if tuple(o.shape) != tuple(self.exact.shape):
+            return (
+                f"o has shape {tuple(o.shape)}, the reference {tuple(self.exact.shape)}: the "
+                "variant returns the wrong shape (EXCEEDS any bound)"
+            )
         err = (o.detach().cpu().to(torch.float64) - self.exact).abs()
         over = int((~(err <= self.bound)).sum())
         obs = compare(o, self._eb, self._result, what="|o - reference|")
