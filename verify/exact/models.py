@@ -140,7 +140,8 @@ def _row_terms(st, model, dtype, acc, arith, vis):
         e_w = (1 + e_w) * (1 + resc) - 1
     return dict(
         w=w, A=A, B=B, D_low=D_low, e_w=e_w, m=m[..., 0], u_a=u_a, u_in=u_in,
-        e_x_max=np.max(np.where(vis, e_x, 0.0), axis=-1, initial=0.0),
+        e_x_max=np.max(np.where(vis, e_x, 0.0), axis=-1, initial=0.0), x=x, e_x=e_x,
+        exp_ulps=exp_ulps,
         eta_in=d10.underflow_abs_error(dtype) if stored else 0.0,
         u_mma=ka.mma_unit(u_a, arith.accumulation), eager=eager,
         tf=ka.tf32_product_rel(arith.tf32 and acc == "float32"),

@@ -420,12 +420,37 @@ def _reference_applies(variant, ctx) -> str | None:
     ) or dtype_reason(variant, ctx)
 
 
+def _grouped_inputs(variant, ctx):
+    """Inputs with 2 G query heads for a kv_heads = G claim: the call then takes k, v with G
+    heads (:func:`_kv_heads_of`), so each kv head's gradient sums two query heads'."""
+    from verify.properties.support.inputs import shaped_inputs
+
+    G = variant.kv_heads
+    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c, H=(2 * G, 2 * G)))
+
+
+def _kv_heads_of(variant, x):
+    """``x`` with k, v on G kv heads when the variant claims ``kv_heads`` = G and x has a
+    multiple of G query heads (query head h reads kv head h // (H / G))."""
+    import dataclasses
+
+    G = variant.kv_heads
+    H = x.q.shape[1]
+    if G is None or H == G or H % G:
+        return x
+    r = H // G
+    return dataclasses.replace(x, k=x.k[:, ::r].contiguous(), v=x.v[:, ::r].contiguous())
+
+
 def _reference_examples(variant, ctx):
     from hypothesis import strategies as st
 
     forms = path_names(variant)
+    base = grad_inputs(variant, ctx)
+    if variant.kv_heads is not None and variant.kernel_family == "softmax":
+        base = _grouped_inputs(variant, ctx)
     plain = with_grad_output(
-        grad_inputs(variant, ctx),
+        base,
         form=st.sampled_from(forms),
         denominator=st.sampled_from(modes(variant)),
     )
@@ -450,24 +475,57 @@ def _rule(ctx) -> str:
     )
 
 
+def _structure(variant, x) -> dict:
+    """The structural keywords of the derived backward bounds for the variant's claims on
+    ``x`` (window, softcap, ALiBi, grouped kv heads), or NotApplicable for the claims they do
+    not cover (QK-norm, decays, sigmoid scores, a score bias or key padding taken by the
+    forward): those gradients are not checked, and the reason says so."""
+    from verify.exact.gradient_bounds import STRUCTURE
+    from verify.properties.support.common import structure_kwargs
+
+    skw = structure_kwargs(variant, x)
+    other = sorted(k for k, v in skw.items() if k not in STRUCTURE and v not in (None, False))
+    if other or variant.score_bias or variant.key_padding:
+        extra = other + [n for n in ("score_bias", "key_padding") if getattr(variant, n)]
+        raise NotApplicable(
+            f"no derived backward bound for the claims {extra}: gradients not checked here"
+        )
+    return {k: v for k, v in skw.items() if k in STRUCTURE}
+
+
 def derived_bounds(variant, x, mode: str, g, ctx):
     """(reference (dq, dk, dv), bounds) from the D10 backward bounds
-    (``verify.exact.gradient_bounds``) where they apply -- softmax, sum denominator, no eps,
-    causal only with T == S -- else None (the calibrated rule decides)."""
-    from verify.exact import gradient_bounds as gb
+    (``verify.exact.gradient_bounds``, with D16's transforms and D17's arithmetic) where they
+    apply -- softmax, sum denominator, no eps, causal only with T == S -- else None (the
+    calibrated rule decides).
 
+    Raises:
+        NotApplicable: structural claims the derived bounds do not cover (no calibrated rule
+            either: the plain reference does not know them).
+    """
+    from verify.exact import gradient_bounds as gb
+    from verify.spec.structure import has_structure
+
+    structured = has_structure(variant) or x.k.shape[1] != x.q.shape[1]
     if variant.kernel_family != "softmax" or mode != "sum" or variant.eps:
+        if structured:
+            raise NotApplicable(
+                "structural claims: the derived backward bounds cover softmax with the sum "
+                "denominator and no eps; gradients not checked here"
+            )
         return None
     if x.causal and x.q.shape[-2] != x.k.shape[-2]:
         return None
+    skw = _structure(variant, x) if structured else {}
     mask = None if x.attn_mask is None else x.attn_mask.cpu()
     kw = dict(causal=x.causal, attn_mask=mask, scale=variant.score_scale(x.q.shape[-1]))
     with model_applies():
         bounds = gb.gradient_bounds(
             x.q, x.k, x.v, g, dtype=ctx.model_dtype, exp_library=variant.exp_library,
-            device=ctx.device, precision=precision_of(variant, ctx, denominator=mode), **kw,
+            device=ctx.device, precision=precision_of(variant, ctx, denominator=mode),
+            arithmetic=variant.arithmetic, **kw, **skw,
         )  # fmt: skip
-    ref = gb.reference_gradients(x.q, x.k, x.v, g, **kw)[1:]
+    ref = gb.reference_gradients(x.q, x.k, x.v, g, **kw, **skw)[1:]
     return ref, [bounds[n] for n in gb.NAMES]
 
 
@@ -498,7 +556,7 @@ def _derived_observations(variant, form, mode, grads, ref, bounds, what="") -> l
 def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     import torch
 
-    x = ex.inputs
+    x = _kv_heads_of(variant, ex.inputs)
     form, mode, g = ex.choices["form"], ex.choices["denominator"], upstream_of(ex)
     require_mode(mode, x.v.shape[-1])
     derived = derived_bounds(variant, x, mode, g, ctx)

@@ -37,6 +37,7 @@ STRUCTURE_AWARE = (
     "state-step",
     "state-split-resume",
     "gradcheck",
+    "gradients-vs-reference",
     "masked-key-gradients",
     "window-extent",
     "head-groups",
