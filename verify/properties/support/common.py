@@ -163,11 +163,11 @@ def long_shape_strategy(variant, *, causal: bool):
 
 
 def long_inputs_strategy(variant, ctx, *, beyond_overflow: bool = True):
-    """Long seeded inputs (``verify.strategies.seeded_attention_inputs``) on the variant's
+    """Long seeded inputs (``verify.seeded.seeded_attention_inputs``) on the variant's
     causal choices, with the radii of :func:`radius_strategy`."""
     from hypothesis import strategies as st
 
-    from verify.strategies import seeded_attention_inputs
+    from verify.seeded import seeded_attention_inputs
 
     per_causal = {
         c: seeded_attention_inputs(
