@@ -287,6 +287,17 @@ TWINS = (
         claims=SOFTMAX,
     ),
     # --------------------------------------------------------------- reported by users
+    # weights computed in float32 in a float64 call: the forward decides (the hint names the
+    # float32 step), gradcheck's finite differences of it are explained, not a root
+    Twin(
+        "tests.user_variants:weights_float32",
+        "oracle-agreement",
+        ("gradcheck", "oracle-agreement"),
+        (),
+        "computed in float32",
+        claims=SOFTMAX,
+        core=True,
+    ),
     # a wrong softcap constant in bf16: not rooted at causal-alignment (it fails on
     # non-causal inputs too), and no T != S in its cause
     Twin(
@@ -363,3 +374,66 @@ def test_the_table_covers_every_faulty_twin():
         deciding = getattr(importlib.import_module(mod), "TWINS", {}).get(name)
         if isinstance(deciding, tuple):
             assert deciding[1] == t.root, (t.target, deciding)
+
+
+# ----------------------------------------------------------------------------- the rule itself
+
+
+def _failure(pid: str, reason: str = "observed 1 > bound 0", kind: str = "derived", **features):
+    from verify.spec.results import PropertyResult
+
+    shape = {"B": 1, "H": 1, "T": 2, "S": 2, "d": 1, "d_v": 1, "causal": False, "mask": False}
+    r = PropertyResult(pid, "D10", "s", "fail", "float64", "cpu", reason=reason, bound_kind=kind)
+    r.features, r.counterexample = {**shape, **features}, "Example()"
+    return r
+
+
+def test_needs_are_read_from_a_minimal_counterexample_only():
+    from verify.engine.groups import needs
+
+    stopped = "observed 2 > bound 1 [shrinking stopped after 25 candidates]"
+    assert needs(_failure("oracle-agreement", T=1, S=2)) == ()  # T != S needs causal=True
+    assert needs(_failure("oracle-agreement", causal=True, T=1, S=2)) == ("causal", "cross")
+    assert needs(_failure("oracle-agreement", B=2, H=2)) == ()  # a slice fails alone
+    assert needs(_failure("head-independence", H=2)) == ("heads",)
+    assert needs(_failure("dtype-agreement", stopped, causal=True, H=2)) == ()
+    assert needs(_failure("oracle-agreement", "on a long example: x", causal=True)) == ()
+
+
+def test_a_wrong_constant_is_not_rooted_at_the_causal_alignment():
+    """causal-alignment (causal T != S against the oracle) and oracle-agreement on non-causal
+    inputs: one group, rooted at oracle-agreement, no cause."""
+    from verify.engine.groups import group_failures
+
+    runs = [_failure("causal-alignment", T=1, S=7), _failure("oracle-agreement", T=1, S=2)]
+    (g,) = group_failures(runs, ["oracle-agreement", "causal-alignment"])
+    assert g.root.property_id == "oracle-agreement" and g.cause == ()
+    assert g.property_ids == ["oracle-agreement", "causal-alignment"]
+
+
+def test_a_mask_leak_and_a_wrong_scale_stay_two_groups():
+    """The rule still separates two defects: a causal leak (causality, and oracle-agreement
+    on causal inputs) and a wrong constant (claimed-scale on non-causal inputs)."""
+    from verify.engine.groups import group_failures
+
+    runs = [
+        _failure("causality"),
+        _failure("oracle-agreement", causal=True),
+        _failure("claimed-scale", T=1, S=3),
+    ]
+    groups = group_failures(runs)
+    assert [(g.root.property_id, g.cause) for g in groups] == [
+        ("causality", ("causal",)),
+        ("claimed-scale", ()),
+    ]
+
+
+def test_a_one_sided_rounding_roots_before_the_max_error():
+    from verify.engine.groups import group_failures
+
+    runs = [_failure("oracle-agreement"), _failure("rounding-bias", kind="statistical", H=512)]
+    (g,) = group_failures(runs, ["oracle-agreement", "rounding-bias"])
+    assert g.root.property_id == "rounding-bias"
+    runs[1] = _failure("rounding-bias", kind="derived", H=512)  # a head past its bound
+    (g,) = group_failures(runs, ["oracle-agreement", "rounding-bias"])
+    assert g.root.property_id == "oracle-agreement"

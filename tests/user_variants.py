@@ -5,6 +5,10 @@ Importable as ``tests.user_variants:<name>`` for ``attn-theory check``. Tensors 
 * ``softcap_30`` computes C tanh(s / C) with C = 30 where 20 is claimed (``--softcap 20``): a
   wrong constant, in float32 arithmetic with P rounded to the input type before P V and the
   causal mask bottom-right aligned; ``softcap_20`` is its correct twin.
+* ``weights_float32`` computes the softmax weights in float32 in a float64 call (its outputs
+  are not float32 numbers, so the compute-dtype probe cannot name it): the forward carries
+  float32 roundings and gradcheck's finite differences of it are noise; its twin is the
+  built-in softmax.
 """
 
 from __future__ import annotations
@@ -35,3 +39,14 @@ def softcap_30(q, k, v, *, causal):
 def softcap_20(q, k, v, *, causal):
     """The claimed cap (the correct twin)."""
     return _capped(q, k, v, causal=causal, cap=CLAIMED_CAP)
+
+
+def weights_float32(q, k, v, *, causal):
+    """Softmax weights computed in float32 whatever the input, then P V in the input dtype: a
+    float64 call carries float32 roundings although its outputs are not float32 numbers (the
+    compute-dtype probe cannot see it)."""
+    s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    if causal:
+        T, S = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T), -math.inf)
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v

@@ -11,6 +11,7 @@ document and the report card always hold everything.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from verify.render import markdown as md
@@ -170,6 +171,8 @@ LOOK_AT = {
     "rounding-bias": "a one-sided rounding of the weights or the output (bit truncation): round "
     "to nearest (P.to(dtype))",
 }
+#: float32 units of relative error up to which a float64 run's error reads as float32 rounding
+FLOAT32_LEVEL = 4096
 #: the rounding-bias failure of one head beyond its max-error bound: a defect of the arithmetic
 BIAS_BEYOND_BOUND = (
     "a head's output exceeds its max-error bound on 128-key rows, beyond any rounding: a "
@@ -231,22 +234,41 @@ def look_at(property_id: str, variant: Any = None, reasons: tuple[str, ...] = ()
     if property_id == "rounding-bias" and "exceeds its max-error bound" in said:
         return BIAS_BEYOND_BOUND
     if property_id == "oracle-agreement" and variant is not None:
-        return f"{text}: {'; '.join(_constants(variant))}"
+        return f"{text}: {'; '.join(_constants(variant, narrower(said)))}"
     return text
 
 
-def _constants(variant) -> list[str]:
-    """The constants and steps a wrong output of ``variant`` may come from, its claims named."""
+def narrower(reason: str) -> str:
+    """The sentence for an output of a float64 run off by about a float32 rounding (the
+    reason's error relative to |o| below :data:`FLOAT32_LEVEL` float32 units): a step computed
+    in float32; '' otherwise."""
+    m = re.search(r"([0-9.e+-]+) u of float64 relative to \|o\|", reason)
+    if not m:
+        return ""
+    rel = float(m.group(1)) * 2.0**-53
+    if not 0 < rel <= FLOAT32_LEVEL * 2.0**-24:
+        return ""
+    return (
+        f"a step computed in float32 (the error, {rel:.2g} relative to |o|, is a float32 "
+        "rounding's size): compute it in the input's dtype, or state --compute-dtype float32 "
+        "if every step is float32"
+    )
+
+
+def _constants(variant, narrow: str = "") -> list[str]:
+    """The constants and steps a wrong output of ``variant`` may come from, its claims named
+    (``narrow``: the sentence of :func:`narrower` first, when it applies)."""
     scale = "1/sqrt(d)" if variant.scale == "default" else str(variant.scale)
-    out = [f"the score scale (claimed {scale}; the reason of claimed-scale names the one that "
-           "fits)"]  # fmt: skip
+    out = [narrow] if narrow else []
+    out.append(f"the score scale (claimed {scale}; the reason of claimed-scale names the one "
+               "that fits)")  # fmt: skip
     if getattr(variant, "softcap", None) is not None:
         out.append(f"the softcap C tanh(s / C) with C = {variant.softcap:g} on the scaled "
                    "scores, the exponent's scale after the cap")  # fmt: skip
     if getattr(variant, "alibi_slopes", None) is not None:
         out.append("the ALiBi bias -m_h |t' - s| (its sign, the slopes' head order, m_h not "
                    "divided or multiplied by the scale)")  # fmt: skip
-    if getattr(variant, "sigmoid_bias", None) is not None:
+    if variant.kernel_family == "sigmoid" and variant.sigmoid_bias is not None:
         out.append(f"the sigmoid bias b = {variant.sigmoid_bias:g} (its sign)")
     if getattr(variant, "qk_norm", False):
         out.append("the QK-norm: both q and k L2-normalized")
