@@ -38,8 +38,9 @@ The rule (README, "Reading the result"):
    (the backward against the variant's own forward) explains the gradient properties, and a
    failing forward explains gradcheck (finite differences of a forward off its exact values,
    e.g. weights computed in float32 in a float64 call, disagree with any backward); the
-   kv-head map, key padding and score bias explain no other property's failure (the other
-   properties call without them); any other root explains a failure whose counterexample has
+   kv-head map explains only failures with H > 1 (the forward properties call with G = H kv
+   heads), key padding and score bias no other property's failure (the other properties call
+   without them); any other root explains a failure whose counterexample has
    its cause; the causal mask and the attn_mask are one visibility (:data:`VISIBILITY`: a
    finite sentinel or a shifted mask leaks through both), so a root of causality, prefix
    invariance or the masks explains a failure with causal=True or an attn_mask. Else the
@@ -75,9 +76,11 @@ ISOLATED = ALONE
 AXES = ("batch-independence", "head-independence")
 #: the structural claims every call carries (a window): their property explains every failure
 EVERY_CALL = ("window-extent",)
-#: the structural claims only their own property exercises (the other properties call with
-#: G = H kv heads, no key_padding_mask, no attn_bias): their failures explain no other
-OWN_CALLS = ("head-groups", "key-padding", "score-bias")
+#: the structural claims only their own property exercises (the forward properties call with
+#: G = H kv heads, no key_padding_mask, no attn_bias), each with what another failure must
+#: have to be explained by it: H > 1 for the kv-head map (a property calling with G < H kv
+#: heads, e.g. the gradients against the reference); none for the others
+OWN_CALLS = {"head-groups": ("heads",), "key-padding": (), "score-bias": ()}
 #: the backward against the variant's own forward: explains the gradient properties; a
 #: failing forward explains it (its finite differences are those of a forward off its exact
 #: values: steps of a narrower dtype's roundings, a non-smooth step)
@@ -307,7 +310,10 @@ def explains(group: FailureGroup, r) -> bool:
         return True
     if pid == BACKWARD:  # finite differences of a forward off its exact values
         return root in FORWARD
-    if root in OWN_CALLS or pid in OWN_CALLS:
+    if root in OWN_CALLS:
+        need = set(OWN_CALLS[root])
+        return bool(need) and pid not in OWN_CALLS and need <= set(has(r.features))
+    if pid in OWN_CALLS:
         return False
     if root == BACKWARD:
         return pid in GRADIENTS
