@@ -288,6 +288,8 @@ def _members(q, k, v, err, **kw) -> str:
 def assert_attention_grads_close(
     dq, dk, dv, q, k, v, grad_out, *, causal: bool = False, scale: float | None = None,
     attn_mask: Any = None, precision: str | None = None, exp_library: str | None = None,
+    window=None, softcap: float | None = None, alibi_slopes=None, enable_gqa: bool = False,
+    arithmetic=None,
 ) -> None:  # fmt: skip
     """Assert the gradients of softmax attention are within their derived bounds.
 
@@ -295,7 +297,10 @@ def assert_attention_grads_close(
     with the exact gradient (float64, same rounded inputs and ``grad_out``) under the bound of
     ``verify.exact.gradient_bounds`` (kind: derived; FlashAttention-2's backward order, P and
     dS stored in the input type, float32 accumulation; the float64 reference's own bound
-    included). Memory: a few (B, H, T, S) float64 arrays.
+    included). Memory: a few (B, H, T, S) float64 arrays. The modern keywords ``window``,
+    ``softcap``, ``alibi_slopes``, ``enable_gqa`` (k, v with G heads: dk, dv have G heads) and
+    ``arithmetic`` are those of :func:`assert_attention_close` (D16, D17); the envelope
+    default for bf16/fp16 is the largest of its members' backward bounds.
 
     Raises:
         AssertionError: in the style of :func:`assert_attention_close`, one block per tensor
@@ -312,14 +317,21 @@ def assert_attention_grads_close(
     mask = None if attn_mask is None else attn_mask.detach().cpu()
     shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape, "grad_out": (*q.shape[:-1],
               v.shape[-1])}  # fmt: skip
+    structure = {
+        "window": window,
+        "softcap": softcap,
+        "enable_gqa": enable_gqa,
+        "alibi_slopes": None if alibi_slopes is None else [float(m) for m in alibi_slopes],
+    }
+    structure = {key: val for key, val in structure.items() if val not in (None, False)}
     for name, t in (("dq", dq), ("dk", dk), ("dv", dv), ("grad_out", grad_out)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shapes[name]):
             raise ValueError(f"{name}: expected a tensor of shape {tuple(shapes[name])}")
     args = [t.detach().cpu() for t in (q, k, v, grad_out)]
     kw = dict(causal=causal, attn_mask=mask, scale=scale)
     bounds = gb.gradient_bounds(*args, dtype=dtype, precision=precision, exp_library=lib,
-                                device=dev, **kw)  # fmt: skip
-    ref = gb.reference_gradients(*args, **kw)[1:]
+                                device=dev, arithmetic=arithmetic, **kw, **structure)  # fmt: skip
+    ref = gb.reference_gradients(*args, **kw, **structure)[1:]
     model = precision or errors.default_precision(dtype)
     desc = (
         f"derived (D10 backward bounds, verify.exact.gradient_bounds), precision model "
