@@ -21,6 +21,9 @@ from verify.strategies import (
     _round_to,
 )
 
+#: how the keys of a seeded example are made (:func:`seeded_inputs`)
+KEY_STRUCTURES = ("random", "low-rank", "near-duplicate")
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class SeededInputs(AttentionInputs):
@@ -29,11 +32,13 @@ class SeededInputs(AttentionInputs):
     these arguments rebuilds them exactly, and the repr and snippet say so."""
 
     seed: int = 0
+    keys: str = "random"
 
     def recipe(self) -> str:
+        tail = "" if self.keys == "random" else f", keys={self.keys!r}"
         return (
             f"seeded_inputs({self.seed}, {self.shape!r}, dtype={self.dtype}, "
-            f"causal={self.causal!r}, radius={self.radius!r}, scale={self.scale!r})"
+            f"causal={self.causal!r}, radius={self.radius!r}, scale={self.scale!r}{tail})"
         )
 
     def __repr__(self) -> str:
@@ -65,14 +70,20 @@ def seeded_inputs(
     scale: float | None = None,
     bound: float = 2.0,
     min_magnitude: float = 2.0**-6,
+    keys: str = "random",
 ) -> SeededInputs:
     """Inputs of ``shape`` from ``torch.Generator().manual_seed(seed)``: elements of magnitude
     uniform in [min_magnitude, bound] with a random sign, rounded to ``dtype``; with ``radius``
     q and k rescaled so that max |c q.k| <= radius exactly (as :func:`attention_inputs`).
+    ``keys`` (:data:`KEY_STRUCTURES`): ``random``; ``low-rank`` (every key a combination of two
+    drawn vectors: scores of rank <= 2, where backward kernels have hidden their bugs);
+    ``near-duplicate`` (every key the first one plus 2^-6 of another draw: nearly tied scores).
 
     Raises:
-        ValueError: a bad dtype, seed, shape or radius; causal with T != S.
+        ValueError: a bad dtype, seed, shape, radius or key structure; causal with T != S.
     """
+    if keys not in KEY_STRUCTURES:
+        raise ValueError(f"keys: expected one of {KEY_STRUCTURES}, got {keys!r}")
     _check_dtype(dtype)
     _check_radius(radius)
     if not isinstance(shape, Shape):
@@ -91,6 +102,12 @@ def seeded_inputs(
         return _round_to((mag * sign).numpy(), dtype)
 
     qd, kd, vd = arr(shape.q), arr(shape.k), arr(shape.v)
+    if keys == "low-rank":
+        basis = arr((*shape.k[:2], 2, shape.d))
+        mix = arr((*shape.k[:3], 2))
+        kd = _round_to(mix @ basis, dtype)
+    elif keys == "near-duplicate":
+        kd = _round_to(kd[..., :1, :] + 2.0**-6 * kd, dtype)
     if radius is not None:
         rescaled = _rescale(qd, kd, scale, float(radius), dtype)
         if rescaled is None:
@@ -104,6 +121,7 @@ def seeded_inputs(
     return SeededInputs(
         q=tensor(qd), k=tensor(kd), v=tensor(vd), causal=causal, scale=scale,
         radius=None if radius is None else float(radius), shape=shape, case="long", seed=seed,
+        keys=keys,
     )  # fmt: skip
 
 
@@ -115,19 +133,21 @@ def seeded_attention_inputs(
     causal: bool,
     radius: st.SearchStrategy[float | None],
     min_magnitude: float = 2.0**-6,
+    keys: tuple[str, ...] = ("random",),
 ) -> st.SearchStrategy[SeededInputs]:
-    """Strategy of :class:`SeededInputs`: a drawn shape, radius and seed (each shrinks: the
-    shape towards its smallest lengths, the seed towards 0); a radius that overflows the dtype
-    at the drawn shape is rejected."""
+    """Strategy of :class:`SeededInputs`: a drawn shape, radius, key structure (of ``keys``,
+    shrinking to the first) and seed (each shrinks: the shape towards its smallest lengths, the
+    seed towards 0); a radius that overflows the dtype at the drawn shape is rejected."""
 
     @st.composite
     def draw(draw_):
         shp = draw_(shape)
         r = draw_(radius)
+        structure = draw_(st.sampled_from(keys))
         seed = draw_(st.integers(0, 2**16))
         try:
             return seeded_inputs(seed, shp, dtype=dtype, device=device, causal=causal, radius=r,
-                                 min_magnitude=min_magnitude)  # fmt: skip
+                                 min_magnitude=min_magnitude, keys=structure)  # fmt: skip
         except ValueError:
             assume(False)
 

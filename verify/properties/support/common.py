@@ -121,9 +121,9 @@ LONG_DIM = 64
 LONG_VALUE_DIM = 8
 
 
-def long_lengths(variant):
+def long_lengths(variant, blocks: int = LONG_BLOCKS):
     """Strategy of key lengths past a 64-key block with a last partial block (shrinks to 65),
-    or multiples of the variant's ``length_multiple`` in the same range."""
+    up to ``blocks`` blocks, or multiples of the variant's ``length_multiple`` in that range."""
     from hypothesis import strategies as st
 
     from verify.strategies import sizes
@@ -131,52 +131,58 @@ def long_lengths(variant):
     m = variant.length_multiple
     if m > 1:
         lo = (LONG_BLOCK // m + 1) * m
-        return sizes(lo, max(lo, LONG_BLOCK * (LONG_BLOCKS + 1)), step=m)
+        return sizes(lo, max(lo, LONG_BLOCK * (blocks + 1)), step=m)
 
     @st.composite
     def draw(draw_):
-        j = draw_(sizes(1, LONG_BLOCKS))
+        j = draw_(sizes(1, blocks))
         r = draw_(sizes(1, LONG_BLOCK - 1))
         return LONG_BLOCK * j + r
 
     return draw()
 
 
-def long_shape_strategy(variant, *, causal: bool):
+def long_shape_strategy(
+    variant, *, causal: bool, blocks: int = LONG_BLOCKS, max_dim: int = LONG_DIM, heads=None
+):
     """Long shapes: S from :func:`long_lengths`, T = S when causal or self-attention only, else
-    S or any length up to S (decode-like rows of a long cache); B = 1, H in [1, 2]."""
+    S or any length up to S (decode-like rows of a long cache); B = 1, H in [1, 2] (``heads``:
+    its bounds), d in [4, max_dim]."""
     from hypothesis import strategies as st
 
     from verify.strategies import sized_shape, sizes
 
     @st.composite
     def draw(draw_):
-        S = draw_(long_lengths(variant))
+        S = draw_(long_lengths(variant, blocks))
         if causal or variant.self_attention_only:
             T = S
         else:
             T = draw_(st.one_of(st.just(S), sizes(1, S)))
-        sizes_ = {"B": (1, 1), "H": (1, MAX_HEADS), "d_v": (2, LONG_VALUE_DIM)}
-        return within_domain(variant, sized_shape(draw_, T, S, d=(4, LONG_DIM), **sizes_))
+        sizes_ = {"B": (1, 1), "H": heads or (1, MAX_HEADS), "d_v": (2, LONG_VALUE_DIM)}
+        return within_domain(variant, sized_shape(draw_, T, S, d=(4, max_dim), **sizes_))
 
     return draw()
 
 
-def long_inputs_strategy(variant, ctx, *, beyond_overflow: bool = True):
+def long_inputs_strategy(variant, ctx, *, beyond_overflow: bool = True, keys=("random",),
+                         **shape_kw):  # fmt: skip
     """Long seeded inputs (``verify.seeded.seeded_attention_inputs``) on the variant's
-    causal choices, with the radii of :func:`radius_strategy`."""
+    causal choices, with the radii of :func:`radius_strategy` (``keys``: the key structures
+    drawn; ``shape_kw``: :func:`long_shape_strategy`'s bounds)."""
     from hypothesis import strategies as st
 
     from verify.seeded import seeded_attention_inputs
 
     per_causal = {
         c: seeded_attention_inputs(
-            long_shape_strategy(variant, causal=c),
+            long_shape_strategy(variant, causal=c, **shape_kw),
             dtype=ctx.torch_dtype,
             device=ctx.device,
             causal=c,
             radius=radius_strategy(variant, ctx, beyond_overflow=beyond_overflow),
             min_magnitude=MIN_MAGNITUDE,
+            keys=keys,
         )
         for c in causal_choices(variant)
     }
