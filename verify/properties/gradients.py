@@ -550,7 +550,28 @@ def _derived_observations(variant, form, mode, grads, ref, bounds, what="") -> l
                 "bounds (verify.exact.gradient_bounds, FlashAttention-2 Algorithm 2 order)",
             )
         )
+    if where := _which_step(obs):
+        for o in obs:
+            if o.ratio > 1:
+                o.detail += f"; {where}"
     return obs
+
+
+def _which_step(obs: list[Observation]) -> str:
+    """Where a wrong softmax backward goes wrong, read from which of dq, dk, dv exceed their
+    bounds: dV = P^T dO does not depend on Delta = rowsum(dO o O) or on how the log-sum-exp
+    enters dS, dQ and dK do (FlashAttention-2, Algorithm 2)."""
+    dq, dk, dv = (o.ratio > 1 for o in obs)
+    if (dq or dk) and not dv:
+        return (
+            "dV is within its bound and dQ/dK are not: the error is in dS = P (dP - Delta) -- "
+            "Delta (rowsum(dO o O) of the normalized output), the scale, or the cap's derivative"
+        )
+    if dv and not (dq or dk):
+        return "dV alone exceeds its bound: the dV product (P^T dO, its key blocks) or P as stored"
+    if dv and dq and dk:
+        return "dQ, dK and dV all exceed their bounds: the recomputed P (mask, log-sum-exp)"
+    return ""
 
 
 def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
