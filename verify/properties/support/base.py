@@ -23,6 +23,7 @@ from verify.spec.results import (
     LOOSE,
     NotApplicable,
     Observation,
+    OutOfTime,
     PropertyResult,
     VariantError,
     VariantRaised,
@@ -158,6 +159,8 @@ class RunContext:
 #: long examples run per property and dtype (after the regular ones): each costs a bound over
 #: up to ~10^6 scores, about a second
 LONG_EXAMPLES = 3
+#: a capped run draws one long example per this many regular ones (at least one)
+LONG_SHARE = 8
 #: shrink candidates of a failing long example (each a long call and bound)
 LONG_SHRINK_DRAWS = 10
 
@@ -165,16 +168,21 @@ LONG_SHRINK_DRAWS = 10
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     """Run ``prop`` on ``variant`` with hypothesis; never raises for a misbehaving variant.
 
-    A property with ``long_examples`` then runs :data:`LONG_EXAMPLES` of them (fewer when the
-    run's ``max_examples`` is lower) unless the regular pass failed or did not apply; one
+    A property with ``long_examples`` then runs :data:`LONG_EXAMPLES` of them (one per
+    :data:`LONG_SHARE` when the run caps its examples, at least one) unless the regular pass
+    failed or did not apply; one
     result reports both (a long failure with its shrunk counterexample, or the examples and
     ratios of both passes)."""
     res = _run_once(prop, variant, ctx)
-    if prop.long_examples is None or res.status in ("fail", "error"):
+    if prop.long_examples is None or res.status in ("fail", "error", "inconclusive"):
         return res
     if res.status == "skip" and not res.reason.startswith(NO_EXAMPLE_REASONS):
         return res  # the property does not apply: no pass of it does
-    count = LONG_EXAMPLES if ctx.max_examples is None else min(LONG_EXAMPLES, ctx.max_examples)
+    # a run capped below the profile's count (the report's 10, a quick check) keeps one long
+    # example per LONG_SHARE regular ones, at least one
+    count = LONG_EXAMPLES
+    if ctx.max_examples is not None:
+        count = max(1, min(LONG_EXAMPLES, ctx.max_examples // LONG_SHARE))
     long_prop = dataclasses.replace(
         prop, examples=prop.long_examples, long_examples=None, max_examples=count
     )
@@ -194,6 +202,12 @@ def _merged(short: PropertyResult, long: PropertyResult) -> PropertyResult:
     if long.status in ("fail", "error"):
         long.examples += short.examples
         long.reason = f"on a long example: {long.reason}"
+        return long
+    if long.status == "inconclusive":  # the regular examples passed, the long ones ran out
+        long.reason = f"{short.examples} regular examples passed; on the long examples: " + (
+            long.reason
+        )
+        long.examples += short.examples
         return long
     if long.status == "skip":
         if short.status == "pass":
@@ -305,6 +319,15 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
         wrapped()
     except _ShrinkStop:
         return _stopped(ctx, state, base, variant)
+    except OutOfTime as exc:  # the engine's time limit (``verify.engine.run``)
+        if "failure" in state:  # a failure was found: report it, shrinking stopped
+            return _stopped(ctx, state, base, variant, why=str(exc))
+        return PropertyResult(
+            status="inconclusive",
+            examples=len(observations),
+            reason=f"{exc} ran out: {len(observations)} examples passed before it",
+            **base,
+        )
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
@@ -389,14 +412,17 @@ def derandomized_seed(property_id: str, seed: int) -> int:
     return zlib.crc32(property_id.encode()) + int(seed)
 
 
-def _stopped(ctx: RunContext, state: dict, base: dict, variant: Any) -> PropertyResult:
-    """The latest failure when the shrink budget ran out (the shrinker only accepts simpler
-    failing inputs, so it is the simplest found)."""
+def _stopped(
+    ctx: RunContext, state: dict, base: dict, variant: Any, why: str = ""
+) -> PropertyResult:
+    """The latest failure when the shrink budget (or ``why``: the time limit) ran out (the
+    shrinker only accepts simpler failing inputs, so it is the simplest found)."""
     example, obs, msg = state["failure"]
+    stop = why or f"{ctx.shrink_draws} candidates"
     res = PropertyResult(
         status="fail",
         examples=state["examples"],
-        reason=f"{msg} [shrinking stopped after {ctx.shrink_draws} candidates]",
+        reason=f"{msg} [shrinking stopped after {stop}]",
         **base,
     )
     _describe_example(res, example, variant, ctx)
