@@ -185,6 +185,19 @@ CLAIM_OPTIONS = (
         off="dv-free",
     ),
     ClaimOption(
+        "length_multiple",
+        "length-multiple",
+        "restriction: the sequence lengths T and S must be multiples of N (found by the "
+        "probes when not stated)",
+        positive_int,
+    ),
+    ClaimOption(
+        "min_length",
+        "min-length",
+        "restriction: the sequence lengths T and S must be at least N",
+        positive_int,
+    ),
+    ClaimOption(
         "head_dim_multiple",
         "head-dim-multiple",
         "restriction: the head dimension d must be a multiple of M",

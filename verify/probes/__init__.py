@@ -292,6 +292,8 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
             claims["scale"] = 1.0
     if report.lengths.get("multiple"):
         claims["length_multiple"] = int(report.lengths["multiple"])
+    if report.lengths.get("min_length"):
+        claims["min_length"] = int(report.lengths["min_length"])
     # the closed list of restrictions (found, not failed); the dtypes a variant raises on are
     # not one: asked for, they fail accepts-inputs
     for name in RESTRICTIONS:
@@ -313,6 +315,7 @@ RESTRICTIONS = (
 CONVENTION_CLAIMS = (
     "causal_alignment",
     "length_multiple",
+    "min_length",
     "head_dim_multiple",
     "dv_equals_d",
     "self_attention_only",
@@ -340,6 +343,8 @@ def _convention_claims(report: ProbeReport) -> dict[str, Any]:
         claims["causal_alignment"] = report.cross["alignment"]
     if report.lengths.get("multiple"):
         claims["length_multiple"] = int(report.lengths["multiple"])
+    if report.lengths.get("min_length"):
+        claims["min_length"] = int(report.lengths["min_length"])
     for name in RESTRICTIONS:
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]

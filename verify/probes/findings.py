@@ -5,7 +5,9 @@
 as a claim -- is never overwritten (``AttentionVariant.declared``), and eps with its mode is one
 convention, taken whole or not at all. :func:`sentences` words each finding the check uses or
 overrides ("computes in float32 for float64 inputs: judged against the float32 bound"), for the
-summary and the report card.
+summary and the report card. :func:`empty_rows_by_dtype` reads the empty-row convention of each
+checked dtype (``verify.probes.conventions.probe_empty_rows``) and says where it differs by dtype
+or between the rows a causal call and an ``attn_mask`` empty.
 """
 
 from __future__ import annotations
@@ -65,10 +67,11 @@ def merge(variant, suggested: dict[str, Any]) -> Merge:
     return out
 
 
-def sentences(m: Merge) -> list[str]:
+def sentences(m: Merge, said: tuple[str, ...] = ()) -> list[str]:
     """One sentence per finding the check used (``m.applied``), overrode with a declared claim
-    (``m.kept``) or could not apply (``m.invalid``)."""
-    a, v = m.applied, m.variant
+    (``m.kept``) or could not apply (``m.invalid``); none for the fields in ``said`` (said
+    elsewhere, e.g. by :func:`empty_rows_by_dtype`)."""
+    a, v = {k: x for k, x in m.applied.items() if k not in said}, m.variant
     out = []
     if "compute_dtype" in a:
         c = a["compute_dtype"]
@@ -95,14 +98,24 @@ def sentences(m: Merge) -> list[str]:
     if "length_multiple" in a:
         out.append(
             f"accepts only sequence lengths that are multiples of {a['length_multiple']}: only "
-            "those are drawn"
+            f"those are drawn (--length-multiple {a['length_multiple']} states it)"
+        )
+    if "min_length" in a:
+        out.append(
+            f"accepts only sequence lengths of at least {a['min_length']}: only those are drawn "
+            f"(--min-length {a['min_length']} states it)"
         )
     if "causal_alignment" in a:
         out.append(
             f"aligns a causal T != S call {a['causal_alignment']}: checked as that alignment "
             f"(--alignment {a['causal_alignment']} states it)"
         )
-    if "empty_rows" in a:
+    if a.get("empty_rows") == "other":
+        out.append(
+            "returns no single convention (zeros, NaN or the mean of the values) on rows with "
+            "no visible key: what they return is not judged (--empty-rows states a convention)"
+        )
+    elif "empty_rows" in a:
         out.append(
             f"returns {a['empty_rows']} on a row with no visible key: judged against that "
             f"convention (--empty-rows {a['empty_rows']} states it)"
@@ -134,3 +147,59 @@ def sentences(m: Merge) -> list[str]:
     for k, why in m.invalid.items():
         out.append(f"the probes found {k} = {why}: not applied with the declared claims")
     return out
+
+
+#: how each cause of an empty row is said (``verify.probes.conventions.probe_empty_rows``)
+EMPTY_CAUSES = {
+    "causal": "rows a causal T > S call (bottom-right) leaves without a key",
+    "mask": "rows attn_mask empties",
+}
+
+
+def empty_rows_by_dtype(variant, report, dtypes) -> tuple[dict[str, str | None] | None, list]:
+    """The empty-row convention of each dtype in ``dtypes`` as the probes read it
+    (``report.cross["empty_rows_by_dtype"]``), and the sentences saying where it differs by
+    dtype or by cause.
+
+    Returns:
+        ``({dtype: convention or None}, sentences)``; ``(None, [])`` when the variant declares
+        ``empty_rows`` (its declaration is judged in every dtype) or nothing was read.
+    """
+    seen = (getattr(report, "cross", None) or {}).get("empty_rows_by_dtype") or {}
+    if "empty_rows" in variant.declared or not any(dt in seen for dt in dtypes):
+        return None, []
+    rows = {dt: (seen.get(dt) or {}).get("convention") for dt in dtypes}
+    out = []
+    for cause, words in EMPTY_CAUSES.items():
+        by = {dt: (seen.get(dt) or {}).get(cause) for dt in dtypes}
+        if len({k for k in by.values() if k is not None}) > 1:
+            out.append(f"{words} return {_by_dtype(by)}: the convention differs by dtype")
+    mixed = {
+        dt: f"{(seen.get(dt) or {}).get('causal')} on {EMPTY_CAUSES['causal']} and "
+        f"{(seen.get(dt) or {}).get('mask')} on {EMPTY_CAUSES['mask']}"
+        for dt in dtypes
+        if rows[dt] == "other" and None not in ((seen.get(dt) or {}).get(c) for c in EMPTY_CAUSES)
+    }
+    if mixed:
+        out.append(
+            f"returns {_by_dtype(mixed)}: no single convention, so what such rows return is not "
+            "judged (--empty-rows states one)"
+        )
+    kinds = {k for k in rows.values() if k is not None}
+    if len(kinds) > 1 or (kinds and None in rows.values()):
+        out.append(
+            f"the empty-row convention is {_by_dtype(rows)}: each dtype's runs are judged "
+            "against their own (--empty-rows states one for every dtype)"
+        )
+    return rows, out
+
+
+def _by_dtype(values: dict[str, Any]) -> str:
+    """'nan in float64, uniform in float32 and bfloat16' (dtypes with the same value joined)."""
+    groups: dict[Any, list[str]] = {}
+    for dt, value in values.items():
+        groups.setdefault(value, []).append(dt)
+    return ", ".join(
+        f"{'not read' if value is None else value} in {' and '.join(dts)}"
+        for value, dts in groups.items()
+    )

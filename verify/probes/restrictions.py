@@ -36,7 +36,7 @@ def scan_lengths(run: Runner, report: ProbeReport) -> None:
             break
     passing = sorted(T for T, r in tested.items() if r == "ok")
     failing = sorted(T for T, r in tested.items() if r != "ok")
-    multiple = None
+    multiple = floor = None
     if passing:
         m = 0
         for T in passing:
@@ -57,6 +57,9 @@ def scan_lengths(run: Runner, report: ProbeReport) -> None:
             rule = "any T" if m == 1 else f"T must be a multiple of {m}"
         elif passing == sorted(tested)[: len(passing)]:
             rule = f"T <= {passing[-1]} (fails from T = {failing[0]})"
+        elif passing == sorted(tested)[-len(passing) :]:  # works from a length on: a floor
+            floor = passing[0]
+            rule = f"T >= {floor} (fails below, from T = {failing[-1]})"
         else:
             rule = f"irregular: works for T in {passing}"
     else:
@@ -66,6 +69,7 @@ def scan_lengths(run: Runner, report: ProbeReport) -> None:
         "tested": {str(T): tested[T] for T in sorted(tested)},
         "mode": f"causal={mode}",
         "multiple": multiple,
+        "min_length": floor,
         "smallest_failing": failing[0] if failing else None,
         "rule": rule,
         "passing": passing,
@@ -151,7 +155,7 @@ def probe_precision(run: Runner, report: ProbeReport, T: int) -> None:
 
 # -- cross lengths and alignment -------------------------------------------------------------
 def probe_cross(run: Runner, report: ProbeReport) -> None:
-    m = report.lengths.get("multiple") or 1
+    m = report.lengths.get("multiple") or report.lengths.get("min_length") or 1
     cross: dict[str, Any] = {"noncausal": {}, "causal": {}, "alignment": None, "detail": ""}
     if report.causal_support in ("both", "no"):
         for T, S in ((m, 2 * m), (2 * m, m)):

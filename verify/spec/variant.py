@@ -99,6 +99,8 @@ class AttentionVariant:
             variant uses (a cited constant, e.g. ``cpu-torch-exp_u20`` for fused CPU kernels);
             None = the device default.
         length_multiple: sequence lengths must be a multiple of this (a restriction).
+        min_length: sequence lengths (T and S) must be at least this (a restriction: kernels
+            that need a whole block, a split or a minimum tile).
         head_dim_multiple: the head dimension d must be a multiple of this (a restriction, e.g.
             2 for code that splits d in halves).
         dv_equals_d: the value dimension must equal the head dimension (a restriction).
@@ -183,6 +185,7 @@ class AttentionVariant:
     projection: Callable[..., Any] | None = None
     exp_library: str | None = None
     length_multiple: int = 1
+    min_length: int = 1
     dv_equals_d: bool = False
     self_attention_only: bool = False
     compute_dtype: str | None = None
@@ -238,7 +241,7 @@ class AttentionVariant:
             if dev not in DEVICES:
                 raise ValueError(f"devices: expected entries 'cpu' or 'cuda', got {dev!r}")
         _one_of("feature_scale", self.feature_scale, FEATURE_SCALES)
-        for name in ("length_multiple", "head_dim_multiple"):
+        for name in ("length_multiple", "head_dim_multiple", "min_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -400,6 +403,7 @@ CLAIM_FIELDS = (
     "dtypes",
     "devices",
     "length_multiple",
+    "min_length",
     "dv_equals_d",
     "self_attention_only",
     "compute_dtype",
@@ -446,6 +450,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "supports_mask": v.supports_mask,
         "denominators": list(v.denominators),
         "length_multiple": v.length_multiple,
+        "min_length": v.min_length,
         "head_dim_multiple": v.head_dim_multiple,
         "dv_equals_d": v.dv_equals_d,
         "self_attention_only": v.self_attention_only,

@@ -36,9 +36,12 @@ def causal_choices(variant) -> tuple[bool, ...]:
 
 
 def lengths(variant, lo: int = 1, hi: int = MAX_LEN):
-    """Strategy of sequence lengths allowed by the variant (multiples of ``length_multiple``)."""
+    """Strategy of sequence lengths allowed by the variant (multiples of ``length_multiple``,
+    at least ``min_length``)."""
     from verify.strategies import sizes
 
+    floor = getattr(variant, "min_length", 1)
+    lo, hi = max(lo, floor), max(hi, floor)
     m = variant.length_multiple
     if m == 1:
         return sizes(lo, hi)
@@ -62,6 +65,9 @@ def outside_domain(variant, q_shape, k_shape, v_shape) -> str | None:
     m = getattr(variant, "length_multiple", 1)
     if m > 1 and (q_shape[-2] % m or k_shape[-2] % m):
         return f"T = {q_shape[-2]}, S = {k_shape[-2]}: lengths must be multiples of {m}"
+    floor = getattr(variant, "min_length", 1)
+    if min(q_shape[-2], k_shape[-2]) < floor:
+        return f"T = {q_shape[-2]}, S = {k_shape[-2]}: lengths must be at least {floor}"
     return None
 
 
