@@ -363,7 +363,8 @@ def _precision_verdict(variant, ex: LongExample, ctx, qkv, out, ref, *, eb_kwarg
                        allow_nonfinite=True, **kw)  # fmt: skip
         o32 = o32[..., rows, :].detach().cpu().to(torch.float64).numpy()
         f32 = error_ratio(o32, np.asarray(ref), np.asarray(eb32.bound))
-    return precision_verdict(sweep, f32)
+    claimed = precision_of(variant, ctx, denominator=ex.choices["denominator"])
+    return precision_verdict(sweep, f32, claimed)
 
 
 DTYPE_AGREEMENT = declare("dtype-agreement", _dtype_applies, _dtype_examples, _dtype_check)

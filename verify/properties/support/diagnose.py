@@ -142,13 +142,26 @@ def precision_sweep(
     return rows
 
 
-def precision_verdict(sweep: list[tuple[str, float | None]], float32_ratio: float | None) -> str:
-    """The sentence a low-precision failure states about the precision models: the models
-    whose bound contains the error (each named as a claim, :data:`SUGGESTS`) when the same
-    inputs in float32 pass (``float32_ratio`` <= 1, None: not measured), else that the error
-    lies beyond every model (:data:`DEFECT`) or does not shrink with the unit roundoff."""
+#: the models a probe finding rules out: scores kept at float32 resolution (the
+#: ``envelope:fp32-scores`` fallback) contradict the eager model's input-type scores
+RULED_OUT = {"envelope:fp32-scores": ("eager", "envelope")}
+
+
+def precision_verdict(
+    sweep: list[tuple[str, float | None]],
+    float32_ratio: float | None,
+    claimed: str | None = None,
+) -> str:
+    """The sentence a low-precision failure states about the precision models: the tightest
+    model whose bound contains the error (the largest error/bound <= 1; named as a claim,
+    :data:`SUGGESTS`) when the same inputs in float32 pass (``float32_ratio`` <= 1, None: not
+    measured) and the ``claimed`` model's finding does not rule it out (:data:`RULED_OUT`),
+    else that the error lies beyond every model (:data:`DEFECT`) or does not shrink with the
+    unit roundoff."""
     shown = ", ".join(f"{m} {'n/a' if r is None else f'{r:.3g}'}" for m, r in sweep)
-    inside = [m for m, r in sweep if r is not None and r <= 1.0]
+    out = RULED_OUT.get(claimed or "", ())
+    inside = [m for m, r in sorted(sweep, key=lambda mr: -(mr[1] or 0.0))
+              if r is not None and r <= 1.0 and m not in out]  # fmt: skip
     head = f"error / bound under each precision model on this example: {shown}"
     if float32_ratio is not None and float32_ratio > 1.0:
         return (
