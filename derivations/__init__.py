@@ -35,6 +35,7 @@ MODULES: dict[str, str] = {
     "D15": "structure",
     "D16": "transform_rounding",
     "D17": "kernel_arithmetic_record",
+    "D19": "reverse_rnn",
 }
 
 

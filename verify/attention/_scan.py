@@ -41,6 +41,10 @@ from verify.spec.shape import Shape
 from verify.spec.visibility import visible
 from verify.spec.vocabulary import FORMS
 
+#: how the recurrent and chunked forms are differentiated: ``reverse`` (D19's reverse-time RNN,
+#: ``verify.attention.reverse``) or ``autograd`` (through the loops)
+BACKWARDS = ("reverse", "autograd")
+
 
 def _recurrent(fq, fk, va, Sa, causal, decay=None):
     g = None if decay is None else decay[None, :, None, None]
@@ -294,12 +298,15 @@ def feature_attention(
     n0: torch.Tensor | None = None,
     rebalance: bool = False,
     decay: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    scan_fn=None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Recurrent/chunked kernel attention from accumulation-dtype q, k, v and a ``Kernel``.
 
     ``Sa0`` (B, H, m, d_v + 1) and ``n0`` (B, H) are the state to resume from (zeros if None).
     ``rebalance`` (Taylor kernels, no state kept): see ``_balance``. ``decay`` (H,) float64:
-    the decayed RNN of D12 (causal).
+    the decayed RNN of D12 (causal). ``scan_fn``: a replacement for :func:`scan` with its
+    signature (``reverse.scan_with_reverse``: the reverse-RNN backward of D19, final state None
+    where it applies); None is :func:`scan`.
     Returns (output (B, H, T, d_v), final augmented state, final visible-key count).
     """
     from verify.attention.norms import apply_denominator
@@ -316,7 +323,7 @@ def feature_attention(
     if rebalance:
         qa, ka = _balance(qa, ka)
     va = torch.cat([va, torch.ones_like(va[..., :1])], -1)
-    out, Sa = scan(
+    out, Sa = (scan if scan_fn is None else scan_fn)(
         kernel,
         c,
         qa,
@@ -345,10 +352,22 @@ class FormCall:
     chunk_size: int
     eps: float
     decay: torch.Tensor | None = None
+    backward: str = "reverse"
 
 
 def check_form_call(
-    q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay=None
+    q,
+    k,
+    v,
+    causal,
+    attn_mask,
+    denominator,
+    form,
+    chunk_size,
+    eps,
+    feature_budget,
+    decay=None,
+    backward="reverse",
 ) -> FormCall:
     """Validate the arguments ``taylor_attention`` and ``linear_attention`` share.
 
@@ -364,6 +383,7 @@ def check_form_call(
         form=check_choice("form", form, FORMS),
         chunk_size=check_int("chunk_size", chunk_size, 1),
         eps=check_eps(eps),
+        backward=check_choice("backward", backward, BACKWARDS),
     )
     check_int("feature_budget", feature_budget, 1)
     if decay is not None:
@@ -378,8 +398,11 @@ def check_form_call(
     return call
 
 
-def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float) -> torch.Tensor:
-    """Validated kernel attention in any form; returns (B, H, T, d_v) in the dtype of q."""
+def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float, scan_fn=None) -> torch.Tensor:
+    """Validated kernel attention in any form; returns (B, H, T, d_v) in the dtype of q.
+
+    ``scan_fn``: see :func:`feature_attention` (``reverse.scan_for(call)`` gives D19's).
+    """
     from verify.attention import _masks
 
     dims, causal, mask, form = call.dims, call.causal, call.mask, call.form
@@ -417,5 +440,6 @@ def kernel_attention(kernel, q, k, v, call: FormCall, *, c: float) -> torch.Tens
             eps=eps,
             rebalance=kernel.order is not None,
             decay=call.decay,
+            scan_fn=scan_fn,
         )
     return o.to(q.dtype)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from verify.attention import _scan
+from verify.attention import _scan, reverse
 from verify.attention._kernels import resolve_kernel
 from verify.attention._validate import resolve_scale
 from verify.attention.feature_maps import FEATURE_BUDGET
@@ -39,6 +39,7 @@ def linear_attention(
     generator: torch.Generator | None = None,
     feature_budget: int = FEATURE_BUDGET,
     decay=None,
+    backward: str = "reverse",
 ) -> torch.Tensor:
     """Kernel linear attention with a named or callable feature map (D3).
 
@@ -60,6 +61,8 @@ def linear_attention(
             only); ``generator`` (torch.Generator) is required then; num_features defaults to d.
         feature_budget: Taylor feature budget for the recurrent/chunked forms.
         decay: H decays in (0, 1], causal only: the decayed RNN of D12 (as ``taylor_attention``).
+        backward: ``reverse`` (default) | ``autograd``, as ``taylor_attention`` (D19); a callable
+            feature map always uses autograd (its parameters need their gradients).
 
     Returns:
         (B, H, T, d_v) in the dtype of q (bf16/fp16 accumulate in float32).
@@ -68,8 +71,9 @@ def linear_attention(
         TypeError, ValueError: any invalid argument (named in the message).
     """
     call = _scan.check_form_call(
-        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay
-    )
+        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay,
+        backward,
+    )  # fmt: skip
     kernel = resolve_kernel(
         feature_map,
         name="feature_map",
@@ -84,4 +88,4 @@ def linear_attention(
         need_features=call.form != "parallel",
     )
     c = resolve_scale(scale, call.dims.d, exp_type=kernel.exp_type)
-    return _scan.kernel_attention(kernel, q, k, v, call, c=c)
+    return _scan.kernel_attention(kernel, q, k, v, call, c=c, scan_fn=reverse.scan_for(call))

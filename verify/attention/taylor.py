@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from verify.attention import _scan
+from verify.attention import _scan, reverse
 from verify.attention._kernels import resolve_kernel, taylor_kernel
 from verify.attention._validate import check_choice, check_int, resolve_scale
 from verify.attention.feature_maps import FEATURE_BUDGET
@@ -42,6 +42,7 @@ def taylor_attention(
     eps: float = 0.0,
     feature_budget: int = FEATURE_BUDGET,
     decay=None,
+    backward: str = "reverse",
 ) -> torch.Tensor:
     """Taylor-N attention o_t = sum_s kappa_N(x_ts) v_s / sum_s kappa_N(x_ts), x_ts = c q_t.k_s.
 
@@ -66,6 +67,11 @@ def taylor_attention(
         decay: H decays gamma_h in (0, 1] (sequence or 1-D tensor), causal only: key s weighs
             gamma^(t-s) kappa, the decayed RNN S_t = gamma S_{t-1} + phi(k_t) v_t^T in every
             form (D12; gamma = e^(-m) is ALiBi with slope m).
+        backward: ``reverse`` (default) or ``autograd``: how the recurrent and chunked forms
+            are differentiated. ``reverse``: the reverse-time RNN of D19 with chunk
+            checkpoints (``verify.attention.reverse``; O(T / chunk_size) stored states), the
+            same forward values bit for bit; ``autograd``: torch autograd through the token
+            or chunk loop (O(T) stored states). The parallel form always uses autograd.
 
     Returns:
         (B, H, T, d_v) in the dtype of q (bf16/fp16 accumulate in float32).
@@ -74,8 +80,9 @@ def taylor_attention(
         TypeError, ValueError: any invalid argument (named in the message).
     """
     call = _scan.check_form_call(
-        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay
-    )
+        q, k, v, causal, attn_mask, denominator, form, chunk_size, eps, feature_budget, decay,
+        backward,
+    )  # fmt: skip
     order = check_int("order", order, 0)
     c = resolve_scale(scale, call.dims.d, exp_type=True)
     basis = check_choice("basis", basis, BASES)
@@ -89,4 +96,4 @@ def taylor_attention(
         feature_budget=feature_budget,
         need_features=call.form != "parallel",
     )
-    return _scan.kernel_attention(kernel, q, k, v, call, c=c)
+    return _scan.kernel_attention(kernel, q, k, v, call, c=c, scan_fn=reverse.scan_for(call))
