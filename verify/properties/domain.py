@@ -50,6 +50,7 @@ def _examples(variant, ctx):
 
 def _check(variant, ex: Example, ctx) -> Observation:
     x, path = ex.inputs, ex.choices["path"]
+    _within_compute_range(x, ctx)
     fn, kw = path_callable(variant, path), call_kwargs(variant, convention_mode(variant))
     o = np64(call(fn, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw))  # raising fails
     bad = ~np.isfinite(o).all(-1)  # (B, H, T) rows with NaN/inf
@@ -63,6 +64,27 @@ def _check(variant, ex: Example, ctx) -> Observation:
                 f"T={x.shape.T}, S={x.shape.S})"
             )
     return Observation(0.0, 0.0, "exact", detail=f"{path}: accepted (causal={x.causal})")
+
+
+def _within_compute_range(x, ctx) -> None:
+    """NotApplicable for inputs beyond the range of a narrower compute dtype (a variant found or
+    declared computing in float32 on float64 inputs): the cast to it overflows, a restriction
+    of such a variant, not a rejected input. Elements and the scores they make are kept a
+    factor 16 below the compute dtype's largest number."""
+    import torch
+
+    if ctx.model_dtype == ctx.dtype:
+        return
+    top = float(torch.finfo(getattr(torch, ctx.model_dtype)).max) / 16
+    big = max(float(t.detach().abs().max()) if t.numel() else 0.0 for t in (x.q, x.k, x.v))
+    score = float((x.q.detach().abs() @ x.k.detach().abs().transpose(-1, -2)).max()) if (
+        x.q.numel() and x.k.numel()
+    ) else 0.0  # fmt: skip
+    if max(big, score) > top:
+        raise NotApplicable(
+            f"inputs beyond the {ctx.model_dtype} range the variant computes in (|x| or a "
+            f"score up to {max(big, score):.3g} > {top:.3g})"
+        )
 
 
 _WHY = {

@@ -288,8 +288,21 @@ class Example:
 
     def snippet(self) -> str:
         base = self.inputs.snippet() if hasattr(self.inputs, "snippet") else ""
-        extra = "".join(f"# {k} = {v!r}\n" for k, v in self.choices.items())
+        extra = "".join(f"# {k} = {_literal(v)}\n" for k, v in self.choices.items())
         return base + extra
+
+
+def _literal(value) -> str:
+    """A choice as a literal that rebuilds it exactly: numpy arrays as ``array([...])`` of
+    their float64 values (``repr`` of an array keeps 8 digits), in tuples and lists too."""
+    if isinstance(value, np.ndarray):
+        return f"array({value.tolist()!r})"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_literal(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({inner}{',' if len(value) == 1 else ''})"
+        return f"[{inner}]"
+    return repr(value)
 
 
 def tensor_snippet(
