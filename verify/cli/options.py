@@ -295,29 +295,62 @@ CLAIM_OPTIONS = (
         "forward accepts key_padding_mask (B, S) bool, True = keep",
         off="no-key-padding",
     ),
+    # other code paths of the same attention (verify.spec.decode, D20)
+    ClaimOption(
+        "decode_spec",
+        "decode",
+        "pkg.mod:obj (an object with prefill(q, k, v, state=None) -> (o, state) and "
+        "step(state, q_new, k_new, v_new) -> (o_new, state)) or pkg.mod (a module with both "
+        "functions): the decode path, checked against the causal forward",
+        str,
+    ),
+    ClaimOption(
+        "packed_spec",
+        "packed",
+        "pkg.mod:fn, packed(q, k, v, cu_seqlens, *, causal) -> o in FlashAttention's varlen "
+        "layout (total, H, d), cu_seqlens (B + 1,) int32: checked against forward per document",
+        str,
+    ),
 )
+
+
+#: the suffix of the attribute under which every spelling of a claim given is recorded
+GIVEN = "__given"
+
+
+class _Given(argparse.Action):
+    """Stores a claim as ``store`` (``nargs=None``) or ``store_const`` (``nargs=0``) do, and
+    records every spelling given with its value, so that a contradiction is a usage error
+    (:func:`contradictions`) instead of the last spelling winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        value = self.const if self.nargs == 0 else values
+        seen = list(getattr(namespace, self.dest + GIVEN, None) or [])
+        seen.append((option_string, value))
+        setattr(namespace, self.dest + GIVEN, seen)
+        setattr(namespace, self.dest, value)
 
 
 def add_claim_options(add: Callable[..., Any], prefix: str = "") -> None:
     """Declare every claim option with ``add`` (``ArgumentParser.add_argument`` or pytest's
-    ``group.addoption``), named ``--{prefix}{name}``, default None (not claimed)."""
+    ``group.addoption``), named ``--{prefix}{name}``, default None (not claimed); every
+    spelling given is recorded (:func:`contradictions`)."""
     for opt in CLAIM_OPTIONS:
         dest = _dest(prefix, opt)
+        flag = dict(action=_Given, nargs=0, dest=dest, default=None)
         if opt.flag:
             add(
                 f"--{prefix}{opt.flag[0]}",
-                action="store_const",
                 const=opt.flag[1],
-                dest=dest,
                 help=f"{opt.help}: {opt.flag[1]} (--{prefix}{opt.name})",
+                **flag,
             )
         if opt.off:
-            add(
-                f"--{prefix}{opt.name}", action="store_true", default=None, dest=dest, help=opt.help
-            )
-            add(f"--{prefix}{opt.off}", action="store_false", dest=dest, help=f"not: {opt.help}")
+            add(f"--{prefix}{opt.name}", const=True, help=opt.help, **flag)
+            add(f"--{prefix}{opt.off}", const=False, help=f"not: {opt.help}", **flag)
             continue
-        kw: dict[str, Any] = {"default": None, "help": opt.help, "dest": dest}
+        kw: dict[str, Any] = {"default": None, "help": opt.help, "dest": dest, "action": _Given}
+        kw["metavar"] = metavar(opt)
         if opt.choices:
             kw["choices"] = opt.choices
         if opt.type:
@@ -327,9 +360,164 @@ def add_claim_options(add: Callable[..., Any], prefix: str = "") -> None:
 
 def claims_from(get: Callable[[str], Any], prefix: str = "") -> dict[str, Any]:
     """The claims given (None when absent) from ``get(dest)``: an ``argparse.Namespace``'s
-    ``getattr`` or pytest's ``config.getoption``."""
+    ``getattr`` or pytest's ``config.getoption``.
+
+    Raises:
+        ValueError: contradictory claim options (:func:`contradictions`, each named).
+    """
+    if bad := contradictions(get, prefix):
+        raise ValueError("contradictory options: " + "; ".join(bad))
     return {opt.field: get(_dest(prefix, opt)) for opt in CLAIM_OPTIONS}
+
+
+def _given(get: Callable[[str], Any], dest: str) -> list[tuple[str, Any]]:
+    """Every (spelling, value) given for ``dest`` ([] when none was recorded)."""
+    try:
+        return list(get(dest + GIVEN) or [])
+    except (AttributeError, ValueError):  # argparse: no attribute; pytest: "no option named"
+        return []
+
+
+#: contradictions between claims: (when, why), ``when`` reading the claims given (the value,
+#: or None when the option was not given), ``why`` naming the options (``{p}`` the prefix)
+CONFLICTS: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
+    (
+        lambda c: c["kernel"] == "sigmoid" and c["normalized"] is True,
+        "--{p}kernel sigmoid is unnormalized (sigma(c q.k + b) per key, no division): it "
+        "contradicts --{p}normalized",
+    ),
+    (
+        lambda c: c["sigmoid_bias"] is not None and c["kernel"] not in (None, "sigmoid"),
+        "--{p}sigmoid-bias is the bias of --{p}kernel sigmoid: it contradicts --{p}kernel {kernel}",
+    ),
+    (
+        lambda c: (
+            c["feature_map_spec"] is not None and c["kernel"] not in (None, "unknown", "linear:phi")
+        ),
+        "--{p}feature-map claims the kernel linear:phi: it contradicts --{p}kernel {kernel}",
+    ),
+    (
+        lambda c: c["causal_alignment"] is not None and c["causal"] == "no",
+        "--{p}alignment is the alignment of causal calls: it contradicts --{p}causal no",
+    ),
+    (
+        lambda c: c["causal_alignment"] is not None and c["self_attention_only"] is True,
+        "--{p}alignment is the alignment of calls with T != S: it contradicts "
+        "--{p}self-attention-only",
+    ),
+    (
+        lambda c: c["decay"] is not None and c["alibi_slopes"] is not None,
+        "--{p}decay and --{p}alibi/--{p}alibi-slopes are two position biases: claim one",
+    ),
+    (
+        lambda c: c["eps_mode"] is not None and c["eps"] == 0,
+        "--{p}eps-mode says how an eps enters the denominator: it contradicts --{p}eps 0",
+    ),
+)
+
+
+def contradictions(get: Callable[[str], Any], prefix: str = "") -> list[str]:
+    """The contradictions among the claim options given, one sentence each: a claim given two
+    different values (``--normalized --unnormalized``, ``--dv-equals-d --dv-free``, ``--alibi``
+    with ``--alibi-slopes``, ``--kernel`` twice), and the pairs of :data:`CONFLICTS`."""
+    out = []
+    for opt in CLAIM_OPTIONS:
+        seen = _given(get, _dest(prefix, opt))
+        values = list(dict.fromkeys(repr(v) for _, v in seen))
+        if len(values) > 1:
+            names = list(dict.fromkeys(s for s, _ in seen))
+            if len(names) > 1:
+                out.append(f"{' and '.join(names)} contradict each other: give one")
+            else:
+                out.append(f"{names[0]} given {len(seen)} times with different values "
+                           f"({', '.join(values)}): give it once")  # fmt: skip
+    claims = {}
+    for opt in CLAIM_OPTIONS:
+        seen = _given(get, _dest(prefix, opt))
+        claims[opt.field] = seen[-1][1] if seen else None
+    for when, why in CONFLICTS:
+        try:
+            hit = when(claims)
+        except KeyError:  # a claim this table names is not an option (any more)
+            continue
+        if hit:
+            out.append(why.format(p=prefix, kernel=claims.get("kernel")))
+    return out
 
 
 def _dest(prefix: str, opt: ClaimOption) -> str:
     return prefix.replace("-", "_") + opt.field
+
+
+# -- the option table in Markdown (README: "Checking your own attention variant", the plugin) --
+#: how the value of an option is written, by option name (:func:`metavar`)
+METAVARS = {
+    "kernel": "KERNEL",
+    "scale": "default|X",
+    "eps": "X",
+    "window": "LEFT,RIGHT",
+    "softcap": "C",
+    "alibi-slopes": "M1,M2,...",
+    "decay": "G1,G2,...",
+    "sigmoid-bias": "B",
+    "precision": "MODEL",
+    "arithmetic": "cpu|flash-attention-2[+split:P]",
+    "feature-map": "PKG.MOD:PHI",
+    "kv-heads": "G",
+    "head-dim-multiple": "M",
+}
+
+
+def metavar(opt: ClaimOption) -> str:
+    """How the value of ``opt`` is written: its choices, :data:`METAVARS`, N for a count, X for
+    a number, VALUE otherwise."""
+    if opt.choices:
+        return "|".join(opt.choices)
+    if opt.name in METAVARS:
+        return METAVARS[opt.name]
+    if opt.type is positive_int:
+        return "N"
+    if opt.type in (float, finite_float, positive_float):
+        return "X"
+    return "VALUE"
+
+
+def spellings(opt: ClaimOption, prefix: str = "") -> list[str]:
+    """The ways ``opt`` is given on the command line, e.g. ``['--normalized',
+    '--unnormalized']`` or ``['--alibi-slopes M1,M2,...', '--alibi']``."""
+    if opt.off:
+        return [f"--{prefix}{opt.name}", f"--{prefix}{opt.off}"]
+    out = [f"--{prefix}{opt.name} {metavar(opt)}"]
+    if opt.flag:
+        out.append(f"--{prefix}{opt.flag[0]}")
+    return out
+
+
+def markdown(prefix: str = "") -> str:
+    """The claim options as a Markdown table (option, the ``AttentionVariant`` field it claims,
+    what it claims): what the README lists, generated from :data:`CLAIM_OPTIONS` (``python -m
+    verify.cli.options --markdown [--prefix attn-]``)."""
+    rows = [
+        "| option | claims (`AttentionVariant` field) | meaning |",
+        "|---|---|---|",
+    ]
+    for opt in CLAIM_OPTIONS:
+        names = " / ".join(f"`{s}`" for s in spellings(opt, prefix)).replace("|", "\\|")
+        text = opt.help.replace("|", "\\|")
+        rows.append(f"| {names} | `{opt.field}` | {text} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m verify.cli.options --markdown [--prefix attn-]``: print :func:`markdown`."""
+    p = argparse.ArgumentParser(prog="python -m verify.cli.options")
+    p.add_argument("--markdown", action="store_true", help="print the claim options' table")
+    p.add_argument("--prefix", default="", help="option prefix (the pytest plugin's: attn-)")
+    args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(args.prefix), end="")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the command line
+    raise SystemExit(main())

@@ -8,11 +8,12 @@ prefix invariance, batch and head independence, permutation), ``weights`` (linea
 determinism, convexity, uniform weights), ``scores`` (the score scale, a single key), ``masks``
 (masks, causal alignment, the causal mismatch), ``claimed_structure`` (the window extent, kv
 head groups and key padding of structural claims), ``forms`` (form agreement and the streaming
-state API), ``kernel`` (kernel identity, positivity, odd orders), ``shift`` (shift invariance),
-``gradients`` and ``gradient_masks``, ``precision`` (dtype and device agreement), and on the
-built-in implementations' theory ``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8),
-``injectivity`` (D9 injectivity and rank) and ``favor`` (D9 FAVOR+ statistics). Every group
-stands on the floor ``support`` and never imports another group.
+state API), ``decode_paths`` (a decode path against the causal forward, D20), ``packed``
+(packed sequences, D20), ``kernel`` (kernel identity, positivity, odd orders), ``shift``
+(shift invariance), ``gradients`` and ``gradient_masks``, ``precision`` (dtype and device
+agreement), and on the built-in implementations' theory ``truncation`` (D4), ``norms`` (D7),
+``peaks`` (D8), ``injectivity`` (D9 injectivity and rank) and ``favor`` (D9 FAVOR+
+statistics). Every group stands on the floor ``support`` and never imports another group.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ GROUPS = (
     "masks",
     "claimed_structure",
     "forms",
+    "decode_paths",
+    "packed",
     "kernel",
     "shift",
     "gradients",

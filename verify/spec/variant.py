@@ -156,6 +156,17 @@ class AttentionVariant:
             ``"floor"`` N/max(D, eps) (a denominator clamped at eps, ``D.clamp(min=eps)``; the
             max is exact, so the floor changes the denominator's value, not its D10 error).
             ``"floor"`` needs eps > 0 and no denominator mode other than ``sum``/``none``.
+        decode: the variant's decode path, a :class:`verify.spec.decode.DecodeAPI` or an object
+            with ``prefill(q, k, v, state=None) -> (o, state)`` and ``step(state, q_new, k_new,
+            v_new) -> (o_new, state)`` (``verify.spec.decode``: the protocol, per-row
+            ``cache_seqlens``, ``capacity``); checked against the causal ``forward`` by the
+            kernel-free decode properties (``verify.properties.decode_paths``, D20).
+        decode_spec: ``"pkg.mod:obj"`` or ``"pkg.mod"`` of the decode path, imported into
+            ``decode`` (the command line's ``--decode``).
+        packed: ``packed(q, k, v, cu_seqlens, *, causal) -> o`` in FlashAttention's varlen
+            layout (``verify.spec.decode``), checked against ``forward`` on each document
+            (``verify.properties.packed``, D20).
+        packed_spec: ``"pkg.mod:fn"`` of ``packed`` (the command line's ``--packed``).
 
     Which fields were declared (passed to the constructor or given as claims by
     :meth:`with_claims`) is kept in :attr:`declared`: the checker never replaces a declared
@@ -206,6 +217,10 @@ class AttentionVariant:
     score_bias: bool = False
     eps_mode: str = "add"
     head_dim_multiple: int = 1
+    decode: Any = None
+    decode_spec: str | None = None
+    packed: Callable[..., Any] | None = None
+    packed_spec: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -291,10 +306,24 @@ class AttentionVariant:
             object.__setattr__(self, "feature_map", phi)
             if self.kernel == "unknown":
                 object.__setattr__(self, "kernel", "linear:phi")
+        self._load_paths()
         if self.linear_map == "phi" and self.feature_map is None:
             raise ValueError(
                 "kernel: 'linear:phi' needs the variant's feature_map (or --feature-map)"
             )
+
+    def _load_paths(self) -> None:
+        """Import ``decode_spec``/``packed_spec`` and coerce ``decode`` (verify.spec.decode)."""
+        from verify.spec import decode as _decode
+
+        if self.decode_spec is not None:
+            object.__setattr__(self, "decode", _decode.load_decode(self.decode_spec))
+        elif self.decode is not None:
+            object.__setattr__(self, "decode", _decode.as_decode(self.decode))
+        if self.packed_spec is not None:
+            object.__setattr__(self, "packed", _decode.load_packed(self.packed_spec))
+        if self.packed is not None and not callable(self.packed):
+            raise TypeError(f"packed: expected a callable, got {type(self.packed).__name__}")
 
     # -- derived views of the claims ----------------------------------------------------------
     @property
@@ -423,6 +452,8 @@ CLAIM_FIELDS = (
     "score_bias",
     "eps_mode",
     "head_dim_multiple",
+    "decode_spec",
+    "packed_spec",
 )
 
 
@@ -473,6 +504,8 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "feature_map_spec": v.feature_map_spec,
         "qk_norm": v.qk_norm,
         "score_bias": v.score_bias,
+        "decode": v.decode_spec or (v.decode is not None),
+        "packed": v.packed_spec or (v.packed is not None),
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -1,0 +1,222 @@
+"""Decode paths (verify.spec.decode, verify.properties.decode_paths; D20).
+
+Every correct decode path in ``tests/decode_variants.py`` -- a softmax KV cache with per-row
+``cache_seqlens``, a static cache with ``capacity``, a windowed cache, a rolling buffer, a
+recurrent linear attention and a delta rule that no kernel claim names -- passes every decode
+property that applies to it; each faulty twin fails the property that names its path (a cache
+off by one position: ``decode-steps``; attending unused zero slots: ``decode-capacity``; the
+window forgotten on single-token steps: ``decode-window``; rows written at the first row's
+position: ``decode-batch-rows``; a recurrent decode ignoring its scale: ``decode-steps`` and
+``decode-resume``). The bound of each comparison is D11's kernel-free threshold (or twice the
+claim's D10 bound), never a tolerance chosen here. The protocol's loading and the README's
+KV-cache example (``tests/kv_cache_example.py``, run through ``attn-theory check``) are
+tested too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import decode_variants as dv  # noqa: E402
+
+DECODE = (
+    "decode-steps",
+    "decode-resume",
+    "decode-multi-token",
+    "decode-batch-rows",
+    "decode-capacity",
+    "decode-unused-slots",
+    "decode-window",
+)
+WINDOW = {"window": (dv.LEFT, 0)}
+
+#: name -> (forward, decode path, claims, the decode properties that must pass)
+CORRECT = {
+    "kv_cache": (dv.softmax_forward, dv.kv_cache, {}, DECODE[:6]),
+    "static_cache": (dv.softmax_forward, dv.static_cache, {}, DECODE[:5]),
+    "window_cache": (dv.window_forward, dv.window_cache, WINDOW, DECODE),
+    "rolling_cache": (dv.window_forward, dv.rolling_cache, WINDOW, (*DECODE[:4], DECODE[6])),
+    "linear_decode": (dv.linear_forward, dv.linear_decode, {}, DECODE[:4]),
+    "delta_decode": (dv.delta_forward, dv.delta_decode, {"causal": "yes"}, DECODE[:4]),
+}
+
+#: twin -> (forward, decode path, claims, the property that names its path, its correct twin)
+TWINS = {
+    "kv_cache_off_by_one": (
+        dv.softmax_forward,
+        dv.kv_cache_off_by_one,
+        {},
+        "decode-steps",
+        "kv_cache",
+    ),
+    "static_cache_zero_slots": (
+        dv.softmax_forward,
+        dv.static_cache_zero_slots,
+        {},
+        "decode-capacity",
+        "static_cache",
+    ),
+    "window_cache_tq1": (
+        dv.window_forward,
+        dv.window_cache_tq1,
+        WINDOW,
+        "decode-window",
+        "window_cache",
+    ),
+    "kv_cache_batch_position": (
+        dv.softmax_forward,
+        dv.kv_cache_batch_position,
+        {},
+        "decode-batch-rows",
+        "kv_cache",
+    ),
+    "linear_decode_ignores_scale": (
+        dv.linear_forward,
+        dv.linear_decode_ignores_scale,
+        {},
+        "decode-resume",
+        "linear_decode",
+    ),
+}
+
+
+def _check(forward, decode, claims, select, *, max_examples=4):
+    from verify.engine import check as engine
+    from verify.spec.variant import AttentionVariant
+
+    variant = AttentionVariant(name="decode", forward=forward, decode=decode, **claims)
+    return engine.check(
+        variant, select=list(select), isolate=False, probe=False, max_examples=max_examples
+    )
+
+
+def _status(result) -> dict[tuple[str, str], str]:
+    return {(r.property_id, r.dtype): r.status for r in result.results}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_paths_pass(name):
+    forward, decode, claims, passing = CORRECT[name]
+    result = _check(forward, decode, claims, DECODE)
+    status = _status(result)
+    assert not result.failed, [(r.property_id, r.reason[:300]) for r in result.failed]
+    for prop in passing:
+        for dtype in ("float64", "float32"):
+            assert status[(prop, dtype)] == "pass", (prop, dtype, status)
+    # a property the path cannot be asked for skips with the reason, never passes vacuously
+    for r in result.results:
+        if r.property_id not in passing:
+            assert r.status == "skip" and r.reason, (r.property_id, r.status)
+
+
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_each_twin_fails_the_property_naming_its_path(name):
+    forward, decode, claims, prop, correct = TWINS[name]
+    result = _check(forward, decode, claims, (prop,))
+    failed = {r.property_id for r in result.failed}
+    assert failed == {prop}, _status(result)
+    assert all("bound" in r.reason for r in result.failed)
+    assert prop in CORRECT[correct][3]  # and the correct twin passes it (above)
+
+
+def test_the_ignored_scale_fails_single_steps_too():
+    forward, decode, claims, _, _ = TWINS["linear_decode_ignores_scale"]
+    result = _check(forward, decode, claims, ("decode-steps",))
+    assert {r.property_id for r in result.failed} == {"decode-steps"}
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+def test_protocol_reads_optional_keywords():
+    from verify.spec.decode import DecodeAPI, as_decode
+
+    assert as_decode(dv.kv_cache).keywords == ("cache_seqlens",)
+    assert as_decode(dv.static_cache).keywords == ("capacity",)
+    assert as_decode(dv.rolling_cache).keywords == ()
+    declared = DecodeAPI(dv.rolling_cache.prefill, dv.rolling_cache.step, capacity=True)
+    assert declared.keywords == ("capacity",)
+    assert as_decode(dv.DeltaDecode).keywords == ()  # a class is built with no arguments
+
+
+def test_protocol_rejects_bad_paths():
+    from verify.spec.decode import DecodeAPI, load_decode
+    from verify.spec.variant import AttentionVariant
+
+    with pytest.raises(TypeError, match="step"):
+        DecodeAPI(dv.kv_cache.prefill, 3)
+    with pytest.raises(ValueError, match="decode_spec"):
+        load_decode("decode_variants:softmax_forward")  # a function: no prefill/step
+    with pytest.raises(ValueError, match="decode_spec"):
+        load_decode("no_such_module_here:cache")
+    with pytest.raises(TypeError, match="decode"):
+        AttentionVariant(name="x", forward=dv.softmax_forward, decode=object())
+    with pytest.raises(ValueError, match="packed_spec"):
+        AttentionVariant(name="x", forward=dv.softmax_forward, packed_spec="decode_variants:LEFT")
+
+
+def test_module_path_with_both_functions(tmp_path, monkeypatch):
+    from verify.spec.decode import load_decode
+
+    (tmp_path / "mydecode.py").write_text(
+        "from decode_variants import kv_cache\nprefill, step = kv_cache.prefill, kv_cache.step\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    api = load_decode("mydecode")
+    assert api.prefill == dv.kv_cache.prefill and api.keywords == ("cache_seqlens",)
+
+
+def test_decode_spec_travels_to_workers():
+    """``decode_spec`` is a claim field: a worker rebuilding the variant from its import spec
+    loads the same path."""
+    from verify.spec.variant import CLAIM_FIELDS, AttentionVariant
+
+    assert "decode_spec" in CLAIM_FIELDS and "packed_spec" in CLAIM_FIELDS
+    v = AttentionVariant(
+        name="x", forward=dv.softmax_forward, decode_spec="decode_variants:kv_cache"
+    )
+    assert v.decode.prefill == dv.kv_cache.prefill and "decode_spec" in v.declared
+
+
+# --------------------------------------------------------------------------- the README
+
+
+def _readme_decode_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Decode paths and packed sequences") :]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_example_is_the_tested_file():
+    assert _readme_decode_example() == (ROOT / "tests" / "kv_cache_example.py").read_text()
+
+
+def test_readme_example_passes_through_the_command_line():
+    """``attn-theory check kv_cache_example:attention --kernel softmax --decode
+    kv_cache_example:cache`` on the decode properties: exit 0, each one passed."""
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ, ATTN_THEORY_PROFILE="ci")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify.cli", "check", "kv_cache_example:attention"]
+        + ["--kernel", "softmax", "--decode", "kv_cache_example:cache", "--json", "-"]
+        + ["--select", *DECODE[:4]],
+        cwd=ROOT / "tests",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["claims"]["decode"] == "kv_cache_example:cache"
+    ran = {(r["property_id"], r["status"]) for r in doc["results"]}
+    assert ran == {(p, "pass") for p in DECODE[:4]}

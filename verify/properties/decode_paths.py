@@ -1,0 +1,478 @@
+"""Every path a model runs (D20): decode over a KV cache or a recurrent state, checked against
+the causal forward without a reference kernel.
+
+A decode path (``verify.spec.decode``: ``prefill`` and ``step``) computes rows of the causal
+forward again: the KV cache is the state of D2's infinite RNN (D20), so each decoded output
+equals the forward's row at its position, whatever the kernel (the unknown one, a delta rule, a
+softmax cache). Each property compares two computations of the same exact rows, and the bound
+is what two correct computations may differ by: D11's kernel-free threshold on the weights the
+forward computes (``support.structure.weights_bound``, read with one-hot values), or twice the
+claimed kernel's D10 bound where it has one, the larger of the two (``combined``). Per-row
+references (a batch row at its own length) state the bound on that row's own inputs.
+
+Ids: ``decode-steps`` (prefill of every split, the empty cache included, then single-token
+steps), ``decode-resume`` (prefill resumed after every split), ``decode-multi-token`` (steps of
+several tokens: speculative decoding), ``decode-batch-rows`` (each batch row as that row alone,
+rows at different cache positions when the path takes ``cache_seqlens``), ``decode-capacity``
+(the cache's unused capacity), ``decode-unused-slots`` (unused slots holding NaN, +inf or
+-inf), ``decode-window`` (a sliding-window decode across a rolling buffer's wraparound).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from verify.properties.support.base import declare
+from verify.properties.support.calls import call, from_layout, to_layout
+from verify.properties.support.claims import structural_applies
+from verify.properties.support.common import MAX_BATCH, MAX_LEN, Example
+from verify.properties.support.inputs import restrict, shaped_inputs
+from verify.properties.support.observe import array_observation, diff, np64
+from verify.properties.support.paths import call_kwargs, convention_mode
+from verify.properties.support.structure import combined, model_bound, weights_bound
+from verify.spec.results import VariantError
+
+#: what the unused slots of a cache are filled with (``decode-unused-slots``)
+POISONS = ("nan", "+inf", "-inf")
+#: the largest window (left + 1 slots) whose wraparound ``decode-window`` reaches
+MAX_WINDOW_SLOTS = 12
+#: extra unused slots drawn by ``decode-capacity``
+MAX_EXTRA_SLOTS = 6
+
+
+# --------------------------------------------------------------------------- calling the path
+
+
+def _validate(o, expected, dtype, what: str):
+    import torch
+
+    if not isinstance(o, torch.Tensor):
+        raise VariantError(f"{what} returned {type(o).__name__} as output, expected a tensor")
+    if tuple(o.shape) != tuple(expected):
+        raise VariantError(f"{what} output shape {tuple(o.shape)}, expected {tuple(expected)}")
+    if o.dtype != dtype:
+        raise VariantError(f"{what} output dtype {o.dtype}, expected the input dtype {dtype}")
+    return o
+
+
+def _invoke(variant, fn, what: str, q, k, v, *args, **kw):
+    lay = variant.layout
+    try:
+        res = fn(*args, to_layout(q, lay), to_layout(k, lay), to_layout(v, lay), **kw)
+    except Exception as exc:
+        raise VariantError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(res, tuple) and len(res) == 2):
+        raise VariantError(f"{what} returned {type(res).__name__}, expected (output, state)")
+    o, state = res
+    o = from_layout(o, lay) if hasattr(o, "transpose") else o
+    return _validate(o, (*q.shape[:-1], v.shape[-1]), q.dtype, what), state
+
+
+def prefill(variant, q, k, v, state=None, **kw):
+    """``variant.decode.prefill`` on canonical (B, H, n, .) tensors (n >= 0): (o, state), o
+    canonical (B, H, n, d_v); ``kw`` its optional keywords (``cache_seqlens``, ``capacity``).
+
+    Raises:
+        VariantError: it raised or returned something other than (a tensor of the right shape
+            and dtype, state). NaN/inf are judged by the caller, on the rows that carry a bound.
+    """
+    what = "decode.prefill" + (" (resuming)" if state is not None else "")
+    if state is not None:
+        kw["state"] = state
+    return _invoke(variant, variant.decode.prefill, what, q, k, v, **kw)
+
+
+def step(variant, state, q, k, v):
+    """``variant.decode.step`` with canonical (B, H, n, .) new tokens (n >= 1): (o, state)."""
+    n = q.shape[2]
+    return _invoke(variant, variant.decode.step, f"decode.step ({n} tokens)", q, k, v, state)
+
+
+def _cut(x, lo: int, hi: int):
+    return x.q[:, :, lo:hi], x.k[:, :, lo:hi], x.v[:, :, lo:hi]
+
+
+def run_chunks(variant, x, start: int, chunks, **kw):
+    """prefill(x[:start]) then steps of the given sizes (summing to T - start): the outputs of
+    every row, canonical (B, H, T, d_v)."""
+    import torch
+
+    o, state = prefill(variant, *_cut(x, 0, start), **kw)
+    outs, at = [o], start
+    for n in chunks:
+        o, state = step(variant, state, *_cut(x, at, at + n))
+        outs.append(o)
+        at += n
+    return torch.cat(outs, 2)
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+def reference(variant, x, ctx):
+    """The causal forward on ``x`` (float64 array) and the bound of another correct computation
+    of its rows (module docstring): the larger of twice the claim's D10 bound and D11's
+    kernel-free threshold on the forward's own weights.
+
+    Raises:
+        NotApplicable: neither bound exists (no model, and weights that cannot be read).
+        VariantError: the forward returned NaN/inf where the bound is finite.
+    """
+    mode = convention_mode(variant)
+    kw = call_kwargs(variant, mode)
+    o = call(variant, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
+    bound = combined(
+        model_bound(variant, x, ctx, mode=mode, form="any"),
+        weights_bound(variant, x, kw, causal=True, mode=mode, dtype=ctx.model_dtype, o=o),
+    )
+    o = np64(o)
+    if (~np.isfinite(o) & np.isfinite(bound)).any():
+        raise VariantError("forward: output has NaN/inf where the bound is finite")
+    return o, bound
+
+
+def _compare(o, ref, bound, what: str):
+    return array_observation(diff(np64(o), ref), bound, what=what)
+
+
+# --------------------------------------------------------------------------- applicability
+
+
+def _applies(variant, ctx, *, needs: tuple[str, ...] = ()):
+    if variant.decode is None:
+        return "the variant declares no decode path (--decode, AttentionVariant.decode)"
+    if why := structural_applies(variant, ctx, causal=True):
+        return why
+    if needs and not any(getattr(variant.decode, n) for n in needs):
+        return "the decode path takes no " + " or ".join(needs) + " (verify.spec.decode)"
+    return None
+
+
+def _sequences(variant, ctx, **shape):
+    return shaped_inputs(variant, ctx, causal=True, **{"T": (1, MAX_LEN), **shape})
+
+
+def _partition(draw_, total: int, largest: int):
+    """Sizes in [1, largest] summing to ``total``."""
+    from hypothesis import strategies as st
+
+    out = []
+    while total:
+        n = draw_(st.integers(1, min(largest, total)))
+        out.append(n)
+        total -= n
+    return out
+
+
+# --------------------------------------------------------------------------- steps and resume
+
+
+def _plain_examples(variant, ctx):
+    return _sequences(variant, ctx).map(lambda x: Example(x, {}))
+
+
+def _steps_check(variant, ex: Example, ctx):
+    x = ex.inputs
+    T = x.shape.T
+    ref, bound = reference(variant, x, ctx)
+    obs = []
+    for s in range(T):
+        o = run_chunks(variant, x, s, [1] * (T - s))
+        obs.append(_compare(o, ref, bound, f"prefill({s} tokens) + {T - s} single steps"))
+    return obs
+
+
+DECODE_STEPS = declare("decode-steps", _applies, _plain_examples, _steps_check)
+
+
+def _resume_check(variant, ex: Example, ctx):
+    import torch
+
+    x = ex.inputs
+    T = x.shape.T
+    ref, bound = reference(variant, x, ctx)
+    obs = []
+    for s in range(T):
+        o_a, state = prefill(variant, *_cut(x, 0, s))
+        o_b, _ = prefill(variant, *_cut(x, s, T), state)
+        o = torch.cat([o_a, o_b], 2)
+        obs.append(_compare(o, ref, bound, f"prefill({s} tokens) resumed with {T - s} tokens"))
+    return obs
+
+
+DECODE_RESUME = declare("decode-resume", _applies, _plain_examples, _resume_check)
+
+
+def _multi_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(_sequences(variant, ctx, T=(2, MAX_LEN)))
+        s = draw_(st.integers(0, x.shape.T - 2))
+        chunks = _partition(draw_, x.shape.T - s, x.shape.T - s)
+        if max(chunks) < 2:  # at least one step of several tokens
+            chunks = [2, *chunks[2:]]
+        return Example(x, {"prefill": s, "chunks": chunks})
+
+    return draw()
+
+
+def _multi_check(variant, ex: Example, ctx):
+    x, s, chunks = ex.inputs, ex.choices["prefill"], ex.choices["chunks"]
+    ref, bound = reference(variant, x, ctx)
+    o = run_chunks(variant, x, s, chunks)
+    o1 = run_chunks(variant, x, s, [1] * (x.shape.T - s))
+    return [
+        _compare(o, ref, bound, f"prefill({s}) + steps of {chunks} tokens"),
+        _compare(o1, ref, bound, f"prefill({s}) + single steps"),
+    ]
+
+
+DECODE_MULTI_TOKEN = declare("decode-multi-token", _applies, _multi_examples, _multi_check)
+
+
+# --------------------------------------------------------------------------- per-row caches
+
+
+def _row_examples(variant, ctx):
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    ragged = bool(variant.decode.cache_seqlens)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(_sequences(variant, ctx, B=(2, MAX_BATCH), T=(2, MAX_LEN)))
+        T = x.shape.T
+        n = draw_(st.integers(1, T - 1))  # tokens the steps add to every row
+        if ragged:
+            lens = [draw_(st.integers(0, T - n)) for _ in range(x.shape.B)]
+            assume(len(set(lens)) > 1)  # rows at different positions
+        else:
+            lens = [draw_(st.integers(0, T - n))] * x.shape.B
+        chunks = _partition(draw_, n, n)
+        return Example(x, {"lengths": lens, "chunks": chunks})
+
+    return draw()
+
+
+def _padded(x, lens, width: int, fill: float, extra: int = 0):
+    """q, k, v of a prefill segment of ``width + extra`` positions: row b's first lens[b]
+    tokens, ``fill`` in every other slot."""
+    import torch
+
+    out = []
+    for t in (x.q, x.k, x.v):
+        seg = torch.full((*t.shape[:2], width + extra, t.shape[-1]), fill, dtype=t.dtype)
+        seg = seg.to(t.device)
+        for b, n in enumerate(lens):
+            seg[b, :, :n] = t[b, :, :n]
+        out.append(seg)
+    return out
+
+
+def _gather(x, lens, offset: int, n: int):
+    """Canonical (B, H, n, .) tokens lens[b] + offset ... + n - 1 of each row b."""
+    import torch
+
+    return [
+        torch.stack([t[b, :, m + offset : m + offset + n] for b, m in enumerate(lens)])
+        for t in (x.q, x.k, x.v)
+    ]
+
+
+def ragged_run(variant, x, lens, chunks, *, fill: float = 0.0, extra: int = 0):
+    """Rows at their own positions: prefill with ``cache_seqlens = lens`` on a segment of
+    max(lens) + sum(chunks) + ``extra`` slots (the cache's capacity; unused slots hold ``fill``),
+    then steps of ``chunks`` tokens appended to every row at its own position. Returns per row b
+    the canonical (1, H, lens[b] + n, d_v) outputs of its tokens."""
+    import torch
+
+    n = sum(chunks)
+    width = max(lens) + n
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=x.q.device)
+    o_pre, state = prefill(variant, *_padded(x, lens, width, fill, extra), cache_seqlens=seqlens)
+    outs, at = [], 0
+    for m in chunks:
+        o, state = step(variant, state, *_gather(x, lens, at, m))
+        outs.append(o)
+        at += m
+    steps = torch.cat(outs, 2)
+    return [torch.cat([o_pre[b : b + 1, :, :m], steps[b : b + 1]], 2) for b, m in enumerate(lens)]
+
+
+def _row_references(variant, x, ctx, lens, n: int):
+    """Per row b: the forward of row b alone on its lens[b] + n tokens, and its bound."""
+    return [
+        reference(variant, restrict(x, batch=[b], length=m + n), ctx) for b, m in enumerate(lens)
+    ]
+
+
+def _row_check(variant, ex: Example, ctx):
+    x, lens, chunks = ex.inputs, ex.choices["lengths"], ex.choices["chunks"]
+    n = sum(chunks)
+    refs = _row_references(variant, x, ctx, lens, n)
+    if variant.decode.cache_seqlens:
+        outs = ragged_run(variant, x, lens, chunks)
+        how = f"cache_seqlens {lens}"
+    else:
+        short = restrict(x, length=lens[0] + n)
+        o = run_chunks(variant, short, lens[0], chunks)
+        outs = [o[b : b + 1] for b in range(x.shape.B)]
+        how = f"every row at position {lens[0]}"
+    return [
+        _compare(o, ref, bound, f"batch row {b} ({how}, steps of {chunks}) vs row {b} alone")
+        for b, (o, (ref, bound)) in enumerate(zip(outs, refs))
+    ]
+
+
+DECODE_BATCH_ROWS = declare("decode-batch-rows", _applies, _row_examples, _row_check)
+
+
+# --------------------------------------------------------------------------- unused cache slots
+
+
+def _capacity_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(_sequences(variant, ctx, T=(2, MAX_LEN)))
+        s = draw_(st.integers(0, x.shape.T - 1))
+        extra = draw_(st.integers(0, MAX_EXTRA_SLOTS))
+        return Example(x, {"prefill": s, "extra_slots": extra})
+
+    return draw()
+
+
+def _capacity_check(variant, ex: Example, ctx):
+    x, s, extra = ex.inputs, ex.choices["prefill"], ex.choices["extra_slots"]
+    T = x.shape.T
+    ref, bound = reference(variant, x, ctx)
+    if variant.decode.capacity:
+        o = run_chunks(variant, x, s, [1] * (T - s), capacity=T + extra)
+        how = f"capacity {T + extra} for {T} tokens"
+    else:
+        rows = ragged_run(variant, x, [s] * x.shape.B, [1] * (T - s), extra=extra)
+        import torch
+
+        o = torch.cat(rows, 0)
+        how = f"a cache_seqlens segment of {T + extra} slots for {T} tokens (zeros unused)"
+    return _compare(o, ref, bound, f"prefill({s}) + single steps, {how}")
+
+
+DECODE_CAPACITY = declare(
+    "decode-capacity",
+    functools.partial(_applies, needs=("capacity", "cache_seqlens")),
+    _capacity_examples,
+    _capacity_check,
+)
+
+
+def _slot_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(_sequences(variant, ctx, T=(2, MAX_LEN)))
+        T = x.shape.T
+        n = draw_(st.integers(1, T - 1))
+        lens = [draw_(st.integers(0, T - n)) for _ in range(x.shape.B)]
+        return Example(
+            x,
+            {
+                "lengths": lens,
+                "chunks": _partition(draw_, n, n),
+                "poison": draw_(st.sampled_from(POISONS)),
+                "extra_slots": draw_(st.integers(0, 3)),
+            },
+        )
+
+    return draw()
+
+
+def _slot_check(variant, ex: Example, ctx):
+    x, lens, chunks = ex.inputs, ex.choices["lengths"], ex.choices["chunks"]
+    fill = float(ex.choices["poison"].replace("+", ""))
+    refs = _row_references(variant, x, ctx, lens, sum(chunks))
+    outs = ragged_run(variant, x, lens, chunks, fill=fill, extra=ex.choices["extra_slots"])
+    what = f"unused slots holding {ex.choices['poison']} (cache_seqlens {lens}, steps {chunks})"
+    return [
+        _compare(o, ref, bound, f"row {b}, {what}")
+        for b, (o, (ref, bound)) in enumerate(zip(outs, refs))
+    ]
+
+
+DECODE_UNUSED_SLOTS = declare(
+    "decode-unused-slots",
+    functools.partial(_applies, needs=("cache_seqlens",)),
+    _slot_examples,
+    _slot_check,
+)
+
+
+# --------------------------------------------------------------------------- rolling window
+
+
+def _window_slots(variant) -> int | None:
+    """W = left + 1 slots of a rolling buffer for a window claim with a bounded left edge."""
+    if variant.window is None or variant.window[0] < 0:
+        return None
+    return variant.window[0] + 1
+
+
+def _window_applies(variant, ctx):
+    if why := _applies(variant, ctx):
+        return why
+    W = _window_slots(variant)
+    if W is None:
+        return "no window claim with a bounded left edge (--window LEFT,RIGHT, LEFT >= 0)"
+    if W > MAX_WINDOW_SLOTS:
+        return f"a window of {W} slots: its wraparound lies past the lengths drawn here"
+    return None
+
+
+def _window_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    W = _window_slots(variant)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(_sequences(variant, ctx, T=(W + 1, 2 * W + 2)))
+        T = x.shape.T
+        s = draw_(st.integers(0, T - 1))
+        return Example(x, {"prefill": s, "chunks": _partition(draw_, T - s, 3)})
+
+    return draw()
+
+
+def _window_check(variant, ex: Example, ctx):
+    x, s, chunks = ex.inputs, ex.choices["prefill"], ex.choices["chunks"]
+    T, W = x.shape.T, _window_slots(variant)
+    ref, bound = reference(variant, x, ctx)
+    o1 = run_chunks(variant, x, s, [1] * (T - s))
+    o = run_chunks(variant, x, s, chunks)
+    what = f"window of {W} slots, T = {T} (wraps at {W})"
+    return [
+        _compare(o1, ref, bound, f"prefill({s}) + single steps, {what}"),
+        _compare(o, ref, bound, f"prefill({s}) + steps of {chunks}, {what}"),
+    ]
+
+
+DECODE_WINDOW = declare("decode-window", _window_applies, _window_examples, _window_check)
+
+
+PROPERTIES: tuple[Any, ...] = (
+    DECODE_STEPS,
+    DECODE_RESUME,
+    DECODE_MULTI_TOKEN,
+    DECODE_BATCH_ROWS,
+    DECODE_CAPACITY,
+    DECODE_UNUSED_SLOTS,
+    DECODE_WINDOW,
+)
