@@ -36,6 +36,7 @@ MODULES: dict[str, str] = {
     "D16": "transform_rounding",
     "D17": "kernel_arithmetic_record",
     "D19": "reverse_rnn",
+    "D20": "paths",
 }
 
 

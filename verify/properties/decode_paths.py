@@ -419,10 +419,13 @@ DECODE_UNUSED_SLOTS = declare(
 
 
 def _window_slots(variant) -> int | None:
-    """W = left + 1 slots of a rolling buffer for a window claim with a bounded left edge."""
+    """W = left + 1 slots of a rolling buffer (D20) for a window claim with a bounded left
+    edge."""
+    from derivations.paths import rolling_slots
+
     if variant.window is None or variant.window[0] < 0:
         return None
-    return variant.window[0] + 1
+    return rolling_slots(variant.window[0])
 
 
 def _window_applies(variant, ctx):
@@ -439,11 +442,13 @@ def _window_applies(variant, ctx):
 def _window_examples(variant, ctx):
     from hypothesis import strategies as st
 
-    W = _window_slots(variant)
+    from derivations.paths import wraparound_lengths
+
+    lengths = wraparound_lengths(variant.window[0])  # past the buffer, to its second wrap
 
     @st.composite
     def draw(draw_):
-        x = draw_(_sequences(variant, ctx, T=(W + 1, 2 * W + 2)))
+        x = draw_(_sequences(variant, ctx, T=lengths))
         T = x.shape.T
         s = draw_(st.integers(0, T - 1))
         return Example(x, {"prefill": s, "chunks": _partition(draw_, T - s, 3)})
