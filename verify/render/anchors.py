@@ -9,6 +9,9 @@ same-precision plain PyTorch reference of FlashAttention's tests) and records, p
 threshold, the statistic it compares with it, their ratio and its decision. The summary counts
 false alarms (a correct kernel judged failing) and misses (a faulty kernel judged passing).
 
+The gradients get their own table (key ``backward``, the page's backward section):
+``verify.render.anchors_backward``.
+
 Determinism: fixed generator seeds, one torch thread while computing, no timings; numbers are
 kept to 3 significant digits in both files. The JSON names measured quantities ``bound``
 (a rule's threshold), ``observed``, ``max_ratio`` and ``measured_*`` so ``report --check``
@@ -24,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.render import anchors_backward
 from verify.render import markdown as md
 from verify.render.metadata import markdown_block
 
@@ -463,6 +467,7 @@ def build(quick: bool = False, progress=None) -> dict:
         },
         "fla_zero_ratio": _fla_zero(results, dtypes),
         "results": results,
+        "backward": anchors_backward.build(quick=quick, progress=progress),
         "versions": versions(),
     }
 
@@ -626,9 +631,12 @@ def render(doc: dict) -> str:
     ]
     out += _thresholds_md(doc, names)
     out += _details_md(doc, names)
+    if "backward" in doc:  # the gradient rules (verify/render/anchors_backward.py)
+        out += anchors_backward.render(doc["backward"])
     out += [
-        "Regenerate with `attn-theory report` (this page: `verify/render/anchors.py`; numbers "
-        "to 3 significant digits; the JSON twin `anchors.json` holds the same numbers).",
+        "Regenerate with `attn-theory report` (this page: `verify/render/anchors.py`, the "
+        "backward section `verify/render/anchors_backward.py`; numbers to 3 significant digits; "
+        "the JSON twin `anchors.json` holds the same numbers).",
         "",
         markdown_block({"versions": doc["versions"]}),
         "",
