@@ -361,3 +361,24 @@ class _CorruptVarlenGrad(torch.autograd.Function):
 def packed_grad_corrupt(q, k, v, cu_seqlens, *, causal):
     """Twin: right outputs, gradients that cross document boundaries when B > 1."""
     return _CorruptVarlenGrad.apply(q, k, v, cu_seqlens, causal)
+
+
+# --------------------------------------------------------------------------- the eps probe
+
+
+def row_eps_softmax(q, k, v, *, causal):
+    """Softmax over D + eps_t with eps_t = 0.05 on the two rows the normalization probe
+    duplicates (h - 1 and 2h - 1, h = min(T, STRUCT_LEN) // 2) and 0.5 elsewhere: the
+    duplicated pair looks like D/(D + eps), the other rows give another eps (no single eps)."""
+    from verify.probes.runner import STRUCT_LEN
+
+    T, S = q.shape[-2], k.shape[-2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T), float("-inf"))
+    w = torch.exp(s)
+    h = min(T, STRUCT_LEN) // 2
+    eps = torch.full((T, 1), 0.5, dtype=q.dtype)
+    if h:
+        eps[[h - 1, 2 * h - 1]] = 0.05
+    return (w @ v) / (w.sum(-1, keepdim=True) + eps)

@@ -220,3 +220,51 @@ def test_readme_example_passes_through_the_command_line():
     assert doc["claims"]["decode"] == "kv_cache_example:cache"
     ran = {(r["property_id"], r["status"]) for r in doc["results"]}
     assert ran == {(p, "pass") for p in DECODE[:4]}
+
+
+# --------------------------------------------------------------------------- unknown recurrences
+
+
+def test_rows_without_one_eps_are_not_called_sum_plus_eps():
+    """The normalization probe calls D/(D + eps) only when one eps explains every row: a
+    variant whose duplicated rows look like it but whose other rows need another eps is
+    'other', and no eps or normalization is suggested (before, the median eps was taken)."""
+    from verify import probes
+    from verify.spec.variant import AttentionVariant
+
+    report = probes.probe(AttentionVariant(name="e", forward=dv.row_eps_softmax, causal="yes"))
+    assert report.normalization["kind"] == "other", report.normalization
+    assert "share one eps" in report.normalization["detail"]
+    claims = probes.suggested_claims(report)
+    assert "eps" not in claims and "normalized" not in claims
+
+
+def test_declared_unnormalized_is_never_overwritten():
+    from verify.probes.findings import merge
+    from verify.spec.variant import AttentionVariant
+
+    v = AttentionVariant(name="d", forward=dv.delta_forward, causal="yes", normalized=False)
+    m = merge(v, {"normalized": True, "kernel": "unknown"})
+    assert m.variant.normalized is False and m.kept["normalized"] == (False, True)
+
+
+def test_kernel_unknown_delta_rule_passes_unnormalized():
+    """A delta rule S_t = S_{t-1} + beta (v_t - S_{t-1} k_t) k_t^T, o_t = S_t q_t, with its
+    decode path and no kernel claimed: the probes (run) find no known kernel and no sum
+    normalization, and with normalized=False declared the whole battery passes -- the
+    structural properties on D11's kernel-free threshold, the decode properties included."""
+    from verify.engine import check as engine
+    from verify.spec.variant import AttentionVariant
+
+    v = AttentionVariant(
+        name="delta",
+        forward=dv.delta_forward,
+        decode=dv.delta_decode,
+        causal="yes",
+        normalized=False,
+    )
+    result = engine.check(v, isolate=False, max_examples=6)
+    assert result.exit_code == 0, [(r.property_id, r.reason[:300]) for r in result.failed]
+    assert result.variant.normalized is False and result.variant.kernel == "unknown"
+    passed = {r.property_id for r in result.results if r.status == "pass"}
+    assert {"causality", "prefix-invariance", "decode-steps", "decode-resume"} <= passed

@@ -171,9 +171,12 @@ def probe_normalization(run: Runner, report: ProbeReport, T: int, causal: bool) 
         a, bb = 1 / r1 - 1, 1 / r2 - 1
         da, db = b1 / (r1 * (r1 - b1)), b2 / (r2 * (r2 - b2))
         if a > da and abs(a - 2 * bb) <= da + 2 * db:
-            norm["kind"] = "sum+eps"
-            run.dens = ("sum",)
-            _estimate_eps(run, norm, q, k, causal, r, b, A, n)
+            dens, run.dens = run.dens, ("sum",)
+            if _estimate_eps(run, norm, q, k, causal, r, b, A, n):
+                norm["kind"] = "sum+eps"
+                return
+            run.dens = dens  # the rows disagree on eps: no D/(D + eps) after all
+            norm["kind"] = "other"
             return
     if abs(r2 - r1) <= b2 + b1:
         norm["kind"] = "count"
@@ -182,23 +185,34 @@ def probe_normalization(run: Runner, report: ProbeReport, T: int, causal: bool) 
     norm["detail"] = "rows neither sum to 1, nor double with duplicated keys, nor D/(D+eps)"
 
 
-def _estimate_eps(run: Runner, norm: dict, q, k, causal: bool, r, b, A, n: int) -> None:
+def _estimate_eps(run: Runner, norm: dict, q, k, causal: bool, r, b, A, n: int) -> bool:
     """eps/kappa(0) = (1 - r_t)/w_t0 per row (key 0 is the zero vector, w_t0 =
     kappa(0)/(D_t + eps)), with |d eps| <= (b_r + eps b_w)/(w_t0 - b_w); the intervals of all
-    rows are intersected and the shortest decimal inside reported."""
+    rows are intersected and the shortest decimal inside reported. Returns False when the
+    intersection is empty: no single eps explains every row (a recurrence such as a delta rule
+    whose two duplicated rows happen to look like D/(D + eps)), so the convention is not
+    D/(D + eps); the rows' intervals are then kept for the report (``eps_rows``)."""
     T = q.shape[-2]
     bw = run.bound(q, k, value_identity(T, n), causal, n)[0, 0, :, 0]
     w0 = A[:, 0]
     good = w0 > bw
     if not good.any():
         norm["detail"] = "kappa(0) = 0: eps not estimable from the zero key"
-        return
+        return True
     e = (1 - r[good]) / w0[good]
     de = (b[good] + e * bw[good]) / (w0[good] - bw[good])
     lo, hi = float(np.max(e - de)), float(np.min(e + de))
+    if lo > hi:
+        norm["eps_rows"] = [float(np.min(e)), float(np.max(e))]
+        norm["detail"] = (
+            f"rows neither sum to 1 nor share one eps: D/(D + eps) gives eps/kappa(0) from "
+            f"{np.min(e):.3g} to {np.max(e):.3g} across rows, beyond their bounds"
+        )
+        return False
     norm["eps_interval"] = [lo, hi]
-    norm["eps"] = shortest_in(lo, hi) if lo <= hi else float(np.median(e))
+    norm["eps"] = shortest_in(lo, hi)
     norm["detail"] = "eps relative to kappa(0) (eps itself when kappa(0) = 1)"
+    return True
 
 
 def probe_linear_in_v(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
