@@ -47,8 +47,12 @@ def test_ours_has_no_false_alarm_and_catches_gross_faults(written):
     ours = doc["summary"][anchors.OURS]
     assert ours["false_alarms"] == 0, ours["false_alarm_cases"]
     assert ours["by_fault"]["scale-missing"]["caught"] == ours["by_fault"]["scale-missing"]["runs"]
-    assert ours["by_fault"]["scores-rounded"]["caught"] >= 1
     assert ours["by_fault"]["mask-shifted"]["caught"] == 1
+    # scores rounded to bf16 is an eager step, inside the envelope (the default); the fused
+    # kernel's own model catches it
+    declared = doc["summary"][anchors.OURS_DECLARED]
+    assert declared["false_alarms"] == 0, declared["false_alarm_cases"]
+    assert declared["by_fault"]["scores-rounded"]["caught"] >= 1
 
 
 def test_page_names_each_cited_commit(written):
