@@ -1,13 +1,19 @@
 """``attn-theory check pkg.module:object``: the property battery on any attention variant.
 
 Prints a short summary (``verify.render.check.summary_text``): what the variant computes, what
-ran, the failures grouped by root cause with one minimal counterexample each, the skips by
-reason and the next step; ``--verbose`` adds every property and dtype. A terminal shows a
-progress counter on stderr while the battery runs (nothing otherwise).
+ran, the failures grouped by root cause with one minimal counterexample each, the runs the
+checker's limits left inconclusive, the skips by reason and the next step; ``--verbose`` adds
+every property and dtype. A terminal shows a progress bar (tqdm) on stderr once the battery
+runs for more than :data:`PROGRESS_DELAY` seconds (nothing otherwise: stdout holds only the
+summary, or only the JSON with ``--json -``); warnings of libraries are captured and counted,
+never printed.
 
-Exit codes: 0 at least one property ran and none failed; 1 a property failed; 2 usage or
-import error (the message names the problem; before any work); 3 no property applicable; 4 an
-internal error of the checker and no failure (precedence: 1 over 4 over 0).
+Exit codes (:data:`EXIT_CODES`): 0 at least one property ran and none failed; 1 a property
+failed; 2 usage or import error (the message names the problem and says what was expected and
+found; before any work: a bad or contradictory option, a target the checker cannot call); 3 no
+property applicable; 4 an internal error of the checker and no failure; 5 a run inconclusive
+(the checker's limits ran out: the time limit, a loaded machine) and no failure nor internal
+error. Precedence: 1 over 4 over 5 over 0 over 3.
 """
 
 from __future__ import annotations
@@ -20,8 +26,21 @@ from pathlib import Path
 from verify.cli.options import add_claim_options, claims_from, positive_int, seed
 from verify.spec.vocabulary import DTYPES
 
+#: what each exit code means (the command's help says it; ``verify.engine.check`` defines them)
+EXIT_CODES = (
+    "exit codes: 0 a property ran and none failed; 1 a property failed (the variant's); "
+    "2 usage or import error (before any work: a bad or contradictory option, a target the "
+    "checker cannot call); 3 no property applicable; 4 an internal error of the checker, no "
+    "failure; 5 inconclusive: the checker's limits (--timeout, --max-examples, a loaded "
+    "machine) stopped a run before a verdict, no failure nor internal error. Precedence: 1, "
+    "4, 5, 0, 3."
+)
+#: seconds a battery runs before its progress bar appears on a terminal
+PROGRESS_DELAY = 3.0
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXIT_CODES
     p.add_argument(
         "target",
         help="pkg.module:object (an AttentionVariant, f(q, k, v, *, causal), "
@@ -40,7 +59,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--max-examples", type=positive_int, default=None)
     r.add_argument("--select", nargs="+", action="extend", metavar="PROPERTY", default=None)
-    r.add_argument("--timeout", type=float, default=None, help="seconds per property (watchdog)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per property (default 120): past them a run stops with what it has (a "
+        "failure found, else inconclusive: exit code 5)",
+    )
     r.add_argument("--json", metavar="PATH", help="write the JSON result ('-' for stdout only)")
     r.add_argument("--report-dir", metavar="DIR", help="write the report card here")
     r.add_argument(
@@ -70,27 +95,42 @@ def _unwritable(directory: Path) -> str | None:
     return None
 
 
-class _Counter:
-    """Progress on a terminal: one line rewritten in place ('12 runs done: 1 failed'), erased
-    at the end; nothing when ``stream`` is not a terminal (no row is printed twice)."""
+class _Progress:
+    """Progress on stderr while the battery runs: a tqdm bar (runs done, the failures so far),
+    shown on a terminal only and only once the battery has run :data:`PROGRESS_DELAY` seconds,
+    erased at the end; nothing when ``stream`` is not a terminal."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
-        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.bar = None
         self.done = self.failed = 0
+
+    def start(self, total: int) -> None:
+        """Called by ``verify.engine.check`` with the number of runs planned."""
+        try:
+            from tqdm import tqdm
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            return
+        self.bar = tqdm(
+            total=total,
+            file=self.stream,
+            delay=PROGRESS_DELAY,
+            unit="run",
+            leave=False,
+            disable=None,  # off unless the stream is a terminal
+            dynamic_ncols=True,
+        )
 
     def __call__(self, r) -> None:
         self.done += 1
         self.failed += r.status == "fail"
-        if self.live:
-            tail = f", {self.failed} failed" if self.failed else ""
-            self.stream.write(f"\r  {self.done} runs done{tail} (last: {r.property_id})\x1b[K")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.failed} failed, last {r.property_id}", refresh=False)
+            self.bar.update(1)
 
     def close(self) -> None:
-        if self.live and self.done:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _usage(msg: str) -> int:
@@ -100,6 +140,7 @@ def _usage(msg: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from verify.engine import check as engine
+    from verify.engine.preflight import spec_problem
     from verify.render import card
     from verify.render import check as text
     from verify.render.markdown import dumps
@@ -111,14 +152,20 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"{option} {path}: {why}")
     if args.timeout is not None and not args.timeout > 0:
         return _usage(f"--timeout: expected seconds > 0, got {args.timeout}")
+    if why := spec_problem(args.target):
+        return _usage(why)
+    try:
+        claims = claims_from(lambda dest: getattr(args, dest))
+    except ValueError as exc:  # contradictory options
+        return _usage(str(exc))
     if args.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             return _usage("--device cuda: torch.cuda.is_available() is False")
+    progress = _Progress(sys.stderr)
     try:
         print(f"checking {args.target} ...", file=sys.stderr)
-        counter = _Counter(sys.stderr)
         result = engine.check(
             args.target,
             dtypes=tuple(args.dtype) if args.dtype else None,
@@ -128,13 +175,13 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             profile=args.profile,
             timeout=args.timeout or engine.DEFAULT_TIMEOUT,
-            progress=counter,
-            **claims_from(lambda dest: getattr(args, dest)),
+            progress=progress,
+            **claims,
         )
     except (TargetError, ValueError, TypeError) as exc:
         return _usage(str(exc))
     finally:
-        counter.close()
+        progress.close()
     print(text.summary_text(result, verbose=args.verbose), file=out)
     if args.report_dir:
         md_path, _ = card.write(result, args.report_dir)

@@ -212,7 +212,8 @@ CLAIM_OPTIONS = (
     ClaimOption(
         "compute_dtype",
         "compute-dtype",
-        "the dtype the variant computes in for wider inputs (e.g. float32 for float64 calls)",
+        "the dtype the variant computes in for wider inputs (e.g. float32 for float64 calls: "
+        "float64 runs are judged against the float32 bound)",
         choices=DTYPES,
     ),
     ClaimOption(
@@ -234,7 +235,9 @@ CLAIM_OPTIONS = (
     ClaimOption(
         "empty_rows",
         "empty-rows",
-        "what a row with no visible key returns",
+        "what a row with no visible key returns: a convention, reported always and failed only "
+        "against this declaration (undeclared: read by the probes in each dtype checked, and "
+        "each dtype judged against its own)",
         choices=EMPTY_ROW_CONVENTIONS,
     ),
     # structural claims (D12-D15): what the variant computes beyond its kernel
@@ -242,14 +245,16 @@ CLAIM_OPTIONS = (
         "kv_heads",
         "kv-heads",
         "grouped kv heads: forward also takes k, v with G heads (query head h uses kv head "
-        "h // (H / G), repeat_interleave); G is the kv-head count the GQA checks use",
+        "h // (H / G), repeat_interleave); G is the kv-head count the GQA checks use (checked "
+        "by head-groups; the other properties call with G = H)",
         positive_int,
     ),
     ClaimOption(
         "window",
         "window",
         "sliding window LEFT,RIGHT (FlashAttention window_size: bottom-right aligned, -1 "
-        "unbounded, causal calls use RIGHT = 0; Hugging Face sliding_window=W is W-1,0)",
+        "unbounded, causal calls use RIGHT = 0; Hugging Face sliding_window=W is W-1,0; checked "
+        "by window-extent)",
         window,
     ),
     ClaimOption("softcap", "softcap", "logit softcap C: scores -> C tanh(s / C)", positive_float),
@@ -267,7 +272,10 @@ CLAIM_OPTIONS = (
         _numbers("decays", lambda x: 0 < x <= 1, "in (0, 1]"),
     ),
     ClaimOption(
-        "sigmoid_bias", "sigmoid-bias", "bias b of --kernel sigmoid: sigma(c q.k + b)", finite_float
+        "sigmoid_bias",
+        "sigmoid-bias",
+        "bias b of --kernel sigmoid (with --unnormalized): sigma(c q.k + b)",
+        finite_float,
     ),
     ClaimOption(
         "qk_norm",
@@ -279,7 +287,8 @@ CLAIM_OPTIONS = (
     ClaimOption(
         "score_bias",
         "score-bias",
-        "forward accepts attn_bias, a float (B|1, H|1, T, S) bias added to the scaled scores",
+        "forward accepts attn_bias, a float (B|1, H|1, T, S) bias added to the scaled scores "
+        "(checked by score-bias)",
         off="no-score-bias",
     ),
     ClaimOption(
@@ -292,7 +301,8 @@ CLAIM_OPTIONS = (
     ClaimOption(
         "key_padding",
         "key-padding",
-        "forward accepts key_padding_mask (B, S) bool, True = keep",
+        "forward accepts key_padding_mask (B, S) bool, True = keep (checked by key-padding, "
+        "outputs and gradients)",
         off="no-key-padding",
     ),
     # other code paths of the same attention (verify.spec.decode, D20)

@@ -59,7 +59,7 @@ def summarize(results) -> list[dict]:
             },
         )
         row["examples"] += r.examples
-        row[r.status] += 1
+        row[r.status] = row.get(r.status, 0) + 1  # inconclusive: the checker's limits ran out
         row["loose"] += int(r.loose)
         if r.max_ratio is not None and r.status in ("pass", "fail"):
             row["max_ratio"] = max(row["max_ratio"] or 0.0, r.max_ratio)

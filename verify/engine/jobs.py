@@ -9,6 +9,8 @@ from verify.spec.vocabulary import FULL_PRECISION_DTYPES, LOW_PRECISION_DTYPES
 
 #: the property id of the black-box probe job
 PROBE = "probe"
+#: the property id of the one tiny call made before any other work (``verify.engine.preflight``)
+PRECALL = "precall"
 
 
 @dataclass(frozen=True)

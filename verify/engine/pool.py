@@ -1,9 +1,21 @@
 """Jobs in worker processes, each under one watchdog.
 
 Workers take one job at a time from the parent (so the load balances itself) and send back
-its result. A job that raises inside a check is the check's concern (``run.run_job``); a worker
-that hangs past the time limit or dies fails only the job it was running, with the reason, and a
-fresh worker takes the rest. Each worker runs one torch thread and loads the hypothesis profile;
+its result. A job that raises inside a check is the check's concern (``run.run_job``). Time
+limits are the checker's, never the variant's verdict:
+
+* a property job starts no example past ``timeout`` seconds (``RunContext.deadline``) and
+  reports what it had then: the failure it found (shrinking stopped), else status
+  ``inconclusive``; a worker stuck in one call past it is killed :func:`grace` seconds later,
+  and its job is ``inconclusive`` too;
+* the tiny call made before any work (:data:`~verify.engine.jobs.PRECALL`) has
+  :func:`precall_timeout`: a 2-token call that does not return is the variant's hang;
+* the probe job gets one more, longer, try (:data:`RETRIES`) before its reason is reported.
+
+A worker that dies fails the job it was running (a crash is the variant's), and a fresh worker
+takes the rest. Each worker runs one torch thread, loads the hypothesis profile, writes nothing
+to stdout (the variant's own prints go to stderr: ``--json -`` keeps stdout for the JSON) and
+records every warning a library issues (sent to the parent and counted, never printed);
 variants are built once per worker and loader.
 """
 
@@ -12,21 +24,37 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from verify.engine.jobs import PROBE, Job
+from verify.engine.jobs import PRECALL, PROBE, Job
 
-#: seconds one job may run before the watchdog kills its worker
-DEFAULT_TIMEOUT = 60.0
+#: seconds one property job may run before it stops with what it has (``--timeout``)
+DEFAULT_TIMEOUT = 120.0
 #: seconds a fresh worker may take to import torch and build the variant, at least
 LOAD_TIMEOUT = 120.0
-#: a job the watchdog stopped runs once more with twice the time before it fails (a hang is the
-#: variant's; a slow, loaded machine is not)
+#: the probe job the watchdog stopped runs once more with twice the time before its reason is
+#: reported (a slow, loaded machine)
 RETRIES = 1
 #: what a worker sends when a job's variant is built and the job itself starts
 START = ("start",)
+#: the tag of a worker's message with the warnings one job issued
+WARNINGS = "warnings"
+
+
+def grace(timeout: float) -> float:
+    """Seconds past a property job's deadline before the watchdog kills its worker: the time
+    to finish the example running then and to report a found failure (its reproducer's
+    reference)."""
+    return max(10.0, timeout / 4)
+
+
+def precall_timeout(timeout: float) -> float:
+    """Seconds the tiny 2-token call may take (a first call may compile kernels): ``timeout``,
+    at most 60."""
+    return min(timeout, 60.0)
 
 
 def _load() -> str:
@@ -39,11 +67,16 @@ def _load() -> str:
 
 
 def _worker(conn, settings: dict[str, Any]) -> None:
-    """Worker process: receive jobs until ``None``, send each result."""
+    """Worker process: receive jobs until ``None``, send each result (after its warnings)."""
+    import sys
+    import warnings
+
+    sys.stdout.flush()
+    os.dup2(2, 1)  # stdout is the parent's (the JSON of --json -): prints go to stderr
     import torch
 
     from verify import profiles
-    from verify.engine.run import result_for, run_job
+    from verify.engine.run import result_for, run_job, warning_counts
 
     torch.set_num_threads(1)
     profiles.load(settings["profile"])
@@ -53,19 +86,20 @@ def _worker(conn, settings: dict[str, Any]) -> None:
         if job is None:
             break
         key = job.loader
-        if key not in variants:
-            try:
-                variants[key] = ("ok", job.loader())
-            except BaseException as exc:  # noqa: BLE001 - reported as the job's failure
-                variants[key] = ("error", f"{type(exc).__name__}: {exc}")
-        kind, variant = variants[key]
-        conn.send(START)  # the variant is built: the job's own time starts now
-        if kind == "error":
-            if job.property_id == PROBE:
-                conn.send(("load-error", variant))
-            else:
-                conn.send(
-                    result_for(
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if key not in variants:
+                try:
+                    variants[key] = ("ok", job.loader())
+                except BaseException as exc:  # noqa: BLE001 - reported as the job's failure
+                    variants[key] = ("error", f"{type(exc).__name__}: {exc}")
+            kind, variant = variants[key]
+            conn.send(START)  # the variant is built: the job's own time starts now
+            if kind == "error":
+                res = (
+                    ("load-error", variant)
+                    if job.property_id in (PROBE, PRECALL)
+                    else result_for(
                         job.property_id,
                         job.dtype,
                         settings["device"],
@@ -73,17 +107,22 @@ def _worker(conn, settings: dict[str, Any]) -> None:
                         reason=f"could not build the variant: {variant}",
                     )
                 )
-            continue
-        conn.send(
-            run_job(
-                variant,
-                job,
-                device=settings["device"],
-                max_examples=settings["max_examples"],
-                seed=settings["seed"],
-                shrink_draws=settings["shrink_draws"],
-            )
-        )
+            else:
+                res = run_job(
+                    variant,
+                    job,
+                    device=settings["device"],
+                    max_examples=settings["max_examples"],
+                    seed=settings["seed"],
+                    shrink_draws=settings["shrink_draws"],
+                    deadline=None if job.property_id in (PROBE, PRECALL) else settings["timeout"],
+                )
+        counts = warning_counts(caught)
+        if counts:
+            conn.send((WARNINGS, counts))
+            if hasattr(res, "warnings") and isinstance(res.warnings, dict):
+                res.warnings = counts
+        conn.send(res)
     conn.close()
 
 
@@ -105,8 +144,16 @@ class _Slot:
 
     def limit(self, timeout: float) -> float:
         """Seconds the current stage may take: importing torch and building the variant (at
-        least ``LOAD_TIMEOUT``), then the job itself: ``timeout``, doubled on a retry."""
-        base = timeout * 2 ** (self.job[2] - 1)
+        least ``LOAD_TIMEOUT``), then the job itself: a property job ``timeout`` plus
+        :func:`grace` (it stops itself at ``timeout``), the tiny call
+        :func:`precall_timeout`, the probe ``timeout`` doubled on a retry."""
+        index, job, attempt = self.job
+        if job.property_id == PRECALL:
+            base = precall_timeout(timeout)
+        elif job.property_id == PROBE:
+            base = timeout * 2 ** (attempt - 1)
+        else:
+            base = timeout + grace(timeout)
         return max(base, LOAD_TIMEOUT) if self.loading else base
 
     def stop(self, *, kill: bool = False) -> None:
@@ -124,6 +171,40 @@ class _Slot:
         self.conn.close()
 
 
+def _timed_out(job: Job, device: str, timeout: float, limit: float, loading: bool) -> Any:
+    """What a job the watchdog stopped gives: the probe and the tiny call a reason (a string;
+    the tiny call's says the variant hung on it), a property job an ``inconclusive`` result."""
+    from verify.engine.run import limit_words, result_for
+
+    if loading:
+        why = (
+            f"building the variant took more than {limit:.0f} s (the watchdog stopped the "
+            f"worker; {_load()})"
+        )
+        if job.property_id in (PROBE, PRECALL):
+            return f"inconclusive: {why}"
+        return result_for(job.property_id, job.dtype, device, status="inconclusive", reason=why)
+    if job.property_id == PRECALL:
+        return (
+            f"hung on a 2-token call: no result within {limit:.0f} s (the watchdog killed the "
+            f"worker; {_load()})"
+        )
+    if job.property_id == PROBE:
+        return (
+            f"hung: no result within {timeout:.0f} s, nor within {limit:.0f} s on a retry (the "
+            f"watchdog killed the worker; {_load()})"
+        )
+    return result_for(
+        job.property_id,
+        job.dtype,
+        device,
+        status="inconclusive",
+        reason=f"{limit_words(timeout)} ran out and the run did not stop within "
+        f"{grace(timeout):.0f} s more (one example, or one call, that long: the watchdog "
+        f"killed it; {_load()})",
+    )
+
+
 def run_jobs(
     jobs: Sequence[Job],
     *,
@@ -136,12 +217,17 @@ def run_jobs(
     workers: int | None = None,
     start_method: str = "fork",
     progress: Callable[[int, int, Job, Any], None] | None = None,
+    stop: Callable[[Job, Any], bool] | None = None,
+    warnings: Counter | None = None,
 ) -> list[Any]:
     """Run ``jobs`` in ``workers`` processes (default: the CPU count); results in job order.
 
-    A property job gives a ``PropertyResult``; a watchdog timeout or a crashed worker gives a
-    failing one that says so. A :data:`PROBE` job gives the ``ProbeReport``, or a string (the
-    reason) when the probe could not finish.
+    A property job gives a ``PropertyResult`` (``inconclusive`` when its time ran out, module
+    docstring; failing when its worker crashed). A :data:`PROBE` job gives the ``ProbeReport``,
+    or a string (the reason) when the probe could not finish; a :data:`PRECALL` job the tiny
+    call's verdict, or a string (it hung, crashed, or its variant could not be built).
+    ``stop(job, result)`` True leaves the jobs not yet started unrun (their results None);
+    ``warnings`` (a Counter) receives every warning the workers recorded.
     """
     from verify.engine.run import result_for
 
@@ -151,6 +237,7 @@ def run_jobs(
         seed=seed,
         profile=profile,
         shrink_draws=shrink_draws,
+        timeout=timeout,
     )
     ctx = mp.get_context(start_method)
     results: list[Any] = [None] * len(jobs)
@@ -165,8 +252,13 @@ def run_jobs(
         done += 1
         if progress:
             progress(done, len(jobs), job, res)
+        if stop is not None and stop(job, res):
+            pending.clear()
 
-    def failed(job: Job, why: str) -> Any:
+    def crashed(job: Job, code) -> Any:
+        if job.property_id == PRECALL:
+            return f"crashed on a 2-token call: the worker died (exit code {code})"
+        why = f"the worker crashed (exit code {code})"
         if job.property_id == PROBE:
             return why
         return result_for(job.property_id, job.dtype, device, status="fail", reason=why)
@@ -192,33 +284,29 @@ def run_jobs(
                         res = None
                     if res is None:  # the worker died mid-job
                         slot.proc.join(5)
-                        code = slot.proc.exitcode
-                        finish(index, job, failed(job, f"the worker crashed (exit code {code})"))
+                        finish(index, job, crashed(job, slot.proc.exitcode))
                         slot.stop(kill=True)
                         slots.remove(slot)
                         continue
                     if res == START:
                         slot.started, slot.loading = time.monotonic(), False
                         continue
+                    if isinstance(res, tuple) and res and res[0] == WARNINGS:
+                        if warnings is not None:
+                            warnings.update(res[1])
+                        continue
                     if isinstance(res, tuple) and res and res[0] == "load-error":
                         res = f"could not build the variant: {res[1]}"
                     slot.job = None
                     finish(index, job, res)
                 elif time.monotonic() >= limits[slot]:
-                    limit = slot.limit(timeout)
+                    limit, loading = slot.limit(timeout), slot.loading
                     slot.stop(kill=True)
                     slots.remove(slot)
-                    if attempt < RETRIES + 1:  # a loaded machine gets one more, longer, try
-                        pending.append((index, job, attempt + 1))
+                    if job.property_id == PROBE and attempt < RETRIES + 1:
+                        pending.append((index, job, attempt + 1))  # a loaded machine: once more
                         continue
-                    stage = (
-                        f"building the variant took more than {limit:.0f} s"
-                        if slot.loading
-                        else f"no result within {timeout:.0f} s, nor within {limit:.0f} s on a "
-                        "retry"
-                    )
-                    why = f"hung: {stage} (the watchdog killed the worker; {_load()})"
-                    finish(index, job, failed(job, why))
+                    finish(index, job, _timed_out(job, device, timeout, limit, loading))
     finally:
         for slot in slots:
             slot.stop()

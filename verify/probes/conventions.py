@@ -16,6 +16,12 @@ decimal of the interval r_t +- its D10 bound maps to when that fits, else as com
 convention is reported only when the variant's outputs on every row lie within the D10 bound of
 that convention's float64 reference (``verify.exact.errors.attention_error_bound`` with
 ``eps_mode``): the same statement the battery then checks on its own inputs.
+
+:func:`probe_empty_rows` reads the empty-row convention in every probe dtype: what a row with no
+visible key returns is a convention (``EMPTY_ROW_CONVENTIONS``) that may differ by dtype (a mask
+value of -finfo(dtype).max is -inf once a float64 call's scores are cast to float32, so NaN, and
+finite in bfloat16 arithmetic carried in float32, so the mean of the values), and between the rows
+a bottom-right causal call (T > S) empties and the rows an ``attn_mask`` empties.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 from verify.probes.report import ProbeReport
 from verify.probes.restrictions import length_at_least
 from verify.probes.runner import BLACK_BOX_EXP, DIM, Runner, shortest_in
+from verify.spec.empty_rows import empty_row_kind
 from verify.spec.results import NotApplicable, VariantError
 
 #: rows of the probe: at least this many (half with positive, half with negative queries)
@@ -197,3 +204,70 @@ def _detail(found) -> str:
         f"the divisor is max(D, eps), eps = {eps:.6g}: a denominator clamped at eps (within the "
         "D10 bound on every row)"
     )
+
+
+# -- the empty-row convention, per dtype ----------------------------------------------------------
+
+#: key and value entries of the empty-row probe: positive, so zeros, NaN and the mean of the
+#: values are three different answers
+EMPTY_LO, EMPTY_HI = 0.125, 1.0
+
+
+def probe_empty_rows(variant, report: ProbeReport, device: str, seed: int, dtypes=None) -> None:
+    """Fill ``report.cross["empty_rows_by_dtype"]``: for each dtype of ``dtypes`` (default every
+    probe dtype) ``{"causal": c, "mask": m, "convention": x}``, c what the first T - S rows of a
+    bottom-right causal call with T = 2m', S = m' return (m' the length multiple; probed when
+    ``report.cross`` found the bottom-right alignment), m what a row emptied by ``attn_mask``
+    returns (probed when the variant ``supports_mask``), each :func:`empty_row_kind` or None
+    (not probed, or the call raised), and x the convention of the dtype: the one both give,
+    ``other`` when they differ (no single convention), None when neither was read."""
+    from verify.probes.runner import PROBE_DTYPES
+
+    causal = report.cross.get("alignment") == "bottom-right"
+    if not (causal or variant.supports_mask):
+        return
+    m = report.lengths.get("multiple") or 1
+    compute = report.restrictions.get("compute_dtype")
+    out: dict[str, dict[str, str | None]] = {}
+    for dt in dtypes or PROBE_DTYPES:
+        run = Runner(variant, dt, device, seed)
+        seen = {
+            "causal": _causal_empty(run, m, compute) if causal else None,
+            "mask": _mask_empty(run, m, compute, report) if variant.supports_mask else None,
+        }
+        kinds = {k for k in seen.values() if k is not None}
+        seen["convention"] = kinds.pop() if len(kinds) == 1 else ("other" if kinds else None)
+        out[dt] = seen
+    report.cross["empty_rows_by_dtype"] = out
+
+
+def _causal_empty(run: Runner, m: int, compute: str | None) -> str | None:
+    T, S = 2 * m, m
+    q = run.rand(1, 1, T, DIM, lo=EMPTY_LO, hi=EMPTY_HI)
+    k, v = (run.rand(1, 1, S, DIM, lo=EMPTY_LO, hi=EMPTY_HI) for _ in range(2))
+    try:
+        o = run.out(q, k, v, True, allow_nonfinite=True)[0, 0, : T - S]
+    except VariantError:
+        return None
+    return empty_row_kind(o, v[0, 0].numpy(), run.dtype, compute)
+
+
+def _mask_empty(run: Runner, m: int, compute: str | None, report: ProbeReport) -> str | None:
+    """What row 0 returns when ``attn_mask`` hides every key from it (T = S = 2m, non-causal
+    where supported, else causal: row 0 then sees key 0 only, which the mask hides)."""
+    import torch
+
+    from verify.properties.support.calls import call
+
+    T = 2 * m
+    q, k, v = (run.rand(1, 1, T, DIM, lo=EMPTY_LO, hi=EMPTY_HI) for _ in range(3))
+    mask = torch.ones(1, 1, T, T, dtype=torch.bool, device=run.device)
+    mask[..., 0, :] = False
+    causal = report.causal_support == "yes"
+    try:
+        o = call(run.variant, run.t(q), run.t(k), run.t(v), causal=causal, attn_mask=mask,
+                 allow_nonfinite=True, restricted=False)  # fmt: skip
+    except VariantError:
+        return None
+    rows = o[0, 0, :1].detach().cpu().double().numpy()
+    return empty_row_kind(rows, v[0, 0].numpy(), run.dtype, compute)

@@ -151,7 +151,7 @@ def sentences(m: Merge, said: tuple[str, ...] = ()) -> list[str]:
 
 #: how each cause of an empty row is said (``verify.probes.conventions.probe_empty_rows``)
 EMPTY_CAUSES = {
-    "causal": "rows a causal T > S call (bottom-right) leaves without a key",
+    "causal": "rows a causal T > S call empties (bottom-right)",
     "mask": "rows attn_mask empties",
 }
 

@@ -171,7 +171,7 @@ def _mask_check(variant, ex: Example, ctx):
         rows = torch.from_numpy(np.ascontiguousarray(empty)).to(o.device)
         declared = variant.empty_rows
         for label, out in (("", o), (" (other values at masked keys)", o_alt)):
-            seen = _empty_row_convention(out[rows], x if out is o else x_alt)
+            seen = _empty_row_convention(out, rows, x if out is o else x_alt, ctx, declared)
             if declared not in (None, "other") and seen != declared:
                 obs.append(
                     Observation(
@@ -236,7 +236,8 @@ def _align_check(variant, ex: Example, ctx):
     # judged only against a declared one; the rows with keys follow the alignment
     empty = (~vis.any(-1)).expand(o.shape[:-1]).cpu()
     what = f"{path}: causal, T = {x.shape.T}, S = {x.shape.S}, {align}"
-    seen = _empty_row_convention(o[empty], x) if bool(empty.any()) else None
+    declared = variant.empty_rows
+    seen = _empty_row_convention(o, empty, x, ctx, declared) if bool(empty.any()) else None
     if not np.isfinite(np64(o[~empty])).all() and np.isfinite(eb.bound).all():
         raise VariantError(f"{what}: NaN/inf in a row that sees keys")
     obs = compare(o.masked_fill(empty[..., None].to(o.device), 0.0), eb, ref, what=what)
@@ -255,18 +256,21 @@ def _align_check(variant, ex: Example, ctx):
     return obs
 
 
-def _empty_row_convention(rows, x) -> str:
-    """``zeros``, ``nan``, ``uniform`` (the mean of the values) or ``other``: what the rows
-    without a key (a (n, d_v) tensor) hold."""
-    r = np64(rows)
-    if np.isnan(r).all():
-        return "nan"
-    if np.array_equal(r, np.zeros_like(r)):
-        return "zeros"
-    mean = np64(x.v).mean(-2)  # (B, H, d_v), the same for every empty row of an element
-    if np.isfinite(r).all() and np.allclose(r, mean.reshape(-1, r.shape[-1]).mean(0), atol=1e-6):
-        return "uniform"
-    return "other"
+def _empty_row_convention(o, empty, x, ctx, declared=None) -> str:
+    """``zeros``, ``nan``, ``uniform`` (the mean of the row's own values, within the D10 bound
+    of the run's dtype: ``verify.spec.empty_rows.empty_row_kinds``) or ``other``: what the
+    rows of ``o`` (B, H, T, d_v) that ``empty`` (B, H, T) marks hold; the ``declared``
+    convention when they fit it among others (values 0 fit zeros and uniform alike)."""
+    from verify.spec.empty_rows import empty_row_kinds
+
+    mark = np.asarray(empty.cpu() if hasattr(empty, "cpu") else empty, dtype=bool)
+    mark = np.broadcast_to(mark, o.shape[:-1])
+    v = np64(x.v)  # (B, H, S, d_v): each empty row is compared with its own element's values
+    per_row = np.broadcast_to(v[:, :, None], (*mark.shape, *v.shape[-2:]))[mark]
+    kinds = empty_row_kinds(np64(o)[mark], per_row, ctx.dtype, ctx.model_dtype)
+    if declared in kinds:
+        return declared
+    return kinds[0] if kinds else "other"
 
 
 CAUSAL_ALIGNMENT = declare("causal-alignment", _align_applies, _align_examples, _align_check)

@@ -29,6 +29,8 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
         3: "no property applied",
         4: "no property failed, but the checker itself erred (an internal error, not the "
         "variant's)",
+        5: "no property failed, but some runs were inconclusive (the checker's limits ran out "
+        "before a verdict, not the variant's failure)",
     }[doc["exit_code"]]
     out = [
         f"# Report card: `{doc['variant']}`",
@@ -36,6 +38,7 @@ def render(doc: Mapping[str, Any], *, extra_sections: list[str] | None = None) -
         f"**What it computes:** {doc['description']}.",
         "",
         f"**Verdict:** {verdict} — {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped"
+        + (f", {c['inconclusive']} inconclusive" if c.get("inconclusive") else "")
         + (f", {c['error']} internal errors" if c.get("error") else "")
         + ".",
         "",

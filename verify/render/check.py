@@ -1,10 +1,12 @@
 """What a check says: the one-sentence description, the JSON document (schema
 ``attn-theory/check/v1``) and the terminal summary of a :class:`verify.engine.check.CheckResult`.
 
-The summary (:func:`summary_text`) is short by default: what the variant was found to compute,
-what the probes found that the check used ("found:" lines), what ran, the failures grouped by
-root cause (``verify.engine.groups``) with one minimal counterexample per group and the first
-group's reproducer, the skips counted by reason, and what to do next. ``verbose=True`` adds the
+The summary (:func:`summary_text`) is short by default: what the variant was found to compute
+and every claim checked (:func:`claims_line`), what the probes found that the check used
+("found:" lines), what ran (inconclusive runs counted apart), the failures grouped by root cause
+(``verify.engine.groups``) with one minimal counterexample per group and the first group's
+reproducer, the runs the checker's limits stopped and what to raise, the skips counted by reason,
+and what to do next; reasons are wrapped, never cut. ``verbose=True`` adds the
 table of every property and dtype and every failure's counterexample and reproducer; the JSON
 document and the report card always hold everything.
 """
@@ -62,6 +64,8 @@ def to_json(result) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "notes": result.notes,
         "findings": list(getattr(result, "findings", [])),
+        "empty_rows_by_dtype": dict(getattr(result, "empty_rows_by_dtype", {}) or {}),
+        "warnings": dict(getattr(result, "warnings", {}) or {}),
         "groups": [
             {**g.to_json(), "look_at": group_look_at(g, result.variant)} for g in result.groups
         ],
@@ -285,8 +289,23 @@ def _constants(variant, narrow: str = "") -> list[str]:
     return out
 
 
+#: what to look at when the check stopped at its tiny call (``verify.engine.preflight``), by
+#: the group's reason
+PRECALL_LOOK_AT = {
+    "hung on a 2-token call": "the forward never returned on B = H = 1, T = S = 2 inputs: a "
+    "loop that does not end (a block index that never advances, a while on a condition the "
+    "inputs never meet), a wait on a lock, a queue or a device; call it on two tokens yourself",
+    "crashed on a 2-token call": "the process died inside the forward on two tokens: a "
+    "segmentation fault or an abort in compiled code (a custom kernel reading out of bounds, a "
+    "shape it does not support), os._exit or sys.exit in the variant",
+}
+
+
 def group_look_at(group, variant: Any = None) -> str:
-    """:func:`look_at` of a failure group's root, with the reasons of its root property's runs."""
+    """:func:`look_at` of a failure group's root, with the reasons of its root property's runs
+    (:data:`PRECALL_LOOK_AT` for a check stopped at its tiny call)."""
+    if hint := PRECALL_LOOK_AT.get(getattr(group, "reason", "") or ""):
+        return hint
     root = group.root.property_id
     reasons = tuple(r.reason or "" for r in group.members if r.property_id == root)
     return look_at(root, variant, reasons)
@@ -326,43 +345,129 @@ def shape_words(features: dict) -> str:
     return sizes + (", " + ", ".join(flags) if flags else ", non-causal")
 
 
+#: the claims every summary names, whatever their value (the others when not the default)
+ALWAYS_SAID = ("kernel", "causal", "layout", "normalized", "scale")
+
+
 def claims_line(result) -> str:
-    """The claims the battery checked, in one line."""
+    """Every claim the battery checked, in one line: :data:`ALWAYS_SAID`, then each claim of
+    ``verify.spec.variant.claims_json`` whose value is not a bare variant's default, and the
+    empty-row convention of each dtype when it differs by dtype."""
+    from verify.spec.variant import AttentionVariant, claims_json
+
     v = result.variant
-    scale = v.scale if v.scale != "default" else "default (1/sqrt(d) for exp-type kernels)"
-    parts = [
-        f"kernel={v.kernel}",
-        f"causal={v.causal}",
-        f"layout={v.layout}",
-        "normalized" if v.normalized else "unnormalized",
-        f"scale={scale}",
+    now = claims_json(v)
+    default = claims_json(AttentionVariant(name="-", forward=_no_forward))
+    parts = [_claim_word(k, now[k]) for k in ALWAYS_SAID if k in now]
+    parts += [
+        _claim_word(k, value)
+        for k, value in now.items()
+        if k not in ALWAYS_SAID and value != default.get(k)
     ]
-    for name in ("eps", "compute_dtype", "precision", "causal_alignment"):
-        if getattr(v, name, None):
-            parts.append(f"{name}={getattr(v, name)}")
-    if v.eps and v.eps_mode == "floor":
-        parts.append("eps_mode=floor")
-    for name in ("dv_equals_d", "self_attention_only"):
-        if getattr(v, name, False):
-            parts.append(name)
-    if getattr(v, "head_dim_multiple", 1) > 1:
-        parts.append(f"head_dim_multiple={v.head_dim_multiple}")
-    return "checked claims: " + ", ".join(parts)
+    by_dtype = getattr(result, "empty_rows_by_dtype", None) or {}
+    if by_dtype:
+        parts.append(
+            "empty_rows per dtype: "
+            + ", ".join(f"{dt} {'not read' if x is None else x}" for dt, x in by_dtype.items())
+        )
+    return "checked claims: " + ", ".join(p for p in parts if p)
+
+
+def _no_forward(q, k, v, *, causal):  # the bare variant whose defaults claims_line leaves out
+    return q
+
+
+def _claim_word(name: str, value: Any) -> str:
+    """How one claim is said: a flag by its name, a list comma-joined, ``key=value`` else."""
+    if name == "normalized":
+        return "normalized" if value else "unnormalized"
+    if name == "scale" and value == "default":
+        return "scale=default (1/sqrt(d) for exp-type kernels)"
+    if value is True:
+        return name
+    if value is False or value is None:
+        return f"{name}={value}"
+    if isinstance(value, list):
+        return f"{name}={','.join(str(x) for x in value)}" if value else ""
+    if isinstance(value, dict):
+        return f"{name}=" + "; ".join(
+            f"{k}: {x.get('factor')}x ({x.get('reason')})" if isinstance(x, dict) else f"{k}: {x}"
+            for k, x in value.items()
+        )
+    return f"{name}={value}"
 
 
 def _header(result) -> list[str]:
-    out = [f"{result.name}: {describe(result)}", f"  {claims_line(result)}"]
+    out = [f"{result.name}: {describe(result)}", *_wrap(claims_line(result), "  ")]
     out += [f"  found: {f}" for f in getattr(result, "findings", [])]
     out += [f"  note: {n}" for n in result.notes]
+    if caught := getattr(result, "warnings", None):
+        out.append(
+            f"  note: {sum(caught.values())} warnings of libraries ({len(caught)} kinds) were "
+            "captured during the check, none printed: --verbose or the JSON's warnings list them"
+        )
     c = result.counts
     ids = _ids(result.results)
     ran = [i for i in ids if any(r.property_id == i and r.status != "skip" for r in result.results)]
     dtypes = ", ".join(dict.fromkeys(r.dtype for r in result.results)) or "no dtype"
     out.append(
         f"ran {len(ran)} of {len(ids)} properties ({dtypes}): {c['pass']} runs passed, "
-        f"{c['fail']} failed, {c['skip']} skipped, {c['error']} internal errors"
+        f"{c['fail']} failed, {c['skip']} skipped, {c.get('inconclusive', 0)} inconclusive, "
+        f"{c['error']} internal errors"
     )
     return out
+
+
+def _wrap(text: str, pad: str, rest: str | None = None, width: int = 100) -> list[str]:
+    """``text`` on lines of at most ``width`` characters (a longer word stays whole), the first
+    indented by ``pad`` and the others by ``rest`` (default ``pad`` and two spaces)."""
+    import textwrap
+
+    return textwrap.wrap(
+        " ".join((text or "").split()),
+        width=width,
+        initial_indent=pad,
+        subsequent_indent=pad + "  " if rest is None else rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [pad.rstrip()]
+
+
+def time_limit_of(reason: str) -> float | None:
+    """The seconds per property an inconclusive run's reason names, or None."""
+    m = re.search(r"\(([0-9.]+) s per property", reason or "")
+    return float(m.group(1)) if m else None
+
+
+def _inconclusive_lines(result) -> list[str]:
+    """The runs the checker's limits stopped, by property, with what to raise."""
+    runs = [r for r in result.results if r.status == "inconclusive"]
+    if not runs:
+        return []
+    ids = _ids(runs)
+    out = [
+        "",
+        f"INCONCLUSIVE: {len(runs)} run{'s' if len(runs) != 1 else ''} of {len(ids)} "
+        f"propert{'y' if len(ids) == 1 else 'ies'} stopped by the checker's limits before a "
+        "verdict (not the variant's failure, counted apart from passes and failures):",
+    ]
+    for pid in ids:
+        mine = [r for r in runs if r.property_id == pid]
+        dts = ", ".join(r.dtype for r in mine)
+        out += _wrap(f"{pid} ({dts}): {mine[0].reason}", "  ", "      ")
+    out += _wrap(f"raise: {raise_hint(runs)}", "  ", "      ")
+    return out
+
+
+def raise_hint(runs) -> str:
+    """What to raise so that inconclusive ``runs`` finish: --timeout (doubled), or fewer
+    examples (--max-examples), or a less loaded machine."""
+    limits = [t for r in runs if (t := time_limit_of(r.reason)) is not None]
+    timeout = f"--timeout {2 * max(limits):g}" if limits else "--timeout (seconds per property)"
+    return (
+        f"{timeout}, or lower --max-examples (examples per property), or run where fewer jobs "
+        "share the CPUs"
+    )
 
 
 def _group_lines(result, *, verbose: bool) -> list[str]:
@@ -378,9 +483,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
     ]
     for i, g in enumerate(groups, 1):
         root = g.root
-        out.append(
-            f"[{i}] {root.property_id} ({', '.join(g.dtypes)}): {_one_line(root.statement, 160)}"
-        )
+        out += _wrap(f"[{i}] {root.property_id} ({', '.join(g.dtypes)}): {root.statement}", "")
         others = g.property_ids[1:]
         if g.reason:
             if others:
@@ -403,7 +506,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
                 f"{'y' if len(others) == 1 else 'ies'} (read from the same output): "
                 f"{', '.join(others)}"
             )
-        out.append(f"    why: {_one_line(root.reason)}")
+        out += _wrap(f"why: {root.reason}", "    ", "      ")
         ex = g.example
         if ex.counterexample:
             out.append(
@@ -445,6 +548,8 @@ def _next_lines(result, *, verbose: bool) -> list[str]:
             "  - fix [1] first (run its reproducer), then rerun: the failures it explains "
             "should go with it, or show what else is wrong"
         )
+    if stopped := [r for r in result.results if r.status == "inconclusive"]:
+        out.append(f"  - to finish the inconclusive runs, raise {raise_hint(stopped)}")
     hints = list(dict.fromkeys(h for why, _ in result.skips if (h := to_run(why))))
     options = [h for h in hints if h.startswith("--")]
     fields = [h for h in hints if not h.startswith("--")]
@@ -483,12 +588,16 @@ def summary_text(result, *, verbose: bool = False) -> str:
             out += ["", "the other failing runs (each group's example is above):"]
             for r in rest:
                 out += ["", failure_text(r)]
+    out += _inconclusive_lines(result)
     for r in result.errors:
-        out += [
-            "",
-            f"INTERNAL ERROR of the checker (not the variant's) in {r.property_id} "
-            f"({r.dtype}): {_one_line(r.reason, 400) if not verbose else r.reason.strip()}",
-        ]
+        head = f"INTERNAL ERROR of the checker (not the variant's) in {r.property_id} ({r.dtype}):"
+        if verbose:
+            out += ["", f"{head} {r.reason.strip()}"]
+        else:  # the message, wrapped; its traceback is --verbose's and the JSON's
+            out += ["", *_wrap(f"{head} {r.reason.strip().split(chr(10))[0]}", "", "    ")]
+    if verbose and (caught := getattr(result, "warnings", None)):
+        out += ["", "warnings of libraries captured during the check (count: warning):"]
+        out += [f"  {n:4d}: {w}" for w, n in sorted(caught.items(), key=lambda kv: -kv[1])]
     out += ["", *_skip_lines(result), *_next_lines(result, verbose=verbose)]
     return "\n".join(out)
 

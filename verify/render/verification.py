@@ -115,8 +115,8 @@ def build(
 
 def _summary(cells) -> dict:
     out = {"pass": 0, "fail": 0, "skip": 0, "error": 0, "loose": 0}
-    for c in cells:
-        out[c["status"]] += 1
+    for c in cells:  # an inconclusive cell (the checker's limits ran out) adds its own key
+        out[c["status"]] = out.get(c["status"], 0) + 1
         out["loose"] += int(c["loose"])
     out["failing"] = [
         f"{c['variant']}/{c['property']}/{c['dtype']}"
@@ -133,6 +133,8 @@ def _cell(c) -> str:
         return f"✓{r}{mark}" + (" (loose)" if c["loose"] else "")
     if c["status"] == "skip":
         return "–"
+    if c["status"] == "inconclusive":  # the checker's limits ran out: no verdict
+        return "… INCONCLUSIVE"
     return "✗ FAIL" if c["status"] == "fail" else "⚠ ERROR"
 
 

@@ -32,6 +32,19 @@ class NotApplicable(Exception):
     """Raised by a check for an example outside the property's range (counts as rejected)."""
 
 
+class OutOfTime(BaseException):
+    """The run's time limit ran out (raised in a worker process by the engine's alarm,
+    ``verify.engine.run``): the checker's limit, never the variant's failure. A BaseException,
+    so neither hypothesis nor a check's ``except Exception`` swallows it; the runner reports
+    the failure it had found (shrinking stopped) or an ``inconclusive`` result."""
+
+
+#: what a run's status may be: passed, failed (the variant's), skipped (does not apply),
+#: error (a bug in the check itself, never the variant's), inconclusive (the checker's own
+#: limits ran out before a verdict: the time limit, a machine too loaded; never the variant's)
+STATUSES = ("pass", "fail", "skip", "error", "inconclusive")
+
+
 @dataclass
 class Observation:
     """One comparison: the observed quantity against its stated bound.
@@ -66,7 +79,7 @@ class PropertyResult:
     property_id: str
     derivation: str
     statement: str
-    status: str  # pass | fail | skip | error (a bug in the check itself, never the variant's)
+    status: str  # one of STATUSES
     dtype: str
     device: str
     examples: int = 0
@@ -85,6 +98,10 @@ class PropertyResult:
     #: ``T``, ``S``, ``d``, ``d_v`` and flags ``causal``, ``mask`` (an attn_mask); empty when the
     #: example has no attention shape. Read by the failure grouping (``verify.engine.groups``).
     features: dict[str, Any] = field(default_factory=dict)
+    #: warnings a library (torch, triton, hypothesis, the variant's own code) issued during the
+    #: run, captured in the worker so none reaches the user's terminal: "Category: message"
+    #: -> how many times
+    warnings: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)

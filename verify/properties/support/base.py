@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 import traceback
 import zlib
 from collections.abc import Callable
@@ -137,6 +138,10 @@ class RunContext:
     #: the dtype the variant computes in when coarser than ``dtype`` (its ``compute_dtype``
     #: claim, set by :func:`run_property`): every bound uses :attr:`model_dtype`
     compute_dtype: str | None = None
+    #: ``time.monotonic()`` past which no further example starts: the run stops with what it
+    #: has (:class:`~verify.spec.results.OutOfTime`: a failure found, else ``inconclusive``);
+    #: None: no time limit (``verify.engine.run`` sets it from ``--timeout``)
+    deadline: float | None = None
 
     @property
     def torch_dtype(self):
@@ -256,6 +261,8 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     def one(example: Any) -> None:
         if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
             raise _ShrinkStop  # the shrink budget is spent (``_counted``)
+        if ctx.deadline is not None and time.monotonic() > ctx.deadline:
+            raise OutOfTime("the time limit (--timeout)")
         try:
             result = prop.check(variant, example, ctx)
         except NotApplicable as exc:

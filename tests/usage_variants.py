@@ -1,0 +1,113 @@
+"""Targets for the checker's usage tests (tests/test_check_usage.py): callables the checker
+cannot call, variants that hang or crash on a 2-token call, and an empty-row convention that
+differs by dtype, each beside a correct twin.
+
+Checked by the CLI as ``tests.usage_variants:<name>`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+
+from verify.spec.variant import AttentionVariant, StateAPI
+
+
+def attention(q, k, v, *, causal):
+    """Plain softmax attention (the README's example): the correct twin of the targets below."""
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        T = q.shape[-2]
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    return torch.softmax(s, -1) @ v
+
+
+def sdpa_style(q, k, v, *, is_causal=False):
+    """SDPA's spelling of the causal flag: the checker passes ``causal``."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+def extra_argument(q, k, v, scale, *, causal):
+    """A required fourth positional argument the checker never passes."""
+    return attention(q * scale, k, v, causal=causal)
+
+
+def squeezed(q, k, v, *, causal):
+    """Returns (H, T, d_v) for B = 1: the batch axis dropped."""
+    return attention(q, k, v, causal=causal)[0]
+
+
+def not_a_tensor(q, k, v, *, causal):
+    """Returns a list of per-head outputs."""
+    return list(attention(q, k, v, causal=causal).unbind(1))
+
+
+def hangs(q, k, v, *, causal):
+    """Never returns (on any input)."""
+    while True:
+        time.sleep(1.0)
+
+
+def crashes(q, k, v, *, causal):
+    """Kills its own process."""
+    os._exit(7)
+
+
+def _sentinel_softmax(q, k, v, *, causal, attn_mask=None, fill=None):
+    """Softmax attention, causal calls aligned bottom-right, hidden keys set to ``fill(dtype)``."""
+    T, S = q.shape[-2], k.shape[-2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    keep = torch.ones(T, S, dtype=torch.bool, device=q.device)
+    if causal:
+        keep = keep.tril(S - T)
+    if attn_mask is not None:
+        keep = keep & attn_mask
+    return torch.softmax(s.masked_fill(~keep, fill(q.dtype)), -1) @ v
+
+
+def _per_dtype_fill(dtype):
+    """-inf in float64 (a row without keys is 0/0, NaN); the dtype's lowest finite number
+    elsewhere (every score of such a row is equal: the mean of the values)."""
+    return -math.inf if dtype == torch.float64 else torch.finfo(dtype).min
+
+
+def per_dtype_empty_rows() -> AttentionVariant:
+    """A row with no visible key returns NaN in float64 and the mean of the values in float32,
+    whatever empties it (the causal alignment or attn_mask): one convention per dtype."""
+
+    def forward(q, k, v, *, causal, attn_mask=None):
+        return _sentinel_softmax(q, k, v, causal=causal, attn_mask=attn_mask, fill=_per_dtype_fill)
+
+    return AttentionVariant(
+        name="per-dtype-empty-rows",
+        forward=forward,
+        kernel="softmax",
+        causal_alignment="bottom-right",
+        supports_mask=True,
+    )
+
+
+def per_dtype_empty_rows_declared_nan() -> AttentionVariant:
+    """The same variant declaring NaN for every dtype: its float32 empty rows contradict it."""
+    return per_dtype_empty_rows().with_claims(name="per-dtype-declared-nan", empty_rows="nan")
+
+
+def kv_cache_step_without_own_key() -> AttentionVariant:
+    """The README's KV cache (tests/state_api_example.py) whose ``step`` attends over the cache
+    before appending the token's own key and value: the decoded token does not see itself."""
+    from tests.state_api_example import kv_cache, prefill
+
+    def step(state, q_t, k_t, v_t):
+        k, v = state
+        s = (q_t[:, :, None] @ k.transpose(-1, -2)) / q_t.shape[-1] ** 0.5
+        o = torch.softmax(s, -1) @ v
+        _, state = prefill(q_t[:, :, None], k_t[:, :, None], v_t[:, :, None], state)
+        return o[:, :, 0], state
+
+    v = kv_cache()
+    return v.with_claims(
+        name="kv-cache-step-without-own-key", state_api=StateAPI(v.state_api.prefill, step)
+    )
