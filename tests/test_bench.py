@@ -24,6 +24,7 @@ TOP_KEYS = {
     "schema", "command", "quick", "config", "methods", "skipped", "correctness", "timings",
     "ratios", "crossover_sdpa", "growth", "chunk_sweep", "flops", "decode", "orders", "goals",
     "limits", "profiles", "fla", "memory", "load_average", "runtime_s", "environment",
+    "backward",
 }  # fmt: skip
 
 

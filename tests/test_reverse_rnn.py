@@ -55,9 +55,10 @@ def test_record_verifies_with_general_steps_proved():
     assert all(hasattr(d19, name) for name in rec.exports)
 
 
-def test_record_is_registered_after_the_others():
+def test_record_is_registered_in_order():
+    ids = list(derivations.MODULES)
     assert derivations.MODULES["D19"] == "reverse_rnn"
-    assert list(derivations.MODULES)[-1] == "D19"
+    assert ids.index("D19") == ids.index("D17") + 1 + ("D18" in ids)
     assert derivations.module("D19") is d19
 
 
@@ -308,8 +309,10 @@ def test_faulty_twins_exceed_the_bound(form, fault, dtype):
 
 
 def test_multi_segment_chunked_backward_within_the_bound(monkeypatch):
-    """Small cache groups: several stored states, the reverse state carried across them."""
+    """Small cache groups and backward batches: several stored states, the reverse state
+    carried across them, each group's chunks in several batches."""
     monkeypatch.setattr(_scan, "GROUP_ELEMENTS", 64)
+    monkeypatch.setattr(reverse, "BACKWARD_ELEMENTS", 16)
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 2, 23, 2, generator=g, dtype=torch.float32) for _ in range(3))
     ga = torch.randn(2, 2, 23, 3, generator=g, dtype=torch.float32)
@@ -400,3 +403,39 @@ def test_callable_feature_map_keeps_autograd_for_its_parameters():
     )  # fmt: skip
     (gw,) = torch.autograd.grad(out.square().sum(), (w,))
     assert torch.isfinite(gw) and gw != 0
+
+
+# ------------------------------------------------------------------------------ the benchmark
+def _tiny_bench():
+    from dataclasses import replace
+
+    from verify.bench.config import QUICK
+
+    return replace(QUICK, backward_lengths=(64,), backward_repeats=1, backward_gate_t=32)
+
+
+def test_bench_backward_section_measures_and_renders():
+    """``attn-theory bench``'s backward table on a tiny config: the gate passes, every method
+    has its row, the Markdown section renders (timings are never asserted)."""
+    from verify.bench.backward import collect_backward
+    from verify.bench.config import BACKWARD_METHODS
+    from verify.render.benchmarks import _backward
+
+    doc = collect_backward(_tiny_bench(), None, lambda msg: None)
+    assert all(r["ok"] for r in doc["gate"]) and len(doc["gate"]) == 4
+    assert [r["method"] for r in doc["rows"]] == [m for m in BACKWARD_METHODS if "fla" not in m]
+    assert doc["skipped"] == {"64": {BACKWARD_METHODS[-1]: "flash-linear-attention not installed"}}
+    assert all(r["saved_mib"] > 0 and r["step_s"]["median"] > 0 for r in doc["rows"])
+    text = "\n".join(_backward(doc))
+    assert "## Backward: the reverse-time RNN (D19) against autograd" in text
+    assert "T = 64:" in text
+
+
+def test_bench_backward_gate_stops_a_wrong_reverse_pass(monkeypatch):
+    from verify.bench.backward import collect_backward
+
+    monkeypatch.setattr(
+        reverse, "reverse_scan", functools.partial(reverse.reverse_scan, fault="off-by-one")
+    )
+    with pytest.raises(RuntimeError, match="backward gate failed"):
+        collect_backward(_tiny_bench(), None, lambda msg: None)

@@ -136,12 +136,16 @@ def _symmetric_plan(n: int, d: int) -> tuple[tuple[int, ...], tuple[float, ...]]
 
 @functools.lru_cache(maxsize=256)
 def _weights(n: int, d: int, basis: str, c: float, dtype: torch.dtype, device: torch.device):
-    """Per-feature factors of the order-n block, (m_n,) tensor: c^{n/2} / sqrt(alpha! or n!)."""
-    if basis == "symmetric":
-        w = torch.tensor(_symmetric_plan(n, d)[1] if n else (1.0,), dtype=torch.float64)
-    else:
-        w = torch.full((d**n,), math.sqrt(float(taylor_coefficient(n))), dtype=torch.float64)
-    return (w * c ** (n / 2)).to(dtype=dtype, device=device)
+    """Per-feature factors of the order-n block, (m_n,) tensor: c^{n/2} / sqrt(alpha! or n!).
+
+    Built outside inference mode: a cached inference tensor could not be saved for a later
+    backward pass."""
+    with torch.inference_mode(False):
+        if basis == "symmetric":
+            w = torch.tensor(_symmetric_plan(n, d)[1] if n else (1.0,), dtype=torch.float64)
+        else:
+            w = torch.full((d**n,), math.sqrt(float(taylor_coefficient(n))), dtype=torch.float64)
+        return (w * c ** (n / 2)).to(dtype=dtype, device=device)
 
 
 def _top_pieces(xt: torch.Tensor, prev: torch.Tensor, n: int, basis: str) -> list[torch.Tensor]:

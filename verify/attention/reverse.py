@@ -268,23 +268,44 @@ def _chunk_factors(cfg, C, dtype, device):
     return lag, to_end, read, g_c
 
 
+#: feature elements (B H m C per chunk) of one batch of chunks in the chunked backward: the
+#: transient memory of a backward step (the forward's cache groups are larger)
+BACKWARD_ELEMENTS = 2**19
+
+
+def _columns(cfg, qc, kc, grad):
+    """Column-layout features of a batch of chunks: (Fq, Fk, factors (m, 1) | None)."""
+    with torch.set_grad_enabled(grad):
+        Fq, w = _scan._blocks(cfg.kernel, qc, cfg.c, True)  # (B, H, n, m, C), (m,) | None
+        Fk, _ = _scan._blocks(cfg.kernel, kc, cfg.c, False)
+    return Fq, Fk, None if w is None else w[:, None]
+
+
+def _weighted(F, wc):
+    return F.detach() if wc is None else F.detach() * wc
+
+
 def _chunk_group_backward(cfg, q, k, v, gc_, P0, Rend, km, C):
     """One segment of n chunks of C tokens: (dq, dk, dva, dL/dP0) from the state P0 before it
-    and Rend = dL/d(state after it)."""
+    and Rend = dL/d(state after it). Two passes over batches of chunks (``BACKWARD_ELEMENTS``):
+    each chunk's forward and reverse addends, then, with the states before and after every
+    chunk, the gradients."""
     split = _scan._split
     qc, kc, vc, gc = split(q, C), split(k, C), split(v, C), split(gc_, C)  # (B, H, n, C, .)
+    kmc = None if km is None else split(km, C)
     lag, to_end, read, g_c = _chunk_factors(cfg, C, q.dtype, q.device)
-    with torch.enable_grad():
-        ql, kl = qc.detach().requires_grad_(True), kc.detach().requires_grad_(True)
-        Fq, w = _scan._blocks(cfg.kernel, ql, cfg.c, True)  # (B, H, n, m, C), (m,) | None
-        Fk, _ = _scan._blocks(cfg.kernel, kl, cfg.c, False)
-    wc = None if w is None else w[:, None]
-    Aq = Fq.detach() if wc is None else Fq.detach() * wc  # phi(q_j) as columns
-    Bk = Fk.detach() if wc is None else Fk.detach() * wc
     vr = vc if to_end is None else vc * to_end  # keys decayed to the chunk's end
     gr = gc if read is None else gc * read  # reads of the state before the chunk
-    kv, qg = Bk @ vr, Aq @ gr  # (B, H, n, m, d_v + 1): each chunk's forward / reverse addend
-    n = kv.shape[2]
+    n, (B, H) = qc.shape[2], qc.shape[:2]
+    m = P0.shape[-2]
+    step = max(1, BACKWARD_ELEMENTS // (B * H * m * C))
+    batches = [slice(i, min(i + step, n)) for i in range(0, n, step)]
+    kv, qg = [], []
+    for b in batches:  # pass 1: sum_i phi(k_i) va_i^T and sum_j phi(q_j) ga_j^T per chunk
+        Fq, Fk, wc = _columns(cfg, qc[:, :, b], kc[:, :, b], False)
+        kv.append(_weighted(Fk, wc) @ vr[:, :, b])
+        qg.append(_weighted(Fq, wc) @ gr[:, :, b])
+    kv, qg = torch.cat(kv, 2), torch.cat(qg, 2)  # (B, H, n, m, d_v + 1)
     prev, after = [None] * n, [None] * n
     S_, R_ = P0, Rend
     for i in range(n):  # the state before each chunk
@@ -296,17 +317,34 @@ def _chunk_group_backward(cfg, q, k, v, gc_, P0, Rend, km, C):
             after[i] = R_ = torch.zeros_like(R_)
         R_ = qg[:, :, i] + (R_ if g_c is None else g_c * R_)
     prev, after = torch.stack(prev, 2), torch.stack(after, 2)
+    dP0 = qg[:, :, 0] + (after[:, :, 0] if g_c is None else g_c * after[:, :, 0])
+    keep = visible(C, C, causal=True, device=q.device)
+    if cfg.fault == "off-by-one":  # twin: the key at s misses the query at s
+        keep = keep & ~torch.eye(C, dtype=torch.bool, device=q.device)
+    out = [], [], []
+    for b in batches:  # pass 2: the gradients of each batch of chunks
+        parts = _chunk_batch_grads(
+            cfg, qc[:, :, b], kc[:, :, b], vc[:, :, b], gc[:, :, b], vr[:, :, b], gr[:, :, b],
+            prev[:, :, b], after[:, :, b], keep if kmc is None else keep & kmc[..., b, None, :],
+            lag, to_end,
+        )  # fmt: skip
+        for acc, x in zip(out, parts):
+            acc.append(x)
+    dqc, dkc, dvc = (torch.cat(x, 2) for x in out)
+    return dqc.flatten(2, 3), dkc.flatten(2, 3), dvc.flatten(2, 3), dP0
+
+
+def _chunk_batch_grads(cfg, qc, kc, vc, gc, vr, gr, prev, after, keep, lag, to_end):
+    """dq, dk, dva of a batch of chunks (B, H, n, C, .) given the states before and after."""
+    ql, kl = qc.detach().requires_grad_(True), kc.detach().requires_grad_(True)
+    Fq, Fk, wc = _columns(cfg, ql, kl, True)
+    Aq, Bk = _weighted(Fq, wc), _weighted(Fk, wc)  # phi(q_j), phi(k_i) as columns
     dAq = prev @ gr.transpose(-1, -2)  # (B, H, n, m, C)
     dBk = after @ vr.transpose(-1, -2)
     dvc = Bk.transpose(-1, -2) @ after
     if to_end is not None:
         dvc = dvc * to_end
     # the intra-chunk part: out_j += sum_{i <= j} A_ji va_i
-    keep = visible(C, C, causal=True, device=q.device)
-    if cfg.fault == "off-by-one":
-        keep = keep & ~torch.eye(C, dtype=torch.bool, device=q.device)
-    if km is not None:
-        keep = keep & split(km, C)[..., None, :]
     dA = torch.where(keep, gc @ vc.transpose(-1, -2), 0.0)
     if lag is not None:
         dA = dA * lag[None, :, None]
@@ -332,8 +370,7 @@ def _chunk_group_backward(cfg, q, k, v, gc_, P0, Rend, km, C):
     dqc, dkc = _vjp((Fq, Fk), (ql, kl), (dAq, dBk))
     if dq_in is not None:
         dqc, dkc = dqc + dq_in, dkc + dk_in
-    dP0 = qg[:, :, 0] + (after[:, :, 0] if g_c is None else g_c * after[:, :, 0])
-    return dqc.flatten(2, 3), dkc.flatten(2, 3), dvc.flatten(2, 3), dP0
+    return dqc, dkc, dvc
 
 
 def _chunked_backward(cfg, qa, ka, va, ga, states):

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable
 
 from verify.bench.analyse import analyse, summary
+from verify.bench.backward import collect_backward
 from verify.bench.config import METHODS, Config
 from verify.bench.measure import (
     Cell,
@@ -276,6 +277,7 @@ def collect(cfg: Config, log: Callable[[str], None] = print) -> dict:
     by_key = {c.key: c for c in cells}
     doc = analyse(cfg, by_key, skipped, flop_rows, gate, order_rows, prof_chunked, prof_rec)
     doc["profiles"]["decode_cprofile"] = prof_decode
+    doc["backward"] = collect_backward(cfg, fla, log)  # autograd on: outside inference_mode
     doc["fla"] = {"available": fla is not None, "reason": fla_reason}
     doc["memory"] = {
         "peak_rss_mib_after_gate": rss_gate,

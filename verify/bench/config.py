@@ -17,6 +17,14 @@ METHOD_TEXT = {
     "sdpa": "torch.nn.functional.scaled_dot_product_attention(is_causal=True) -- softmax",
     "fla_naive_chunk_based": "fla.ops.based.naive.naive_chunk_based -- pure-torch Taylor-2",
 }
+#: the backward table (``verify.bench.backward``): form/how the gradients are computed
+BACKWARD_METHODS = (
+    "recurrent/reverse",
+    "recurrent/autograd",
+    "chunked/reverse",
+    "chunked/autograd",
+    "fla_naive_chunk_based/autograd",
+)
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
 #: the linear-growth goal: fitted exponent of chunked time in T at most this (stated in advance:
 #: 2^0.1 ~ 7 % more time per token at each doubling of T)
@@ -58,6 +66,10 @@ class Config:
     profile_recurrent_t: int = 256  # per-token op counts do not depend on T
     profile_calls: int = 5
     chunk_sweep: tuple[int, ...] = (32, 64, 128, 256)
+    backward_lengths: tuple[int, ...] = (4096, 16384)
+    backward_heads: int = 1
+    backward_repeats: int = 3
+    backward_gate_t: int = 256
 
 
 FULL = Config()
@@ -72,4 +84,7 @@ QUICK = replace(
     quick=True,
     profile_recurrent_t=64,
     profile_calls=3,
+    backward_lengths=(256, 512),
+    backward_repeats=2,
+    backward_gate_t=64,
 )

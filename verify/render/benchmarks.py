@@ -308,8 +308,90 @@ def render(doc: dict) -> str:
         ),  # fmt: skip
         "",
     ]
+    lines += _backward(doc.get("backward"))
     lines.append(markdown_block(doc["environment"]))
     return "\n".join(lines)
+
+
+def _mib(x) -> str:
+    return "--" if x is None else f"{x:.3g}"
+
+
+def _backward(bw: dict | None) -> list[str]:
+    """The backward section (``verify.bench.backward``): D19's reverse-time RNN vs autograd."""
+    if not bw:
+        return []
+    ref = bw["reference"]
+    lines = [
+        "## Backward: the reverse-time RNN (D19) against autograd",
+        "",
+        f"One training step (forward, then `o.backward(g)`), Taylor-2, causal, normalized, "
+        f"float32, H = {bw['heads']}, {bw['repeats']} interleaved repeats after a warm-up, "
+        f"median [IQR]; ratios to `{ref}` paired per repeat. `reverse`: "
+        "`taylor_attention(..., backward='reverse')` (chunk-checkpointed custom backward, "
+        "`verify.attention.reverse`); `autograd`: torch autograd through the same form; "
+        f"{bw['fla_note']}. Measured: {bw['how']}.",
+        "",
+        "Gate (before timing): gradients with `denominator='none'` against float64 autograd of "
+        "the parallel form, observed / D19 bound (`verify.attention.reverse_bound`):",
+        "",
+        table(
+            ["method", "T", "dq", "dk", "dv", "ok"],
+            [
+                [r["method"], r["T"]]
+                + [f"{r['max_error_over_bound'][x]:.3g}" for x in ("dq", "dk", "dv")]
+                + ["yes" if r["ok"] else "NO"]
+                for r in bw["gate"]
+            ],
+        ),
+        "",
+    ]
+    for T in bw["lengths"]:
+        rows = [r for r in bw["rows"] if r["T"] == T]
+        lines += [
+            f"T = {T}:",
+            "",
+            table(
+                [
+                    "method",
+                    "forward ms",
+                    "backward ms",
+                    "step ms",
+                    "step / ref",
+                    "backward / ref",
+                    "peak MiB",
+                    "peak / ref",
+                    "saved MiB",
+                    "saved / ref",
+                ],
+                [
+                    [
+                        r["method"],
+                        _ms(r["forward_s"]),
+                        _ms(r["backward_s"]),
+                        _ms(r["step_s"]),
+                        _r(r.get("step_over_reference")),
+                        _r(r.get("backward_over_reference")),
+                        _mib(r["peak_mib"]),
+                        _mib(r.get("peak_over_reference")),
+                        _mib(r["saved_mib"]),
+                        _mib(r.get("saved_over_reference")),
+                    ]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
+    if bw["skipped"]:
+        lines += [
+            "Not run: "
+            + "; ".join(
+                f"{m} at T = {T} ({why})" for T, d in bw["skipped"].items() for m, why in d.items()
+            )
+            + ".",
+            "",
+        ]
+    return lines
 
 
 def write(stage: Path, doc: dict) -> None:
