@@ -1,4 +1,4 @@
-"""Symbolic derivations D1-D17 (sympy; no torch), rendered into ``reports/derivations.md``.
+"""Symbolic derivations D1-D20 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
 imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-#: derivation id -> module name (in the order D1 ... D17)
+#: derivation id -> module name (in the order D1 ... D20)
 MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",

@@ -17,7 +17,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "derive": (
         "verify.cli.derive",
-        "run the sympy derivations D1-D16 and write reports/derivations.md (+ JSON, figures)",
+        "run the sympy derivations D1-D20 and write reports/derivations.md (+ JSON, figures)",
     ),
     "verify": (
         "verify.cli.verify",

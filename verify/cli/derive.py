@@ -1,4 +1,4 @@
-"""``attn-theory derive``: run D1-D17 and write ``derivations.md``/``.json`` and their figures."""
+"""``attn-theory derive``: run D1-D20 and write ``derivations.md``/``.json`` and their figures."""
 
 from __future__ import annotations
 

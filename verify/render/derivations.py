@@ -1,4 +1,4 @@
-"""Render derivation records (D1-D17) as ``derivations.md`` and ``derivations.json``."""
+"""Render derivation records (D1-D20) as ``derivations.md`` and ``derivations.json``."""
 
 from __future__ import annotations
 
