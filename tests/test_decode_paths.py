@@ -227,14 +227,15 @@ def test_readme_example_passes_through_the_command_line():
 
 def test_rows_without_one_eps_are_not_called_sum_plus_eps():
     """The normalization probe calls D/(D + eps) only when one eps explains every row: a
-    variant whose duplicated rows look like it but whose other rows need another eps is
-    'other', and no eps or normalization is suggested (before, the median eps was taken)."""
+    variant whose duplicated rows look like it but whose other rows need another eps (an exp
+    kernel: kappa(q, 0) = 1 on every row) gets no eps and no normalization suggested (before,
+    the median eps was taken)."""
     from verify import probes
     from verify.spec.variant import AttentionVariant
 
     report = probes.probe(AttentionVariant(name="e", forward=dv.row_eps_softmax, causal="yes"))
-    assert report.normalization["kind"] == "other", report.normalization
-    assert "share one eps" in report.normalization["detail"]
+    assert report.normalization["eps_consistent"] is False, report.normalization
+    assert "no single eps" in report.normalization["detail"]
     claims = probes.suggested_claims(report)
     assert "eps" not in claims and "normalized" not in claims
 
@@ -268,3 +269,25 @@ def test_kernel_unknown_delta_rule_passes_unnormalized():
     assert result.variant.normalized is False and result.variant.kernel == "unknown"
     passed = {r.property_id for r in result.results if r.status == "pass"}
     assert {"causality", "prefix-invariance", "decode-steps", "decode-resume"} <= passed
+
+
+def test_pytest_plugin_takes_the_decode_path():
+    """``pytest --attn-variant ... --attn-decode ...``: one item per decode property, passing."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, ATTN_THEORY_PROFILE="ci")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q"]
+        + ["--attn-variant", "kv_cache_example:attention", "--attn-kernel", "softmax"]
+        + ["--attn-decode", "kv_cache_example:cache", "--attn-select", "decode-steps"]
+        + ["--attn-select", "decode-resume", "-rA", "kv_cache_example.py"],
+        cwd=ROOT / "tests",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "kv_cache_example.py::attention::decode-steps" in proc.stdout
+    assert "2 passed" in proc.stdout

@@ -272,6 +272,8 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
     if report.cross.get("alignment"):
         claims["causal_alignment"] = report.cross["alignment"]
     norm = report.normalization.get("kind")
+    if norm == "sum+eps" and _eps_refuted(report, claims["kernel"]):
+        norm = "other"  # no single eps explains the rows: no D/(D + eps), no normalization
     if norm in ("sum", "sum+eps", "sum+floor"):
         claims["normalized"] = True
     elif norm == "none":
@@ -324,6 +326,17 @@ CONVENTION_CLAIMS = (
     "eps",
     "eps_mode",
 )
+
+
+def _eps_refuted(report: ProbeReport, kernel: str) -> bool:
+    """The rows needed different values of eps/kappa(q_t, 0) (``eps_consistent`` False,
+    ``verify.probes.structure``) and nothing refines that guess: the kernel is unknown, or
+    exp-type (kappa(q, 0) = 1 for every row, so the rows must agree); a convention the
+    conventions probe verified (``eps_mode``) stands."""
+    n = report.normalization
+    if n.get("eps_consistent") is not False or n.get("eps_mode"):
+        return False
+    return kernel == "unknown" or parse_kernel(kernel).exp_type
 
 
 def _eps_convention(report: ProbeReport) -> dict[str, Any]:

@@ -171,12 +171,9 @@ def probe_normalization(run: Runner, report: ProbeReport, T: int, causal: bool) 
         a, bb = 1 / r1 - 1, 1 / r2 - 1
         da, db = b1 / (r1 * (r1 - b1)), b2 / (r2 * (r2 - b2))
         if a > da and abs(a - 2 * bb) <= da + 2 * db:
-            dens, run.dens = run.dens, ("sum",)
-            if _estimate_eps(run, norm, q, k, causal, r, b, A, n):
-                norm["kind"] = "sum+eps"
-                return
-            run.dens = dens  # the rows disagree on eps: no D/(D + eps) after all
-            norm["kind"] = "other"
+            norm["kind"] = "sum+eps"
+            run.dens = ("sum",)
+            _estimate_eps(run, norm, q, k, causal, r, b, A, n)
             return
     if abs(r2 - r1) <= b2 + b1:
         norm["kind"] = "count"
@@ -185,34 +182,35 @@ def probe_normalization(run: Runner, report: ProbeReport, T: int, causal: bool) 
     norm["detail"] = "rows neither sum to 1, nor double with duplicated keys, nor D/(D+eps)"
 
 
-def _estimate_eps(run: Runner, norm: dict, q, k, causal: bool, r, b, A, n: int) -> bool:
+def _estimate_eps(run: Runner, norm: dict, q, k, causal: bool, r, b, A, n: int) -> None:
     """eps/kappa(0) = (1 - r_t)/w_t0 per row (key 0 is the zero vector, w_t0 =
     kappa(0)/(D_t + eps)), with |d eps| <= (b_r + eps b_w)/(w_t0 - b_w); the intervals of all
-    rows are intersected and the shortest decimal inside reported. Returns False when the
-    intersection is empty: no single eps explains every row (a recurrence such as a delta rule
-    whose two duplicated rows happen to look like D/(D + eps)), so the convention is not
-    D/(D + eps); the rows' intervals are then kept for the report (``eps_rows``)."""
+    rows are intersected and the shortest decimal inside reported. An empty intersection sets
+    ``eps_consistent`` False (the median is kept as a guess): the rows need different values
+    of eps/kappa(q_t, 0), which refutes D/(D + eps) where kappa(q_t, 0) is the same for every
+    row (exp-type kernels: 1) or no kernel is known to refine the guess (a recurrence such as
+    a delta rule whose two duplicated rows happen to look like D/(D + eps); read by
+    ``verify.probes.suggested_claims``); for an element-wise map the conventions probe
+    (``verify.probes.conventions``) decides with the kernel."""
     T = q.shape[-2]
     bw = run.bound(q, k, value_identity(T, n), causal, n)[0, 0, :, 0]
     w0 = A[:, 0]
     good = w0 > bw
     if not good.any():
         norm["detail"] = "kappa(0) = 0: eps not estimable from the zero key"
-        return True
+        return
     e = (1 - r[good]) / w0[good]
     de = (b[good] + e * bw[good]) / (w0[good] - bw[good])
     lo, hi = float(np.max(e - de)), float(np.min(e + de))
-    if lo > hi:
-        norm["eps_rows"] = [float(np.min(e)), float(np.max(e))]
-        norm["detail"] = (
-            f"rows neither sum to 1 nor share one eps: D/(D + eps) gives eps/kappa(0) from "
-            f"{np.min(e):.3g} to {np.max(e):.3g} across rows, beyond their bounds"
-        )
-        return False
     norm["eps_interval"] = [lo, hi]
-    norm["eps"] = shortest_in(lo, hi)
+    norm["eps_consistent"] = lo <= hi
+    norm["eps"] = shortest_in(lo, hi) if lo <= hi else float(np.median(e))
     norm["detail"] = "eps relative to kappa(0) (eps itself when kappa(0) = 1)"
-    return True
+    if lo > hi:
+        norm["detail"] = (
+            f"no single eps: D/(D + eps) gives eps/kappa(q_t, 0) from {np.min(e):.3g} to "
+            f"{np.max(e):.3g} across rows, beyond their bounds"
+        )
 
 
 def probe_linear_in_v(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
