@@ -394,6 +394,14 @@ def test_backward_keyword_is_validated():
         linear_attention(q, q, q, feature_map="relu", form="chunked", backward=1)
 
 
+def test_double_backward_raises_instead_of_a_wrong_second_derivative():
+    q = torch.randn(1, 1, 6, 2, dtype=torch.float64, requires_grad=True)
+    out = taylor_attention(q, q, q, order=2, causal=True, form="chunked", chunk_size=4)
+    (g,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
+
+
 def test_callable_feature_map_keeps_autograd_for_its_parameters():
     w = torch.tensor(1.5, requires_grad=True)
     q, k, v = (torch.randn(1, 1, 6, 2, requires_grad=True) for _ in range(3))
