@@ -411,7 +411,7 @@ def _claim_quotient(rec) -> None:
 
     th = sympy.Symbol("theta")
     o_, n_, dd = sympy.Symbol("O"), sympy.Function("N"), sympy.Function("D")
-    lhs = sympy.diff(o_ * n_(th) / dd(th), th)
+    lhs = sympy.Derivative(o_ * n_(th) / dd(th), th)
     rhs = (o_ / dd(th)) * sympy.diff(n_(th), th) + (-(o_ * n_(th) / dd(th)) / dd(th)) * sympy.diff(
         dd(th), th
     )
@@ -422,11 +422,11 @@ def _claim_quotient(rec) -> None:
         r"\cdot o_t)/D_t$. So the normalized gradient is the gradient of the bilinear form "
         r"$\sum_t [g_t; h_t] \cdot [N_t; D_t]$ at fixed cotangents: one augmented state "
         r"$[R_t \mid r_t]$ with values $[v_s; 1]$. Unnormalized: $h_t = 0$.",
-        sympy.Eq(lhs, rhs),
+        sympy.Eq(lhs, rhs, evaluate=False),
     )
     rec.prove(
         "quotient rule: dL = g . dN + h dD with g = dO / D, h = -(dO . o) / D",
-        lambda: sympy.simplify(lhs - rhs) == 0,
+        lambda: sympy.simplify(lhs.doit() - rhs) == 0,
         "symbolic O, undefined N(theta), D(theta)",
     )
 
