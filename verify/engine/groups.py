@@ -247,14 +247,18 @@ class FailureGroup:
     @property
     def example(self) -> Any:
         """The member whose counterexample to show: the smallest (ties: the earliest), among
-        those whose reproducer shows the output off the reference beyond the bound
-        (``features["vs_reference"] > 1``) when there are such, else among all; runs without a
-        counterexample last."""
+        those whose reproducer shows the output off the reference beyond the bound by more
+        than the machine factor (``features["vs_reference"] >``
+        ``verify.properties.support.base.MACHINE_RATIO_FACTOR``: beyond it on one machine, off
+        on every machine, so the choice is the same everywhere) when there are such, else among
+        all; runs without a counterexample last."""
+        from verify.properties.support.base import MACHINE_RATIO_FACTOR
+
         rank_of = {id(r): i for i, r in enumerate(self.members)}
 
         def shows(r) -> bool:
             ratio = r.features.get("vs_reference")
-            return ratio is not None and ratio > 1
+            return ratio is not None and ratio > MACHINE_RATIO_FACTOR
 
         return min(
             self.members,

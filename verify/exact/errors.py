@@ -638,8 +638,8 @@ def compare(actual: Any, eb: ErrorBound, exact: Any = None, *, what: str = "outp
         detail += f"; precision model {eb.model}"
     if silent.any():
         detail += f"; {int(silent.sum())} of {silent.size} elements without a finite bound"
-    if silent.all():
-        from verify.spec.results import NotApplicable
+    if silent.all():  # decided by the computed bound: a property runner rejects no draw on it
+        from verify.spec.results import NoStatement
 
-        raise NotApplicable("no element has a finite bound (a denominator may vanish)")
+        raise NoStatement("no element has a finite bound (a denominator may vanish)")
     return Observation(obs, bnd, eb.kind, str(tuple(int(i) for i in idx)), detail)

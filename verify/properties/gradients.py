@@ -69,6 +69,7 @@ from verify.properties.support.common import (
     radius_strategy,
     within_domain,
 )
+from verify.properties.support.defined import any_undefined
 from verify.properties.support.grads import (
     backward_grads,
     grad_inputs,
@@ -89,7 +90,7 @@ from verify.properties.support.paths import (
     path_names,
     require_mode,
 )
-from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.results import NoStatement, NotApplicable, Observation, VariantError
 from verify.spec.vocabulary import BASES
 
 #: K of the calibrated rule (module docstring); PyTorch's SDPA gradient tests use per-tensor
@@ -199,8 +200,8 @@ def _reference_error(variant, x, mode: str, g, ctx, exact):
     errs = []
     for a, b in zip(lo[1:], exact):
         e = max_abs(a - b)
-        if not math.isfinite(e):
-            raise NotApplicable(
+        if not math.isfinite(e):  # an overflow in float arithmetic: decided by floats
+            raise NoStatement(
                 f"the {low} reference gradient is not finite: no calibration for this example"
             )
         errs.append(scale * e)
@@ -306,6 +307,19 @@ def _analytic_jacobian(out, inputs, form: str):
 GRADCHECK_NORM_FLOOR = 1e-3
 
 
+def _below_norm_floor(q, k) -> bool:
+    """Some row of q or k has |x| < :data:`GRADCHECK_NORM_FLOOR`, decided exactly (the squared
+    norm in rational arithmetic: a float norm near the floor may round either way)."""
+    from fractions import Fraction
+
+    floor2 = Fraction(GRADCHECK_NORM_FLOOR) ** 2
+    for t in (q, k):
+        rows = t.detach().cpu().double().reshape(-1, t.shape[-1]).tolist()
+        if any(sum(Fraction(a) ** 2 for a in row) < floor2 for row in rows):
+            return True
+    return False
+
+
 def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     import torch
 
@@ -316,21 +330,21 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     kw = call_kwargs(variant, mode, x.attn_mask)
     if _reference_applies(variant, ctx) is None:
         require_defined(variant, x, mode)
-    if getattr(variant, "qk_norm", False):
-        norms = [float(t.double().norm(dim=-1).min()) for t in (x.q, x.k)]
-        if min(norms) < GRADCHECK_NORM_FLOOR:
-            raise NotApplicable(
-                f"QK-norm: x / max(|x|, eps) has a kink at a zero vector (a row of norm "
-                f"{min(norms):.3g} < {GRADCHECK_NORM_FLOOR}): not differentiable there"
-            )
+    if getattr(variant, "qk_norm", False) and _below_norm_floor(x.q, x.k):
+        raise NotApplicable(
+            f"QK-norm: x / max(|x|, eps) has a kink at a zero vector (a row of norm < "
+            f"{GRADCHECK_NORM_FLOOR}): not differentiable there"
+        )
     # near a vanishing denominator or norm a finite-difference step may leave the domain (an
     # unknown kernel may be signed: its non-finite outputs make the example inapplicable)
     singular = variant.positive_kernel is not True or mode in ("l2", "rms", "layernorm")
+    if singular and any_undefined(variant, x, mode):  # exactly, from the inputs
+        raise NotApplicable(f"a kernel sum or norm vanishes exactly ({mode}): not differentiable")
 
     def fn(q, k, v):
         out = call(fv, q, k, v, causal=x.causal, allow_nonfinite=singular, **kw)
-        if singular and not bool(torch.isfinite(out).all()):
-            raise NotApplicable("a denominator or norm vanishes near these inputs")
+        if singular and not bool(torch.isfinite(out).all()):  # the variant's floats decide
+            raise NoStatement("a denominator or norm vanishes near these inputs")
         return out
 
     inputs = [t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v)]
@@ -353,8 +367,8 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
     numeric = torch.stack(cols, 1)
     tol = GRADCHECK_ATOL + GRADCHECK_RTOL * numeric.abs()
     reliable = torch.stack(trust, 1) <= FD_TRUST * tol
-    if not bool(reliable.any()):
-        raise NotApplicable("finite differences unreliable at every entry (kinks or poles)")
+    if not bool(reliable.any()):  # read off the variant's floats: no draw rejected on it
+        raise NoStatement("finite differences unreliable at every entry (kinks or poles)")
     diff = (analytic - numeric).abs()
     ratio = torch.where(reliable, diff / tol, -1.0)  # the worst *reliable* entry is reported
     i, j = np.unravel_index(int(ratio.argmax()), tuple(ratio.shape))
@@ -561,6 +575,8 @@ def _which_step(obs: list[Observation]) -> str:
     """Where a wrong softmax backward goes wrong, read from which of dq, dk, dv exceed their
     bounds: dV = P^T dO does not depend on Delta = rowsum(dO o O) or on how the log-sum-exp
     enters dS, dQ and dK do (FlashAttention-2, Algorithm 2)."""
+    if len(obs) != 3:  # the single-key check states dq and dk only
+        return ""
     dq, dk, dv = (o.ratio > 1 for o in obs)
     if (dq or dk) and not dv:
         return (
@@ -585,9 +601,11 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
         _, *grads = variant_gradients(variant, form, x, mode, g)
         return _derived_observations(variant, form, mode, grads, *derived)
     # the bound is stated from the reference alone, before the variant runs
+    if any_undefined(variant, x, mode):  # exactly, from the inputs
+        raise NotApplicable(f"a kernel sum or norm vanishes exactly ({mode}): no gradient")
     ref = reference_gradients(variant, x, mode, g, torch.float64)
-    if not all(bool(torch.isfinite(t).all()) for t in ref):
-        raise NotApplicable("the float64 reference is not finite here (a vanishing denominator)")
+    if not all(bool(torch.isfinite(t).all()) for t in ref):  # decided by floats
+        raise NoStatement("the float64 reference is not finite here (a vanishing denominator)")
     errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
     scales = term_scale(variant, x, mode, g)
     u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
@@ -702,14 +720,16 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
         return _derived_observations(
             variant, form, mode, (dq, dk), zero, derived[1][:2], "one key, exact 0; "
         )
+    if any_undefined(variant, x, mode):  # exactly, from the inputs
+        raise NotApplicable("the kernel weight vanishes exactly: the one-key output is undefined")
     ref = reference_gradients(variant, x, mode, g, torch.float64)
     zeros = [torch.zeros_like(ref[1]), torch.zeros_like(ref[2])]
-    if not bool(torch.isfinite(ref[0]).all()):
-        raise NotApplicable("the float64 reference is not finite here")
+    if not bool(torch.isfinite(ref[0]).all()):  # decided by floats: no draw rejected on it
+        raise NoStatement("the float64 reference is not finite here")
     errs = _reference_error(variant, x, mode, g, ctx, (*zeros, ref[3]))[:2]
     M_q, M_k, _ = term_scale(variant, x, mode, g)
     if not (math.isfinite(M_q) and math.isfinite(M_k)):
-        raise NotApplicable("the kernel weight vanishes: the single-key output is not defined")
+        raise NoStatement("the kernel weight vanishes: the single-key output is not defined")
     u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
     floor = gamma(sum_length(variant, x), u_a)
     bounds = [CALIBRATION_FACTOR * (e + floor * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]

@@ -27,6 +27,7 @@ from verify.properties.support.claims import (
     softmax_weights_applies,
 )
 from verify.properties.support.common import Example, exact_and_bound, tensor_snippet
+from verify.properties.support.defined import all_undefined, any_undefined
 from verify.properties.support.inputs import (
     elements,
     identity_values,
@@ -36,9 +37,15 @@ from verify.properties.support.inputs import (
     rounded,
     weight_inputs,
 )
-from verify.properties.support.observe import DPS, certified_change, elementwise, mp_diff, np64
+from verify.properties.support.observe import (
+    DPS,
+    certified_change,
+    elementwise,
+    mp_diff,
+    np64,
+)
 from verify.properties.support.paths import call_mode, sum_mode
-from verify.spec.results import NotApplicable, Observation
+from verify.spec.results import NoStatement, NotApplicable, Observation
 
 
 # ----------------------------------------------------------------------------- D9 injectivity
@@ -109,12 +116,20 @@ def _injectivity_check(variant, ex: QueryPairExample, ctx) -> list[Observation]:
     exact = mp_diff(ref.exact[0, 0, 1], ref.exact[0, 0, 0])
     rounding = eb.bound[0, 0, 0] + eb.bound[0, 0, 1]
     if collision is None:
-        usable = exact > 2 * rounding
-        if not usable.any():
-            raise NotApplicable("the two queries' exact weights are too close to certify")
-        j = int(np.argmax(np.where(usable, exact - 2 * rounding, -np.inf)))
+        # the key whose exact weight changes most (mpmath: the same on every machine), not the
+        # one most above twice the bound: certified_change holds for any exact change
+        # (measured >= exact - bound) and certifies it when exact > 2 bound, so no draw is
+        # rejected by the bound's last bits (a rejected draw changes every later draw)
+        if not (exact > 0).any():
+            raise NotApplicable("the two queries' exact weights are equal (q' = q, or S = 1)")
+        finite = np.isfinite(rounding)
+        if not finite.any():
+            raise NoStatement("no weight has a finite rounding bound")
+        j = int(np.argmax(np.where(finite, exact, -1.0)))
         o = certified_change(float(measured[j]), float(exact[j]), float(rounding[j]), kind)
         o.where = f"key {j}"
+        if not exact[j] > 2 * rounding[j]:
+            o.detail += "; exact <= 2 bound: no change certified on this example"
         return [o]
     # the second query is q + t u rounded: its exact weights differ from q's by ``exact``
     return [elementwise(measured, rounding + exact, f"{kind}: |w(q') - w(q)|")]
@@ -138,6 +153,8 @@ def _collision_examples(variant, ctx):
 def _collision_check(variant, ex: Example, ctx) -> Observation:
     x0 = identity_values(ex.inputs)
     a = ex.choices["alpha"]
+    if all_undefined(variant, x0, "sum"):  # exactly, from the inputs (alpha q: the same rows)
+        raise NotApplicable("every row's kernel sum vanishes exactly: the weights are undefined")
     x1 = make_inputs(a * x0.q, x0.k, x0.v, causal=x0.causal, case="alpha q")  # exact scaling
     ref0, eb0 = exact_and_bound(variant, x0, ctx, denominator="sum")
     ref1, eb1 = exact_and_bound(variant, x1, ctx, denominator="sum")
@@ -228,10 +245,12 @@ def _rank_check(variant, ex: Example, ctx) -> list[Observation]:
     mode = _rank_mode(variant)
     T = len(ch["q"])
     x = weight_inputs([[ch["q"]]], [[ch["k"]]], ctx, case="rank")
+    if any_undefined(variant, x, mode):  # exactly, from the inputs
+        raise NotApplicable("a kernel sum vanishes exactly: the weight matrix is undefined")
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode)
     finite = np.isfinite(eb.bound)
-    if not finite.all():
-        raise NotApplicable("a denominator may vanish: the weight matrix has no finite bound")
+    if not finite.all():  # a float decision (the bound's majorants): no draw rejected on it
+        raise NoStatement("a denominator may vanish: the weight matrix has no finite bound")
     A_hat = np64(call_mode(variant, x, mode))[0, 0]
     frob = float(np.sqrt(np.sum(eb.bound[0, 0] ** 2)))  # ||A_hat - A||_2 <= ||.||_F
     with mpmath.workdps(DPS):
@@ -256,31 +275,41 @@ def _rank_check(variant, ex: Example, ctx) -> list[Observation]:
             ),
         ]
     if variant.supports_causal(True):
-        obs.append(_causal_rank(variant, ch["w"], T, mode, ctx))
+        causal = _causal_rank(variant, ch["w"], T, mode, ctx)
+        if causal is not None:
+            obs.append(causal)
     return obs
 
 
-def _causal_rank(variant, w: list[float], T: int, mode: str, ctx) -> Observation:
-    """All tokens equal: the non-causal matrix has rank 1, the causal one rank T (D9)."""
+def _causal_rank(variant, w: list[float], T: int, mode: str, ctx) -> Observation | None:
+    """All tokens equal: the non-causal matrix has rank 1, the causal one rank T (D9); None
+    where the bound of the equal-token matrix is not finite (a float decision: the other
+    observations of the example stand, no draw is rejected on it)."""
     import mpmath
 
     tokens = [[[w] * T]]
     x = weight_inputs(tokens, tokens, ctx, causal=True, case="equal tokens")
+    if any_undefined(variant, x, mode):  # exactly, from the inputs
+        raise NotApplicable("a kernel sum vanishes exactly on the equal-token input")
     ref, eb = exact_and_bound(variant, x, ctx, denominator=mode)
     if not np.isfinite(eb.bound).all():
-        raise NotApplicable("a denominator may vanish on the equal-token input")
+        return None
     A_hat = np64(call_mode(variant, x, mode))[0, 0]
     frob = float(np.sqrt(np.sum(eb.bound[0, 0] ** 2)))
     with mpmath.workdps(DPS):
         sv_exact = _singular_values([[ref.exact[0, 0, i, j] for j in range(T)] for i in range(T)])
         sv_hat = _singular_values(A_hat.tolist())
     low = float(sv_exact[T - 1])
-    if not low > 2 * frob:
-        raise NotApplicable("sigma_T of the causal matrix is within twice the rounding bound")
+    if not low > 0:  # mpmath: the same on every machine
+        raise NotApplicable("sigma_T of the exact causal matrix is 0")
+    # sound for any sigma_T (Weyl: |sigma_T(A_hat) - sigma_T(A)| <= frob); certifies rank T
+    # when low > 2 frob, a float decision that rejects no draw
     o = certified_change(
         float(sv_hat[T - 1]), low, frob, f"causal mask raises the rank to T = {T}: sigma_T"
     )
     o.where = "causal equal-token matrix"
+    if not low > 2 * frob:
+        o.detail += "; sigma_T <= 2 bound: rank T not certified on this example"
     return o
 
 
@@ -341,10 +370,14 @@ def _full_rank_check(variant, ex: Example, ctx) -> list[Observation]:
         sv_exact = _singular_values([[ref.exact[0, 0, i, j] for j in range(n)] for i in range(n)])
         sv_hat = _singular_values(A_hat.tolist())
     low = float(sv_exact[-1])
-    if not low > 2 * frob:
-        raise NotApplicable("sigma_min within twice the rounding bound (ill-conditioned)")
+    if not low > 0:  # mpmath: the same on every machine
+        raise NotApplicable("sigma_min of the exact weight matrix is 0")
+    # sound for any sigma_min (Weyl); certifies full rank when low > 2 frob (ill-conditioned
+    # otherwise), a float decision that rejects no draw
     o = certified_change(float(sv_hat[-1]), low, frob, f"full rank {n}: sigma_min")
     o.where = "softmax weight matrix"
+    if not low > 2 * frob:
+        o.detail += "; sigma_min <= 2 bound (ill-conditioned): full rank not certified here"
     obs.append(o)
     return obs
 

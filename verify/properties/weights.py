@@ -45,7 +45,7 @@ from verify.properties.support.structure import (
     reorder_bound,
     variant_empty_rows,
 )
-from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.results import NoStatement, NotApplicable, Observation, VariantError
 from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
 
 # --------------------------------------------------------------------------- linearity in V
@@ -247,7 +247,8 @@ def _convex_check(variant, ex: Example, ctx):
     if not np.isfinite(o[~empty]).all():
         raise VariantError(f"{path}: NaN/inf in a row that has visible keys")
     if not variant.parsed_kernel.known and (W[~empty] < -bound.max(initial=0.0)).any():
-        raise NotApplicable(f"signed weights measured (min {W.min():.3g}): no convexity")
+        # read off the variant's weights against a computed bound: no draw rejected on it
+        raise NoStatement(f"signed weights measured (min {W.min():.3g}): no convexity")
     o = np.where(empty[..., None], 0.0, o)
     bound = np.where(empty[..., None], np.inf, bound)  # the empty-row convention: no statement
     vis = x.visible()[..., None]  # (B, H, T, S, 1)

@@ -32,6 +32,16 @@ class NotApplicable(Exception):
     """Raised by a check for an example outside the property's range (counts as rejected)."""
 
 
+class NoStatement(NotApplicable):
+    """Raised by a check whose example carries no statement by a decision on computed floats (a
+    rounding bound that is not finite, a variant's or a float64 reference's output): such a
+    decision may differ between machines in its last bits (README "Reports"), and a rejected
+    draw changes every later draw of a run, so the property runner counts the example as
+    checked without a statement and rejects nothing (``verify.properties.support.base``). A
+    decision on the inputs alone (exact arithmetic, sizes) raises :class:`NotApplicable`: the
+    draw is rejected on every machine alike. Code that catches NotApplicable catches it too."""
+
+
 class OutOfTime(BaseException):
     """The run's time limit ran out (raised in a worker process by the engine's alarm,
     ``verify.engine.run``): the checker's limit, never the variant's failure. A BaseException,

@@ -22,6 +22,7 @@ from typing import Any
 from verify.properties.support import observe
 from verify.spec.results import (
     LOOSE,
+    NoStatement,
     NotApplicable,
     Observation,
     OutOfTime,
@@ -258,6 +259,9 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     observations: list[Observation] = []
     state: dict[str, Any] = {"draws": 0}
 
+    def checked() -> int:  # examples with a statement and those without (``NoStatement``)
+        return len(observations) + state.get("unstated", 0)
+
     def one(example: Any) -> None:
         if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
             raise _ShrinkStop  # the shrink budget is spent (``_counted``)
@@ -265,6 +269,11 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
             raise OutOfTime("the time limit (--timeout)")
         try:
             result = prop.check(variant, example, ctx)
+        except NoStatement as exc:  # decided by floats: counted, no draw rejected
+            if "failure" not in state:
+                state["unstated"] = state.get("unstated", 0) + 1
+                state["unstated_why"] = str(exc)
+            return
         except NotApplicable as exc:
             from hypothesis import assume
 
@@ -279,11 +288,11 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
                 state["rejected"] = state.get("rejected", 0) + 1
                 state["rejected_why"] = f"{exc} (an input the variant rejects: accepts-inputs)"
                 assume(False)
-            state.setdefault("examples", len(observations) + 1)
+            state.setdefault("examples", checked() + 1)
             state["failure"] = (example, None, str(exc))
             raise
         except VariantError as exc:
-            state.setdefault("examples", len(observations) + 1)  # those run up to the failure
+            state.setdefault("examples", checked() + 1)  # those run up to the failure
             state["failure"] = (example, None, str(exc))
             raise
         except Exception as exc:  # a bug in the catalogue, not in the variant: reported as such
@@ -296,7 +305,7 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
         if worst.ratio > 1.0:
             if not _steers_shrinking(worst, example, state):
                 return  # a shrink candidate failing by less than the machine factor: passed
-            state.setdefault("examples", len(observations))
+            state.setdefault("examples", checked())
             state.setdefault("first_failure", repr(example))
             state["failure"] = (example, worst, _fail_message(worst))
             raise AssertionError(_fail_message(worst))
@@ -331,8 +340,8 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
             return _stopped(ctx, state, base, variant, why=str(exc))
         return PropertyResult(
             status="inconclusive",
-            examples=len(observations),
-            reason=f"{exc} ran out: {len(observations)} examples passed before it",
+            examples=checked(),
+            reason=f"{exc} ran out: {checked()} examples passed before it",
             **base,
         )
     except (AssertionError, VariantError) as exc:
@@ -356,7 +365,7 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     worst_obs = observe.worst(observations) if observations else None
     res = PropertyResult(
         status="fail" if failed else "pass",
-        examples=len(observations),
+        examples=checked(),
         ratios=ratios,
         **base,
     )
@@ -381,8 +390,13 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
         )
     if not failed and not observations:
         res.status = "skip"
-        why = state.get("rejected_why")
+        why = state.get("unstated_why") or state.get("rejected_why")
         res.reason = "no example was applicable" + (f" (the last reason: {why})" if why else "")
+    elif state.get("unstated") and not failed:
+        res.detail += (
+            f"; {state['unstated']} of {res.examples} examples without a statement (the last: "
+            f"{state['unstated_why']})"
+        )
     return res
 
 

@@ -20,7 +20,7 @@ from verify.properties.support.common import (
 )
 from verify.properties.support.inputs import by_causal, poison_value
 from verify.properties.support.paths import call_kwargs, path_callable
-from verify.spec.results import NotApplicable, VariantError
+from verify.spec.results import NoStatement, NotApplicable, VariantError
 
 # ----------------------------------------------------------------------------- gradients
 
@@ -112,8 +112,9 @@ def reference_gradients(variant, x, mode: str, g, dtype):
 
 def require_defined(variant, x, mode: str) -> None:
     """NotApplicable where the claimed computation is undefined on these inputs: a vanishing
-    denominator (signed kernels) or norm (l2/rms/layernorm of a zero or constant N); the
-    float64 reference output is not finite there."""
+    denominator (signed kernels) or norm (l2/rms/layernorm of a zero or constant N), decided
+    exactly (``support.defined``); NoStatement where only the float64 reference output is not
+    finite (a float decision, ``support.observe``)."""
     import torch
 
     from verify.spec.structure import has_structure
@@ -131,12 +132,14 @@ def require_defined(variant, x, mode: str) -> None:
         if variant.positive_kernel:
             return
         raise NotApplicable(f"a signed kernel ({variant.kernel}) under structural claims")
+    from verify.properties.support.defined import any_undefined
+
+    if any_undefined(variant, x, mode):  # decided exactly: the draw is rejected everywhere
+        raise NotApplicable(f"the output is undefined here ({mode}: an exactly vanishing sum)")
     g = torch.zeros((*x.q.shape[:-1], x.v.shape[-1]), dtype=torch.float64)
     out = reference_gradients(variant, x, mode, g, torch.float64)[0]
-    if not bool(torch.isfinite(out).all()):
-        raise NotApplicable(
-            f"the output is undefined here ({mode}: a vanishing denominator or norm)"
-        )
+    if not bool(torch.isfinite(out).all()):  # decided by floats: no draw rejected on it
+        raise NoStatement(f"the output is undefined here ({mode}: a vanishing denominator or norm)")
 
 
 def max_abs(t) -> float:

@@ -1,6 +1,7 @@
 """Turning computed values into observations: float64 views of tensors, elementwise
 differences, the worst element against its bound, exact (mpmath) differences and the rounding
-of exact values to floats."""
+of exact values to floats. A check finding no finite bound raises ``NoStatement`` (re-exported
+from ``verify.spec.results``): a decision on computed floats rejects no draw."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 
 import numpy as np
 
-from verify.spec.results import NotApplicable, Observation, VariantError
+from verify.spec.results import NoStatement, NotApplicable, Observation, VariantError
 
 #: the unit roundoff of float64
 U64 = 2.0**-53
@@ -58,13 +59,16 @@ def array_observation(err, bound, *, what: str, kind: str = "derived") -> Observ
     error where the bound is finite fails; a zero bound requires a zero error.
 
     Raises:
-        NotApplicable: no element has a finite bound.
+        NotApplicable: no element (an empty array).
+        NoStatement: no element has a finite bound (decided by the computed bound).
     """
     err = np.asarray(err, dtype=np.float64)
     bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), err.shape)
     silent = np.isinf(bound)
-    if err.size == 0 or silent.all():
-        raise NotApplicable("no element has a finite bound (a denominator may vanish)")
+    if err.size == 0:
+        raise NotApplicable("no element to compare")
+    if silent.all():
+        raise NoStatement("no element has a finite bound (a denominator may vanish)")
     idx = worst_index(_stated_ratios(err, bound, silent))
     where = str(idx)
     obs, bnd = float(err[idx]), float(bound[idx])
@@ -79,12 +83,12 @@ def elementwise(diff: np.ndarray, bound: np.ndarray, what: str, detail: str = ""
     ``what: observed vs bound at index; detail``.
 
     Raises:
-        NotApplicable: no element has a finite bound.
+        NoStatement: no element has a finite bound (decided by the computed bound).
     """
     silent = ~np.isfinite(bound)
     ratio = _stated_ratios(diff, bound, silent)
     if silent.all():
-        raise NotApplicable("no element has a finite bound")
+        raise NoStatement("no element has a finite bound")
     idx = worst_index(ratio)
     where = str(idx)
     return Observation(

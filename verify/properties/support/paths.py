@@ -12,7 +12,7 @@ from typing import Any
 
 from verify.properties.support.calls import call
 from verify.properties.support.common import Example
-from verify.spec.results import NotApplicable
+from verify.spec.results import NoStatement, NotApplicable
 
 FORWARD = "forward"
 
@@ -158,13 +158,20 @@ def bounded_call(variant, path: str, mode: str, x, bound, *, device: str | None 
     makes no statement; on ``device`` (the inputs and the mask moved there) when given.
 
     Raises:
-        NotApplicable: no element of ``bound`` is finite (every row's denominator may vanish).
+        NotApplicable: every row's exact output is undefined (a vanishing kernel sum or norm,
+            decided exactly from the inputs: ``support.defined``).
+        NoStatement: no element of ``bound`` is finite otherwise (a denominator may vanish:
+            decided by the computed bound, so the draw is kept, ``support.observe``).
     """
     import numpy as np
 
+    from verify.properties.support.defined import all_undefined
+
+    if all_undefined(variant, x, mode):
+        raise NotApplicable(f"every row's exact {mode} output is undefined (D7): no statement")
     finite = np.isfinite(bound)
     if not finite.any():
-        raise NotApplicable("every row's denominator may vanish (odd kernel): no statement")
+        raise NoStatement("every row's denominator may vanish (odd kernel): no statement")
     kw = call_kwargs(variant, mode, x.attn_mask)
     q, k, v = x.q, x.k, x.v
     if device is not None:
