@@ -321,6 +321,36 @@ CLAIM_OPTIONS = (
         "layout (total, H, d), cu_seqlens (B + 1,) int32: checked against forward per document",
         str,
     ),
+    # FlexAttention's functions as claims (verify.spec.flex)
+    ClaimOption(
+        "score_mod_spec",
+        "score-mod",
+        "pkg.mod:fn, FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> score applied to "
+        "the scaled scores (softmax): checked against the exact reference of this function "
+        "(checked by flex-score-mod; its error bound assumes it monotone in the score)",
+        str,
+    ),
+    ClaimOption(
+        "score_mod_roundings",
+        "score-mod-roundings",
+        "roundings of the score_mod's own arithmetic, u each relative to the larger of the "
+        "score and its image (default 2; a library function of n ulps counts 2n)",
+        _int_at_least(0, "an integer >= 0"),
+    ),
+    ClaimOption(
+        "mask_mod_spec",
+        "mask-mod",
+        "pkg.mod:fn, FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool (True = visible), "
+        "applied with the causal flag's visibility",
+        str,
+    ),
+    ClaimOption(
+        "block_mask_spec",
+        "block-mask",
+        "pkg.mod:fn, block_mask(B, H, T, S) -> the BlockMask the forward uses: checked against "
+        "--mask-mod token by token (checked by flex-block-mask)",
+        str,
+    ),
 )
 
 
@@ -475,6 +505,10 @@ METAVARS = {
     "feature-map": "PKG.MOD:PHI",
     "kv-heads": "G",
     "head-dim-multiple": "M",
+    "score-mod": "PKG.MOD:FN",
+    "mask-mod": "PKG.MOD:FN",
+    "block-mask": "PKG.MOD:FN",
+    "score-mod-roundings": "K",
 }
 
 

@@ -353,7 +353,9 @@ def transformed_scores(
     (D17's ``KernelArithmetic``, default D10's) sets the softcap's argument roundings, tanh
     error and cap product, the ALiBi bias's roundings and anchor (``key-index``: the bias
     m_h s FlashAttention adds on causal rows, same softmax; ``either``: the larger magnitude);
-    ``tanh_rel`` overrides the tanh's relative error.
+    ``tanh_rel`` overrides the tanh's relative error. A ``score_map`` ``(x, e_x, u) -> (y,
+    e_y)`` (a declared FlexAttention score_mod, ``verify.spec.flex.score_map``) is applied last,
+    at the unit roundoff of the transforms.
     """
     from derivations import kernel_arithmetic as ka
 
@@ -396,6 +398,9 @@ def transformed_scores(
             size,
         )
         x = x - bias
+    score_map = transform.get("score_map")
+    if score_map is not None:  # a declared map of the scores with its own error rule
+        x, e_x = score_map(x, e_x, u)
     return x, e_x
 
 

@@ -231,7 +231,9 @@ def attention_error_bound(
             ``enable_gqa``, ``softcap``, ``alibi_slopes``, ``sigmoid_bias`` (kernel
             ``sigmoid``, denominator ``none``), ``qk_norm`` (q and k L2-normalized before the
             score, D16's normalized-score error), ``score_bias`` (an additive bias broadcastable
-            to (B, H, T, S), added after the scale and the softcap, before ALiBi) and
+            to (B, H, T, S), added after the scale and the softcap, before ALiBi),
+            ``score_map`` (``(x, e_x, u) -> (y, e_y)``, a declared score_mod applied last:
+            ``verify.spec.flex.score_map``; softmax) and
             ``decay`` (causal ``taylor:N``: each weight gamma^(t-s) kappa_N carries the extra
             relative error gamma_{2(t-s)+2}(u) of its decay factor,
             :func:`verify.exact.error_terms.decayed`). Softcap and ALiBi change
@@ -404,6 +406,7 @@ def _setup(
     decay: Any = None,
     qk_norm: bool = False,
     score_bias: Any = None,
+    score_map: Any = None,
     eps_mode: str = "add",
 ) -> dict:
     """Validated float64 inputs and the choices every bound and the reference share."""
@@ -460,6 +463,10 @@ def _setup(
         if family not in ("exp", "sigmoid"):
             raise ValueError("score_bias: modelled for the softmax and sigmoid kernels (D16)")
         transform["bias"] = _np64(score_bias, "score_bias")
+    if score_map is not None:  # a declared score_mod's map and error rule (verify.spec.flex)
+        if family != "exp":
+            raise ValueError("score_map: modelled for the softmax kernel (D16's propagation)")
+        transform["score_map"] = score_map
     if qk_norm:
         if family not in ("exp", "sigmoid"):
             raise ValueError("qk_norm: modelled for the softmax and sigmoid kernels (D16)")

@@ -9,7 +9,8 @@ determinism, convexity, uniform weights), ``scores`` (the score scale, a single 
 (masks, causal alignment, the causal mismatch), ``claimed_structure`` (the window extent, kv
 head groups and key padding of structural claims), ``forms`` (form agreement and the streaming
 state API), ``decode_paths`` (a decode path against the causal forward, D20), ``packed``
-(packed sequences, D20), ``kernel`` (kernel identity, positivity, odd orders), ``shift``
+(packed sequences, D20), ``flex_checks`` (FlexAttention's score_mod, mask_mod and BlockMask
+as claims, D16), ``kernel`` (kernel identity, positivity, odd orders), ``shift``
 (shift invariance), ``gradients`` and ``gradient_masks``, ``precision`` (dtype and device
 agreement), and on the built-in implementations' theory ``truncation`` (D4), ``norms`` (D7),
 ``peaks`` (D8), ``injectivity`` (D9 injectivity and rank) and ``favor`` (D9 FAVOR+
@@ -31,6 +32,7 @@ GROUPS = (
     "forms",
     "decode_paths",
     "packed",
+    "flex_checks",
     "kernel",
     "shift",
     "gradients",

@@ -109,8 +109,9 @@ def _positive(x: Any) -> bool:
 
 def has_structure(v) -> bool:
     """The variant claims something the plain oracle (``verify.exact.oracle``) cannot state: a
-    window, a softcap, ALiBi, a decay, or the sigmoid kernel (its checks use the modern reference
-    and error model). Grouped kv heads alone do not count: the battery calls with G = H."""
+    window, a softcap, ALiBi, a decay, the sigmoid kernel (its checks use the modern reference
+    and error model), or a FlexAttention score_mod or mask_mod (checked by ``flex-score-mod``).
+    Grouped kv heads alone do not count: the battery calls with G = H."""
     return (
         v.window is not None
         or v.softcap is not None
@@ -118,13 +119,17 @@ def has_structure(v) -> bool:
         or v.decay is not None
         or v.kernel_family == "sigmoid"
         or v.qk_norm
+        or getattr(v, "score_mod", None) is not None
+        or getattr(v, "mask_mod", None) is not None
     )
 
 
 def position_dependent(v) -> bool:
     """The weights depend on positions, not only on the scores: a window, ALiBi or a decay
     (key-permutation equivariance does not hold)."""
-    return v.window is not None or v.alibi_slopes is not None or v.decay is not None
+    from verify.spec.flex import has_flex
+
+    return v.window is not None or v.alibi_slopes is not None or v.decay is not None or has_flex(v)
 
 
 def fixed_heads(v) -> int | None:
@@ -191,4 +196,6 @@ def describe(v) -> list[str]:
         out.append("q and k L2-normalized (cosine attention, QK-norm)")
     if v.score_bias:
         out.append("attn_bias (an additive score bias)")
-    return out
+    from verify.spec.flex import describe as flex_describe
+
+    return out + flex_describe(v)

@@ -167,6 +167,20 @@ class AttentionVariant:
             layout (``verify.spec.decode``), checked against ``forward`` on each document
             (``verify.properties.packed``, D20).
         packed_spec: ``"pkg.mod:fn"`` of ``packed`` (the command line's ``--packed``).
+        score_mod: FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx) -> score`` the forward
+            applies to its scaled scores (``verify.spec.flex``; softmax kernel, claimed alone
+            among the score transforms); checked by ``flex-score-mod`` against the exact
+            reference of the user's own function, with D16's error propagated through it
+            (monotone on each score's error interval, ``score_mod_roundings`` roundings).
+        score_mod_spec, mask_mod_spec, block_mask_spec: ``"pkg.mod:fn"`` of ``score_mod``,
+            ``mask_mod``, ``block_mask`` (the command line's ``--score-mod``, ``--mask-mod``,
+            ``--block-mask``).
+        score_mod_roundings: roundings of the score_mod's own arithmetic (K u each, relative to
+            the larger of the score and its image; default 2).
+        mask_mod: FlexAttention's ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (True = visible),
+            applied with the causal flag's visibility.
+        block_mask: ``block_mask(B, H, T, S) -> BlockMask`` the forward uses (torch's), checked
+            by ``flex-block-mask`` against ``mask_mod``.
 
     Which fields were declared (passed to the constructor or given as claims by
     :meth:`with_claims`) is kept in :attr:`declared`: the checker never replaces a declared
@@ -221,6 +235,13 @@ class AttentionVariant:
     decode_spec: str | None = None
     packed: Callable[..., Any] | None = None
     packed_spec: str | None = None
+    score_mod: Callable[..., Any] | None = None
+    score_mod_spec: str | None = None
+    score_mod_roundings: int = 2
+    mask_mod: Callable[..., Any] | None = None
+    mask_mod_spec: str | None = None
+    block_mask: Callable[..., Any] | None = None
+    block_mask_spec: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -307,6 +328,7 @@ class AttentionVariant:
             if self.kernel == "unknown":
                 object.__setattr__(self, "kernel", "linear:phi")
         self._load_paths()
+        self._load_flex()
         if self.linear_map == "phi" and self.feature_map is None:
             raise ValueError(
                 "kernel: 'linear:phi' needs the variant's feature_map (or --feature-map)"
@@ -324,6 +346,19 @@ class AttentionVariant:
             object.__setattr__(self, "packed", _decode.load_packed(self.packed_spec))
         if self.packed is not None and not callable(self.packed):
             raise TypeError(f"packed: expected a callable, got {type(self.packed).__name__}")
+
+    def _load_flex(self) -> None:
+        """Import the flex specs, validate the claims (``verify.spec.flex``); a flex claim with
+        the kernel unclaimed claims softmax."""
+        from verify.spec import flex
+
+        for name in ("score_mod", "mask_mod", "block_mask"):
+            spec = getattr(self, f"{name}_spec")
+            if spec is not None:
+                object.__setattr__(self, name, flex.load_mod(spec, f"{name}_spec"))
+        if flex.has_flex(self) and self.kernel == "unknown":
+            object.__setattr__(self, "kernel", "softmax")
+        flex.check_claims(self)
 
     # -- derived views of the claims ----------------------------------------------------------
     @property
@@ -375,7 +410,11 @@ class AttentionVariant:
         names = getattr(self, "_declared", None)
         if names is None:  # built without the constructor (e.g. copied): everything counts
             names = frozenset(f.name for f in fields(self))
-        if self.feature_map_spec is not None:
+        if (
+            self.feature_map_spec is not None
+            or self.score_mod is not None
+            or self.mask_mod is not None
+        ):
             names = names | {"kernel"}
         return names
 
@@ -454,6 +493,10 @@ CLAIM_FIELDS = (
     "head_dim_multiple",
     "decode_spec",
     "packed_spec",
+    "score_mod_spec",
+    "score_mod_roundings",
+    "mask_mod_spec",
+    "block_mask_spec",
 )
 
 
@@ -506,6 +549,10 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "score_bias": v.score_bias,
         "decode": v.decode_spec or (v.decode is not None),
         "packed": v.packed_spec or (v.packed is not None),
+        "score_mod": v.score_mod_spec or (v.score_mod is not None),
+        "score_mod_roundings": v.score_mod_roundings,
+        "mask_mod": v.mask_mod_spec or (v.mask_mod is not None),
+        "block_mask": v.block_mask_spec or (v.block_mask is not None),
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -52,6 +52,8 @@ STRUCTURE_AWARE = (
     "head-groups",
     "key-padding",
     "score-bias",
+    "flex-score-mod",
+    "flex-block-mask",
 )
 
 

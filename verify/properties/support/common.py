@@ -438,7 +438,13 @@ def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, ep
     drawn ``score_bias``)."""
     from verify.exact import errors
     from verify.exact.structure_oracle import structured_reference
+    from verify.spec.flex import has_flex
 
+    if has_flex(variant):
+        raise NotApplicable(
+            "score_mod/mask_mod claims: the output against their exact reference is "
+            "flex-score-mod's (the other references do not apply them)"
+        )
     if variant.kernel_family not in ("softmax", "sigmoid", "taylor"):
         raise NotApplicable(
             f"structural claims on {variant.kernel}: the modern reference and error model cover "

@@ -1,0 +1,199 @@
+"""FlexAttention's functions as claims (``verify.spec.flex``): a declared ``score_mod`` and
+``mask_mod`` checked on the output, and a declared ``BlockMask`` against its ``mask_mod``.
+
+- ``flex-score-mod``: the output equals softmax attention on the transformed scores
+  ``score_mod(c q.k, b, h, q_idx, kv_idx)`` over the keys ``mask_mod`` and the causal flag (and
+  a claimed window) show, within D10's bound with D16's score error propagated through the
+  score_mod (``verify.spec.flex.propagate``: monotone on each score's error interval, the
+  declared roundings). The reference (:func:`flex_reference`) is built from the user's own
+  functions: the scores c q.k in mpmath, rounded once to float64, the score_mod evaluated on
+  them in float64 torch, the softmax and the weighted sum in mpmath; the float64 steps' own
+  error is in the bound (``verify.spec.flex.score_map``). Eager ``flex_attention`` is never
+  the reference. Rows with no visible key carry no statement here (their convention is
+  ``edge-cases``').
+- ``flex-block-mask``: the token visibility a block-sparse kernel computes from the declared
+  ``block_mask(B, H, T, S)`` (listed partial blocks where mask_mod holds, listed full blocks
+  whole) equals mask_mod at every (b, h, q_idx, kv_idx): a block missing, a full block that is
+  not full (a document or window boundary inside it), a block mask built or reused at another
+  block size, a stored mask_mod other than the claim's. Exact: a count of wrong keys against 0.
+  Lengths reach past three blocks of the mask's own size, with a last partial block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from verify.properties.support.base import declare
+from verify.properties.support.calls import call
+from verify.properties.support.claims import structural_applies
+from verify.properties.support.common import Example, claimed_visible, precision_of
+from verify.properties.support.inputs import by_causal, shaped_inputs
+from verify.properties.support.observe import np64
+from verify.spec import flex
+from verify.spec.results import NotApplicable, Observation, VariantError
+
+
+def flex_reference(q, k, v, *, scale: float, score_mod, visible: np.ndarray, dps: int = 50):
+    """(output, visible): softmax attention on ``score_mod`` of the exact scores, (B, H, T, d_v)
+    float64 rounded once, and the visibility used (``visible`` less the keys the score_mod sets
+    to -inf).
+
+    Args:
+        q, k, v: (B, H, T, d), (B, H, S, d), (B, H, S, d_v) tensors or arrays of any float dtype.
+        scale: c of the scores c q.k.
+        score_mod: torch's ``score_mod`` or None (the scores themselves).
+        visible: (B, H, T, S) bool, True = the key may be attended.
+
+    Raises:
+        NotApplicable: the score_mod raised or returned NaN/+inf (``verify.spec.flex``).
+    """
+    import mpmath
+
+    from verify.exact.oracle import to_float64, to_mpf_array
+
+    with mpmath.workdps(dps):
+        Q, K, V = (to_mpf_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+        B, H, T, _ = Q.shape
+        S, dv = K.shape[2], V.shape[-1]
+        c = mpmath.mpf(scale)
+        x = np.empty((B, H, T, S), dtype=np.float64)
+        for b, h, t, s in np.ndindex(B, H, T, S):
+            x[b, h, t, s] = float(c * mpmath.fdot(Q[b, h, t], K[b, h, s]))
+        y = x if score_mod is None else flex.score_grid(score_mod, x)
+        vis = np.asarray(visible, dtype=bool) & ~np.isneginf(y)
+        out = np.zeros((B, H, T, dv), dtype=object)
+        for b, h, t in np.ndindex(B, H, T):
+            keys = np.flatnonzero(vis[b, h, t])
+            if not keys.size:
+                out[b, h, t] = [mpmath.mpf(0)] * dv
+                continue
+            m = max(mpmath.mpf(float(y[b, h, t, s])) for s in keys)
+            w = {s: mpmath.exp(mpmath.mpf(float(y[b, h, t, s])) - m) for s in keys}
+            den = mpmath.fsum(w.values())
+            out[b, h, t] = [
+                mpmath.fsum(w[s] * V[b, h, s, j] for s in keys) / den for j in range(dv)
+            ]
+        return to_float64(out), vis
+
+
+# --------------------------------------------------------------------------- score_mod
+
+
+def _mod_applies(variant, ctx):
+    if not flex.has_flex(variant):
+        return "no score_mod or mask_mod claimed (--score-mod, --mask-mod)"
+    if not variant.normalized or variant.eps or variant.denominators not in ((), ("sum",)):
+        return "flex claims are modelled with the softmax sum denominator and no eps"
+    return structural_applies(variant, ctx)
+
+
+def _mod_examples(variant, ctx):
+    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c)).map(
+        lambda x: Example(x, {})
+    )
+
+
+def flex_visible(variant, x) -> np.ndarray:
+    """(B, H, T, S) bool: the causal flag's and a claimed window's visibility
+    (``claimed_visible``) and the declared mask_mod's."""
+    vis = claimed_visible(variant, x)
+    if variant.mask_mod is not None:
+        B, H, T, _ = x.q.shape
+        vis = vis & flex.mask_grid(variant.mask_mod, B, H, T, x.k.shape[2])
+    return np.broadcast_to(vis, (*x.q.shape[:3], x.k.shape[2]))
+
+
+def flex_bound(variant, x, ctx, exact, vis):
+    """D10's bound of softmax attention over ``vis`` with the declared score_mod's map
+    (``verify.spec.flex.score_map``) against ``exact``; inf (no statement) on rows with no
+    visible key."""
+    from verify.exact import errors
+    from verify.properties.support.common import model_applies
+
+    scale = variant.score_scale(x.q.shape[-1])
+    why = errors.outside_model("softmax", x.q, x.k, x.v, dtype=ctx.model_dtype, scale=scale)
+    if why:
+        raise NotApplicable(why)
+    extra: dict[str, Any] = {}
+    if variant.score_mod is not None:
+        extra["score_map"] = flex.score_map(variant.score_mod, variant.score_mod_roundings)
+    with model_applies():
+        eb = errors.attention_error_bound(
+            "softmax", x.q, x.k, x.v, dtype=ctx.model_dtype, exact=exact, attn_mask=vis,
+            scale=scale, denominator="sum", eps=0.0, form="any", device=ctx.device,
+            exp_library=variant.exp_library, precision=precision_of(variant, ctx,
+            denominator="sum", eps=0.0), arithmetic=variant.arithmetic, **extra,
+        )  # fmt: skip
+    empty = ~vis.any(-1)
+    eb.bound[...] = np.where(empty[..., None], np.inf, eb.bound)
+    return eb
+
+
+def _mod_check(variant, ex: Example, ctx):
+    from verify.exact.errors import compare
+
+    x = ex.inputs
+    if x.k.shape[1] != x.q.shape[1]:
+        raise NotApplicable("grouped kv heads: the flex reference reads one kv head per head")
+    scale = variant.score_scale(x.q.shape[-1])
+    ref, vis = flex_reference(
+        x.q, x.k, x.v, scale=scale, score_mod=variant.score_mod, visible=flex_visible(variant, x)
+    )
+    if not vis.any():
+        raise NotApplicable("no visible key under the mask_mod and the causal flag")
+    eb = flex_bound(variant, x, ctx, ref, vis)
+    o = call(variant, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True)
+    claims = "; ".join(flex.describe(variant))
+    return compare(o, eb, ref, what=f"output under {claims}, causal={x.causal}")
+
+
+FLEX_SCORE_MOD = declare("flex-score-mod", _mod_applies, _mod_examples, _mod_check)
+
+
+# --------------------------------------------------------------------------- BlockMask
+
+
+def _block_applies(variant, ctx):
+    if variant.block_mask is None:
+        return "no block_mask declared (--block-mask)"
+    return structural_applies(variant, ctx)
+
+
+def _block_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    from verify.properties.support.common import LONG_BLOCK
+
+    def length():
+        return st.tuples(st.integers(0, 3), st.integers(1, LONG_BLOCK)).map(
+            lambda jr: jr[0] * LONG_BLOCK + jr[1]
+        )
+
+    return st.tuples(st.integers(1, 2), st.integers(1, 2), length(), length()).map(
+        lambda bhts: Example(None, {"B": bhts[0], "H": bhts[1], "T": bhts[2], "S": bhts[3]})
+    )
+
+
+def _block_check(variant, ex: Example, ctx):
+    B, H, T, S = (ex.choices[n] for n in "BHTS")
+    try:
+        bm = variant.block_mask(B, H, T, S)
+    except Exception as exc:
+        raise VariantError(f"block_mask raised {type(exc).__name__}: {exc}") from exc
+    try:
+        problems = flex.block_mask_problems(bm, variant.mask_mod, B, H, T, S)
+    except ValueError as exc:
+        raise VariantError(str(exc)) from exc
+    detail = (
+        "; ".join(problems) or f"the BlockMask equals mask_mod on (B, H, T, S) = {(B, H, T, S)}"
+    )
+    return Observation(float(len(problems)), 0.0, "exact", detail=detail)
+
+
+FLEX_BLOCK_MASK = declare("flex-block-mask", _block_applies, _block_examples, _block_check)
+
+PROPERTIES: tuple[Any, ...] = (FLEX_SCORE_MOD, FLEX_BLOCK_MASK)
+
+__all__ = ["PROPERTIES", "flex_bound", "flex_reference", "flex_visible", "np64"]
