@@ -231,6 +231,16 @@ def _single(st, model, dtype, acc, o_abs, arith, vis):
         tiny = 2.0 ** (eta_log2 + d10.precision_bits(acc))
         eta_log2 = int(math.log2(ka.flushed_abs_error(tiny, True, 0.0)))
     bound = bound + np.ldexp(n_vis[..., None] * (vmax + 1) + 1, eta_log2)
+    # every model normalizes non-negative weights by their own computed sum, so each computed
+    # weight is at most 1 (a sum of non-negative terms is at least each of them, rounding is
+    # monotone), each stored weight at most (1 + u_in) times that, their sum at most
+    # (1 + u_in)(1 + u_acc)^2 (1 + gamma_{n+2}(u_acc)) =: g: |o_hat| <= g max|v|, |o| <= max|v|,
+    # a cap where the relative bounds above stop being finite (scores past the arithmetic's
+    # resolution); max|v| over every key of the evaluation (a majorant of the row's)
+    bound = np.where(np.isnan(bound), np.inf, bound)
+    if model.name != "input-accumulation":  # (sums in the input type: no such argument)
+        grow = (1.0 + u_in) * (1.0 + u_a) ** 2 * (1.0 + d10.gamma(n_keys + 2, u_a))
+        bound = np.minimum(bound, (1.0 + grow[..., None]) * vmax)
     r["o_abs"] = o_abs
     r["vmax"] = vmax
     return bound, how, r
