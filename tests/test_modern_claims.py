@@ -148,12 +148,14 @@ def _parse(argv):
 
 def test_command_line_reads_the_structural_claims():
     claims = _parse(
-        ["--kv-heads", "2", "--window", "3,0", "--softcap", "30", "--alibi", "--decay", "0.9,1",
+        ["--kv-heads", "2", "--window", "3,0", "--softcap", "30", "--alibi",
          "--kernel", "sigmoid", "--sigmoid-bias", "-1.5", "--key-padding", "--qk-norm",
          "--score-bias"]
     )  # fmt: skip
     assert claims["kv_heads"] == 2 and claims["window"] == (3, 0) and claims["softcap"] == 30.0
-    assert claims["alibi_slopes"] == "reference" and claims["decay"] == (0.9, 1.0)
+    assert claims["alibi_slopes"] == "reference"
+    # --decay with --alibi is a contradiction (two position biases): parsed on its own
+    assert _parse(["--decay", "0.9,1"])["decay"] == (0.9, 1.0)
     assert claims["sigmoid_bias"] == -1.5 and claims["key_padding"] is True
     assert claims["qk_norm"] is True and claims["score_bias"] is True
     assert _parse(["--alibi-slopes", "0.5,0.25"])["alibi_slopes"] == (0.5, 0.25)
