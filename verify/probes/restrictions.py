@@ -15,6 +15,10 @@ from verify.spec.results import VariantError
 
 #: lengths tried by the restriction scan (fla's chunked forms need multiples of 256)
 SCAN_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 64, 128, 256, 257)
+#: the smallest length floor the scan reports as a restriction (a kernel's tile: 16 keys or
+#: more); a kernel that fails only on shorter inputs -- one token is the decode path -- has a
+#: defect inside its domain, which accepts-inputs fails
+MIN_LENGTH_FLOOR = 16
 #: head dimensions tried by the head-dimension scan (d_v = d), around the probes' own d = 4
 SCAN_HEAD_DIMS = (1, 2, 3, 4, 5, 6, 7, 8)
 
@@ -57,8 +61,8 @@ def scan_lengths(run: Runner, report: ProbeReport) -> None:
             rule = "any T" if m == 1 else f"T must be a multiple of {m}"
         elif passing == sorted(tested)[: len(passing)]:
             rule = f"T <= {passing[-1]} (fails from T = {failing[0]})"
-        elif passing == sorted(tested)[-len(passing) :]:  # works from a length on: a floor
-            floor = passing[0]
+        elif passing == sorted(tested)[-len(passing) :] and passing[0] >= MIN_LENGTH_FLOOR:
+            floor = passing[0]  # works from a tile's length on: a floor
             rule = f"T >= {floor} (fails below, from T = {failing[-1]})"
         else:
             rule = f"irregular: works for T in {passing}"
