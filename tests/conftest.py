@@ -1,5 +1,6 @@
 """Shared test configuration: the hypothesis profile (``$ATTN_THEORY_PROFILE``, default ``ci``),
-one torch thread per process (the suite runs under ``pytest -n auto``), TF32 off."""
+tests marked ``slow`` skipped under ``ci``, one torch thread per process (the suite runs under
+``pytest -n auto``), TF32 off."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import pytest
 
 from verify import profiles
 
-profiles.load()
+PROFILE = profiles.load()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (the long-shape repeats of ci-sized tests) run outside the ``ci``
+    profile only: ``ATTN_THEORY_PROFILE=dev python -m pytest -m slow`` runs them."""
+    if PROFILE != "ci":
+        return
+    skip = pytest.mark.skip(reason="slow: runs outside the ci profile (ATTN_THEORY_PROFILE=dev)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -84,6 +84,7 @@ def test_quick_run_writes_every_page(quick_reports):
     assert not [p for p in quick_reports.parent.iterdir() if p.name.startswith(".reports.")]
 
 
+@pytest.mark.slow  # CI's `attn-theory report --check` regenerates the full set and compares it
 def test_second_run_changes_no_byte(quick_reports):
     before = _digest(quick_reports)
     proc = _report(quick_reports)

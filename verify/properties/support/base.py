@@ -123,6 +123,13 @@ class _ShrinkStop(BaseException):
     it through)."""
 
 
+class _RejectStop(BaseException):
+    """Raised once a pass has rejected :attr:`RunContext.max_rejected` draws before any was
+    checked (a BaseException, so hypothesis lets it through): the pass has no applicable
+    example, reported as a skip (each long draw costs a bound, so hypothesis' own limit of
+    hundreds of rejected draws would cost minutes)."""
+
+
 @dataclass
 class RunContext:
     """Where and how a property runs: dtype name, device, example budget, seed."""
@@ -143,6 +150,9 @@ class RunContext:
     #: has (:class:`~verify.spec.results.OutOfTime`: a failure found, else ``inconclusive``);
     #: None: no time limit (``verify.engine.run`` sets it from ``--timeout``)
     deadline: float | None = None
+    #: rejected draws (outside the property's range, or inputs the variant rejects) after which
+    #: a pass with no checked example stops as a skip; None: hypothesis' own limits
+    max_rejected: int | None = None
 
     @property
     def torch_dtype(self):
@@ -169,6 +179,9 @@ LONG_EXAMPLES = 3
 LONG_SHARE = 8
 #: shrink candidates of a failing long example (each a long call and bound)
 LONG_SHRINK_DRAWS = 10
+#: rejected long draws per long example before the long pass stops as a skip (a variant that
+#: rejects the long shapes, e.g. an undeclared d_v == d: accepts-inputs reports that)
+LONG_MAX_REJECTED = 8
 
 
 def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
@@ -194,7 +207,9 @@ def run_property(prop: Property, variant: Any, ctx: RunContext) -> PropertyResul
     )
     shrink = LONG_SHRINK_DRAWS if ctx.shrink_draws is None else min(ctx.shrink_draws,
                                                                     LONG_SHRINK_DRAWS)  # fmt: skip
-    long_ctx = dataclasses.replace(ctx, seed=ctx.seed + 1, shrink_draws=shrink)
+    long_ctx = dataclasses.replace(
+        ctx, seed=ctx.seed + 1, shrink_draws=shrink, max_rejected=LONG_MAX_REJECTED * count
+    )
     long = _run_once(long_prop, variant, long_ctx)
     return _merged(res, long)
 
@@ -262,6 +277,16 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     def checked() -> int:  # examples with a statement and those without (``NoStatement``)
         return len(observations) + state.get("unstated", 0)
 
+    def reject(why: str) -> None:
+        from hypothesis import assume
+
+        state["rejected"] = state.get("rejected", 0) + 1
+        state["rejected_why"] = why
+        cap = ctx.max_rejected
+        if cap is not None and state["rejected"] > cap and not checked() and "failure" not in state:
+            raise _RejectStop
+        assume(False)
+
     def one(example: Any) -> None:
         if ctx.shrink_draws is not None and state["draws"] > ctx.shrink_draws:
             raise _ShrinkStop  # the shrink budget is spent (``_counted``)
@@ -275,19 +300,11 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
                 state["unstated_why"] = str(exc)
             return
         except NotApplicable as exc:
-            from hypothesis import assume
-
-            state["rejected"] = state.get("rejected", 0) + 1
-            state["rejected_why"] = str(exc)
-            assume(False)
+            reject(str(exc))
             return
         except VariantRaised as exc:
             if prop.id != ACCEPTS_INPUTS:  # left out here; accepts-inputs fails on it
-                from hypothesis import assume
-
-                state["rejected"] = state.get("rejected", 0) + 1
-                state["rejected_why"] = f"{exc} (an input the variant rejects: accepts-inputs)"
-                assume(False)
+                reject(f"{exc} (an input the variant rejects: accepts-inputs)")
             state.setdefault("examples", checked() + 1)
             state["failure"] = (example, None, str(exc))
             raise
@@ -347,7 +364,7 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
     except (AssertionError, VariantError) as exc:
         failed = True
         err_text = str(exc)
-    except Unsatisfiable:  # every draw was outside the property's range: nothing to state
+    except (Unsatisfiable, _RejectStop):  # every draw outside the property's range: no statement
         return PropertyResult(
             status="skip",
             reason=f"no applicable example: {state.get('rejected', 0)} draws outside the "
