@@ -443,3 +443,38 @@ def test_a_one_sided_rounding_roots_before_the_max_error():
     runs[1] = _failure("rounding-bias", kind="derived", H=512)  # a head past its bound
     (g,) = group_failures(runs, ["oracle-agreement", "rounding-bias"])
     assert g.root.property_id == "oracle-agreement"
+
+
+#: properties whose failures describe the variant's own arithmetic or paths (every other id of
+#: the catalogue is a statement about a kernel family: its failure names the family's claim)
+THEORY_ONLY = {
+    "odd-order-counterexample", "taylor-not-shift-invariant", "truncation-within-d4",
+    "convergence-in-n", "norm-identities", "softmax-peak-bounds", "softmax-peak-monotone",
+    "power-attention-peak", "linear-peak-bound", "softmax-injectivity",
+    "homogeneous-map-collision", "linear-attention-rank", "exp-kernel-full-rank",
+    "favor-kernel-unbiased", "favor-orthogonal-variance",
+}  # fmt: skip
+
+
+def test_every_variant_facing_root_has_a_fix_to_look_at():
+    """A group rooted at a decode, packing, flex or state property names that path's fix
+    (a root with no hint printed no 'look at' line)."""
+    from verify.properties import catalogue
+    from verify.render.check import LOOK_AT, look_at
+
+    missing = [p.id for p in catalogue() if p.id not in THEORY_ONLY and not look_at(p.id)]
+    assert not missing, missing
+    assert "append" in LOOK_AT["decode-steps"] and "cache_seqlens" in LOOK_AT["decode-batch-rows"]
+    assert (
+        "cu_seqlens" in LOOK_AT["packed-documents"] and "BLOCK_SIZE" in LOOK_AT["flex-block-mask"]
+    )
+
+
+def test_a_claimed_softcap_puts_cap_before_masking_first_for_causality():
+    from types import SimpleNamespace
+
+    from verify.render.check import look_at
+
+    capped = look_at("causality", SimpleNamespace(softcap=50.0))
+    assert capped.startswith("the softcap (C = 50) applied after the mask")
+    assert look_at("causality", SimpleNamespace(softcap=None)).startswith("the causal mask")

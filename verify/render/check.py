@@ -149,8 +149,40 @@ LOOK_AT = {
     "forms-agree": "an alternative form disagrees with the forward: the chunked form must read "
     "the state before its chunk (states[i - 1], not states[i]), apply a decay once per step "
     "(gamma^n, not gamma^(n+1)) and keep padding out of its state",
-    "state-step": "the streaming state: step must continue prefill exactly (no padded or zero "
-    "key entering the state, the step's normalizer updated with its key)",
+    "state-step": "the streaming state: step must continue prefill exactly: a KV cache "
+    "appends the new key and value before the new query attends (not after: reading the cache "
+    "first drops the query's own key); a recurrent state takes no padded or zero key and its "
+    "normalizer is updated with the step's key",
+    "decode-steps": "decoding must continue prefill exactly: append the new keys and values to "
+    "the cache before the new queries attend (reading it first drops their own keys), write "
+    "them at the row's current length (not a fixed slot), scale and mask as the forward does "
+    "(a decode query is the last row: bottom-right alignment)",
+    "decode-resume": "a cache resumed after any split must hold every earlier key: prefill "
+    "writes all T of its keys (an empty prefill included) and the length advances by each "
+    "step's tokens",
+    "decode-multi-token": "a step of several tokens (speculative decoding) is causal within "
+    "itself: new query i sees the cache and new keys 0..i (bottom-right), as single steps do",
+    "decode-batch-rows": "rows at different cache positions: each row writes and reads at its "
+    "own length (cache_seqlens[b], not the batch's maximum or row 0's) and masks the slots "
+    "past it",
+    "decode-capacity": "the cache's unused capacity must not change the output: attend to the "
+    "first length slots only (slice or mask by the length, not by the buffer's size)",
+    "decode-unused-slots": "unused cache slots must be masked out, whatever they hold (zeros, "
+    "NaN, inf): a boolean select or slicing, not a multiply by a 0/1 mask (0 * inf is NaN)",
+    "decode-window": "a rolling window of W slots: write at position % W, and after the "
+    "wraparound attend to exactly the last W keys (the window's left edge inclusive)",
+    "packed-documents": "packed documents (cu_seqlens) must match each document alone: the "
+    "block-diagonal mask (query and key in the same document), causal within each document "
+    "from its own start, positions and scales per document",
+    "packed-isolation": "one document must not see another: a change in one document must "
+    "leave every other document's outputs bit-identical and their gradients zero (masks from "
+    "cu_seqlens, boundaries inside a block included)",
+    "flex-score-mod": "the score_mod's arithmetic: its sign and scale on the scaled scores (a "
+    "bias added, a softcap C tanh(s / C)), applied with the indices it is given (b, h, q_idx, "
+    "kv_idx)",
+    "flex-block-mask": "the BlockMask must match its mask_mod at every token: rebuild it at "
+    "the block size the kernel uses (BLOCK_SIZE), and list a block as full only when every "
+    "token in it is visible",
     "state-split-resume": "resuming from a state must carry all of it: the normalizer z beside "
     "the numerator state",
     "kernel-identity": "the feature map does not reproduce the claimed kernel: phi(q).phi(k) "
@@ -172,6 +204,24 @@ LOOK_AT = {
     "exp(m_old - m_new) acc + P V), the keys padding the last block must be masked, a row sum "
     "or normalizer over thousands of keys must be accumulated in float32 (a float16 sum "
     "overflows or stalls)",
+    "permutation-equivariance": "permuting keys and values together must not change the "
+    "output (no causal mask claimed): a position-dependent step (a positional bias, a cumsum, "
+    "a causal mask applied though none is claimed: --causal yes)",
+    "linearity-in-v": "the output must be linear in v: no normalization, clamp or nonlinearity "
+    "applied to v or to the output, no bias added after the weights",
+    "convex-combination": "a normalized attention's output lies in the convex hull of its "
+    "values: weights non-negative and summing to 1 (divide by the row sum; an eps in the "
+    "denominator is claimed with --eps / --eps-mode)",
+    "uniform-weights": "equal scores must give equal weights 1/S: the normalizer sums over the "
+    "row's keys only (not over heads, the batch or padding)",
+    "single-key": "one visible key must get weight 1 (the output equals its value): the "
+    "normalizer, an eps, a mask that drops the only key",
+    "single-key-gradients": "with one key the output is v: dq and dk must be 0 and dv = dO (a "
+    "hand-written backward that misses the normalizer's term gives dq != 0)",
+    "softmax-shift-invariance": "softmax must not change when every score of a row shifts by "
+    "one constant: subtract the row maximum (not a global or a per-key one) before exp",
+    "device-agreement": "the CUDA path differs from the CPU path beyond both precision models: "
+    "a device-specific branch (a fused kernel, a different mask or scale)",
     "rounding-bias": "a one-sided rounding of the weights or the output (bit truncation): round "
     "to nearest (P.to(dtype))",
 }
@@ -239,6 +289,11 @@ def look_at(property_id: str, variant: Any = None, reasons: tuple[str, ...] = ()
         return BIAS_BEYOND_BOUND
     if property_id == "oracle-agreement" and variant is not None:
         return f"{text}: {'; '.join(_constants(variant, narrower(said)))}"
+    if property_id == "causality" and getattr(variant, "softcap", None) is not None:
+        return (  # a claimed softcap: the cap applied after the mask fill comes first
+            f"the softcap (C = {variant.softcap:g}) applied after the mask: C tanh(-inf / C) = "
+            "-C gives masked keys weight: cap the scores before masking; else " + text
+        )
     return text
 
 
