@@ -33,6 +33,7 @@ from verify.properties.support.inputs import (
     make_inputs,
     poison_value,
     shaped_inputs,
+    structural_examples,
 )
 from verify.properties.support.observe import array_observation, diff, np64
 from verify.properties.support.paths import FORWARD, call_kwargs, convention_mode, form_kind
@@ -52,12 +53,6 @@ def _window_applies(variant, ctx):
     if variant.window is None:
         return "no window claimed (window=None)"
     return structural_applies(variant, ctx)
-
-
-def _window_examples(variant, ctx):
-    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c)).map(
-        lambda x: Example(x, {})
-    )
 
 
 def claimed_visibility(variant, x) -> np.ndarray:
@@ -106,7 +101,7 @@ def _window_check(variant, ex: Example, ctx):
     return obs
 
 
-WINDOW_EXTENT = declare("window-extent", _window_applies, _window_examples, _window_check)
+WINDOW_EXTENT = declare("window-extent", _window_applies, structural_examples, _window_check)
 
 
 # --------------------------------------------------------------------------- head groups

@@ -29,7 +29,7 @@ from verify.properties.support.base import declare
 from verify.properties.support.calls import call
 from verify.properties.support.claims import structural_applies
 from verify.properties.support.common import Example, claimed_visible, precision_of
-from verify.properties.support.inputs import by_causal, shaped_inputs
+from verify.properties.support.inputs import structural_examples
 from verify.properties.support.observe import np64
 from verify.spec import flex
 from verify.spec.results import NotApplicable, Observation, VariantError
@@ -89,12 +89,6 @@ def _mod_applies(variant, ctx):
     return structural_applies(variant, ctx)
 
 
-def _mod_examples(variant, ctx):
-    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c)).map(
-        lambda x: Example(x, {})
-    )
-
-
 def flex_visible(variant, x) -> np.ndarray:
     """(B, H, T, S) bool: the causal flag's and a claimed window's visibility
     (``claimed_visible``) and the declared mask_mod's."""
@@ -149,7 +143,7 @@ def _mod_check(variant, ex: Example, ctx):
     return compare(o, eb, ref, what=f"output under {claims}, causal={x.causal}")
 
 
-FLEX_SCORE_MOD = declare("flex-score-mod", _mod_applies, _mod_examples, _mod_check)
+FLEX_SCORE_MOD = declare("flex-score-mod", _mod_applies, structural_examples, _mod_check)
 
 
 # --------------------------------------------------------------------------- BlockMask

@@ -279,3 +279,17 @@ def poison_value(dtype) -> float:
 
     p = min(POISON, torch.finfo(dtype).max / 4)
     return float(torch.tensor(p, dtype=torch.float64).to(dtype))
+
+
+def structural_examples(variant, ctx):
+    """Plain examples of the variant's claimed shapes, causal as claimed (no choices): the
+    examples of every property that reads a claimed structure's visibility."""
+    return by_causal(variant, lambda c: shaped_inputs(variant, ctx, causal=c)).map(
+        lambda x: _example(x)
+    )
+
+
+def _example(x):
+    from verify.properties.support.common import Example
+
+    return Example(x, {})
