@@ -26,7 +26,8 @@ def _found(variant) -> tuple[dict, str]:
         ("ok_window", {"window": (2, 1)}, "window (2, 1)"),
         ("bad_window", {"window": (3, 1)}, "window (3, 1)"),  # what it computes, not its claim
         ("ok_gqa", {"kv_heads": 2}, "h // (H / G)"),
-        ("bad_gqa", {}, "repeat, not h // (H / G)"),
+        # a tiled map is claimed as grouped-query attention too: head-groups then checks it
+        ("bad_gqa", {"kv_heads": 2}, "repeat, not h // (H / G)"),
         ("ok_softcap", {"softcap": 5.0}, "softcapped at C = 5"),
         ("ok_alibi", {"alibi_slopes": "reference"}, "ALiBi's reference slopes"),
         ("bad_alibi_order", {}, "bias linear in |t - s| with slopes 0.003906"),
@@ -36,6 +37,28 @@ def test_positional_probes_find_what_the_variant_computes(name, expected, words)
     found, sentence = _found(getattr(mv, name))
     assert found == expected, (found, sentence)
     assert words in sentence, sentence
+
+
+def _tiled(q, k, v, *, causal):
+    """GQA by tiling the kv heads (query head h reads kv head h mod G), no claim declared."""
+    return mv.gqa_forward(q, k, v, causal=causal, interleave=False)
+
+
+def _interleaved(q, k, v, *, causal):
+    return mv.gqa_forward(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("fn, fails", [(_tiled, True), (_interleaved, False)])
+def test_unclaimed_grouped_kv_heads_are_checked(fn, fails):
+    """A plain function that takes fewer kv heads, with no claim: the probes claim kv_heads, so
+    head-groups runs (it passed unchecked with the tiled map before)."""
+    from verify.engine.check import check
+
+    res = check(fn, select=["head-groups"], dtypes=("float64",), isolate=False, max_examples=10)
+    assert res.variant.kv_heads == 2
+    ran = [r for r in res.results if r.property_id == "head-groups"]
+    assert ran and all(r.status in ("pass", "fail") for r in ran), ran
+    assert bool(res.failed) == fails, [r.reason for r in res.failed]
 
 
 def test_plain_softmax_suggests_no_structure():

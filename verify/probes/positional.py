@@ -193,7 +193,11 @@ def suggested(positional: dict[str, Any]) -> dict[str, Any]:
     if win.get("window") is not None and not win.get("plain") and win.get("same_for_every_head"):
         claims["window"] = tuple(win["window"])
     kv = positional.get("kv_heads", {})
-    if kv.get("convention") == "repeat_interleave":
+    if kv.get("accepts") and kv.get("G"):
+        # a variant that takes fewer kv heads claims grouped-query attention, whose one
+        # grouping (HF's repeat_kv, SDPA's enable_gqa, FlashAttention) reads kv head
+        # h // (H / G): claimed whatever grouping the probe saw, so head-groups checks it (a
+        # tiled ``repeat`` fails there instead of passing unchecked)
         claims["kv_heads"] = kv["G"]
     cap = positional.get("cap", {})
     if cap.get("kind") == "softcap C tanh(s / C)":
