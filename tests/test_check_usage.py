@@ -231,6 +231,24 @@ def test_claims_line_names_every_claim_checked():
     assert "empty_rows per dtype: float64 nan, float32 uniform" in per
 
 
+def test_claims_line_names_the_dtypes_that_ran():
+    """Asking for bfloat16 claims it beside the variant's float64/float32, but only bfloat16
+    runs: the line says the dtypes of the runs, not the claimed set."""
+    import usage_variants as uv
+
+    from verify.engine.check import CheckResult
+    from verify.render.check import claims_line
+    from verify.spec.results import PropertyResult
+    from verify.spec.variant import AttentionVariant
+
+    v = AttentionVariant(name="v", forward=uv.attention, kernel="softmax",
+                         dtypes=("float64", "float32", "bfloat16"))  # fmt: skip
+    runs = [PropertyResult(property_id="causality", derivation="D2", statement="-",
+                           dtype="bfloat16", device="cpu", status="pass")]  # fmt: skip
+    line = claims_line(CheckResult(variant=v, results=runs))
+    assert "dtypes=bfloat16" in line and "float32" not in line, line
+
+
 def test_summary_wraps_reasons_instead_of_cutting_them():
     from verify import builtins
     from verify.engine.check import CheckResult

@@ -478,3 +478,17 @@ def test_a_claimed_softcap_puts_cap_before_masking_first_for_causality():
     capped = look_at("causality", SimpleNamespace(softcap=50.0))
     assert capped.startswith("the softcap (C = 50) applied after the mask")
     assert look_at("causality", SimpleNamespace(softcap=None)).startswith("the causal mask")
+
+
+def test_the_scale_hint_names_claimed_scale_only_where_it_ran():
+    """oracle-agreement's hint sends the reader to claimed-scale's reason only when that check
+    ran; else it says it did not and names the claim instead."""
+    from verify import builtins
+    from verify.render.check import look_at
+
+    softmax = builtins.get("softmax")
+    ran = look_at("oracle-agreement", softmax, ran=frozenset({"oracle-agreement", "claimed-scale"}))
+    assert "the reason of claimed-scale names the one that fits" in ran, ran
+    not_ran = look_at("oracle-agreement", softmax, ran=frozenset({"oracle-agreement"}))
+    assert "claimed-scale did not run in this check; --scale VALUE" in not_ran, not_ran
+    assert "the reason of claimed-scale" not in not_ran

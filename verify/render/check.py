@@ -67,7 +67,8 @@ def to_json(result) -> dict[str, Any]:
         "empty_rows_by_dtype": dict(getattr(result, "empty_rows_by_dtype", {}) or {}),
         "warnings": dict(getattr(result, "warnings", {}) or {}),
         "groups": [
-            {**g.to_json(), "look_at": group_look_at(g, result.variant)} for g in result.groups
+            {**g.to_json(), "look_at": group_look_at(g, result.variant, ran_ids(result))}
+            for g in result.groups
         ],
         "skips": [
             {"reason": why, "runs": len(rs), "properties": _ids(rs), "to_run": to_run(why)}
@@ -267,7 +268,12 @@ NEED_WORDS = {
 }
 
 
-def look_at(property_id: str, variant: Any = None, reasons: tuple[str, ...] = ()) -> str:
+def look_at(
+    property_id: str,
+    variant: Any = None,
+    reasons: tuple[str, ...] = (),
+    ran: frozenset[str] | None = None,
+) -> str:
     """What to look at when ``property_id`` is a group's root ('' when nothing specific): the
     fix of the defects the property decides, with the claimed constants a wrong output may come
     from (``variant``'s claims), and for a low-precision failure what its reasons (the root's
@@ -288,7 +294,7 @@ def look_at(property_id: str, variant: Any = None, reasons: tuple[str, ...] = ()
     if property_id == "rounding-bias" and "exceeds its max-error bound" in said:
         return BIAS_BEYOND_BOUND
     if property_id == "oracle-agreement" and variant is not None:
-        return f"{text}: {'; '.join(_constants(variant, narrower(said)))}"
+        return f"{text}: {'; '.join(_constants(variant, narrower(said), ran))}"
     if property_id == "causality" and getattr(variant, "softcap", None) is not None:
         return (  # a claimed softcap: the cap applied after the mask fill comes first
             f"the softcap (C = {variant.softcap:g}) applied after the mask: C tanh(-inf / C) = "
@@ -314,13 +320,33 @@ def narrower(reason: str) -> str:
     )
 
 
-def _constants(variant, narrow: str = "") -> list[str]:
+def _scale_source(variant, ran: frozenset[str] | None = None) -> str:
+    """Where the scale that fits is named: claimed-scale's reason when that check ran (``ran``:
+    the ids that ran; None: when it applies to ``variant`` in float64), else that it did not
+    and the claim that states another scale."""
+    from verify.properties import get
+    from verify.properties.support.base import RunContext
+
+    if ran is not None:
+        if "claimed-scale" in ran:
+            return "the reason of claimed-scale names the one that fits"
+        return "claimed-scale did not run in this check; --scale VALUE states another"
+
+    try:
+        why = get("claimed-scale").applies(variant, RunContext(dtype="float64"))
+    except Exception as exc:  # noqa: BLE001 - a hint never fails the summary
+        why = f"{type(exc).__name__}: {exc}"
+    if why is None:
+        return "the reason of claimed-scale names the one that fits"
+    return f"claimed-scale does not run here ({why}); --scale VALUE states another"
+
+
+def _constants(variant, narrow: str = "", ran: frozenset[str] | None = None) -> list[str]:
     """The constants and steps a wrong output of ``variant`` may come from, its claims named
     (``narrow``: the sentence of :func:`narrower` first, when it applies)."""
     scale = "1/sqrt(d)" if variant.scale == "default" else str(variant.scale)
     out = [narrow] if narrow else []
-    out.append(f"the score scale (claimed {scale}; the reason of claimed-scale names the one "
-               "that fits)")  # fmt: skip
+    out.append(f"the score scale (claimed {scale}; {_scale_source(variant, ran)})")
     if getattr(variant, "softcap", None) is not None:
         out.append(f"the softcap C tanh(s / C) with C = {variant.softcap:g} on the scaled "
                    "scores, the exponent's scale after the cap")  # fmt: skip
@@ -356,14 +382,20 @@ PRECALL_LOOK_AT = {
 }
 
 
-def group_look_at(group, variant: Any = None) -> str:
+def ran_ids(result) -> frozenset[str]:
+    """The ids of the properties that ran (were not skipped) in ``result``."""
+    return frozenset(r.property_id for r in result.results if r.status != "skip")
+
+
+def group_look_at(group, variant: Any = None, ran: frozenset[str] | None = None) -> str:
     """:func:`look_at` of a failure group's root, with the reasons of its root property's runs
-    (:data:`PRECALL_LOOK_AT` for a check stopped at its tiny call)."""
+    (:data:`PRECALL_LOOK_AT` for a check stopped at its tiny call); ``ran``: the ids of the
+    properties that ran (a hint names no check that did not)."""
     if hint := PRECALL_LOOK_AT.get(getattr(group, "reason", "") or ""):
         return hint
     root = group.root.property_id
     reasons = tuple(r.reason or "" for r in group.members if r.property_id == root)
-    return look_at(root, variant, reasons)
+    return look_at(root, variant, reasons, ran)
 
 
 def to_run(reason: str) -> str:
@@ -405,7 +437,8 @@ ALWAYS_SAID = ("kernel", "causal", "layout", "normalized", "scale")
 
 
 def claims_line(result) -> str:
-    """Every claim the battery checked, in one line: :data:`ALWAYS_SAID`, then each claim of
+    """Every claim the battery checked, in one line: :data:`ALWAYS_SAID`, the dtypes that ran,
+    then each claim of
     ``verify.spec.variant.claims_json`` whose value is not a bare variant's default, and the
     empty-row convention of each dtype when it differs by dtype."""
     from verify.spec.variant import AttentionVariant, claims_json
@@ -414,10 +447,15 @@ def claims_line(result) -> str:
     now = claims_json(v)
     default = claims_json(AttentionVariant(name="-", forward=_no_forward))
     parts = [_claim_word(k, now[k]) for k in ALWAYS_SAID if k in now]
+    # the dtypes the battery ran (asking for one dtype claims it beside the variant's own, but
+    # only the asked one is checked)
+    ran = list(dict.fromkeys(r.dtype for r in getattr(result, "results", ()) or ()))
+    if ran:
+        parts.append(_claim_word("dtypes", ran))
     parts += [
         _claim_word(k, value)
         for k, value in now.items()
-        if k not in ALWAYS_SAID and value != default.get(k)
+        if k not in ALWAYS_SAID and value != default.get(k) and not (ran and k == "dtypes")
     ]
     by_dtype = getattr(result, "empty_rows_by_dtype", None) or {}
     if by_dtype:
@@ -569,7 +607,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
                 f"{shape_words(ex.features)}"
             )
             out += _indent(ex.counterexample, "      ", None if verbose else 8)
-        if hint := group_look_at(g, result.variant):
+        if hint := group_look_at(g, result.variant, ran_ids(result)):
             out.append(f"    look at: {hint}")
         if ex.snippet and (i == 1 or verbose):
             out.append(
