@@ -1,4 +1,4 @@
-"""Symbolic derivations D1-D20 (sympy; no torch), rendered into ``reports/derivations.md``.
+"""Symbolic derivations D1-D21 (sympy; no torch), rendered into ``reports/derivations.md``.
 
 Each topic module exposes ``derive() -> Derivation`` and plain numeric functions that ``verify/``
 imports (coefficients, bounds, sizes). Importing this package does no sympy work. The two largest
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-#: derivation id -> module name (in the order D1 ... D20)
+#: derivation id -> module name (in the order D1 ... D21)
 MODULES: dict[str, str] = {
     "D1": "feature_maps",
     "D2": "recurrent",
@@ -37,6 +37,7 @@ MODULES: dict[str, str] = {
     "D17": "kernel_arithmetic_record",
     "D19": "reverse_rnn",
     "D20": "paths",
+    "D21": "gradient_identities",
 }
 
 

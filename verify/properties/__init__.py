@@ -11,10 +11,11 @@ head groups and key padding of structural claims), ``forms`` (form agreement and
 state API), ``decode_paths`` (a decode path against the causal forward, D20), ``packed``
 (packed sequences, D20), ``flex_checks`` (FlexAttention's score_mod, mask_mod and BlockMask
 as claims, D16), ``kernel`` (kernel identity, positivity, odd orders), ``shift``
-(shift invariance), ``gradients`` and ``gradient_masks``, ``precision`` (dtype and device
-agreement), and on the built-in implementations' theory ``truncation`` (D4), ``norms`` (D7),
-``peaks`` (D8), ``injectivity`` (D9 injectivity and rank) and ``favor`` (D9 FAVOR+
-statistics). Every group stands on the floor ``support`` and never imports another group.
+(shift invariance), ``gradients``, ``gradient_masks`` and ``gradient_identities`` (D21),
+``precision`` (dtype and device agreement), and on the built-in implementations' theory
+``truncation`` (D4), ``norms`` (D7), ``peaks`` (D8), ``injectivity`` (D9 injectivity and
+rank) and ``favor`` (D9 FAVOR+ statistics). Every group stands on the floor ``support`` and
+never imports another group.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ GROUPS = (
     "shift",
     "gradients",
     "gradient_masks",
+    "gradient_identities",
     "precision",
     "truncation",
     "norms",

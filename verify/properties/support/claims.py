@@ -48,6 +48,7 @@ STRUCTURE_AWARE = (
     "gradcheck",
     "gradients-vs-reference",
     "masked-key-gradients",
+    "gradient-identities",
     "window-extent",
     "head-groups",
     "key-padding",
