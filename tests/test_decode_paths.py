@@ -131,6 +131,51 @@ def test_the_ignored_scale_fails_single_steps_too():
     assert {r.property_id for r in result.failed} == {"decode-steps"}
 
 
+# --------------------------------------------------------------------------- bfloat16
+
+#: the softmax caches and twins checked in bfloat16 with the kernel claimed (the bound: twice
+#: the claim's bf16 D10 model; the kernel-free threshold does not hold there)
+#: (one of each runs by default; the rest, 10-70 s each on 2 cores, with ``-m slow``)
+BF16_CORRECT = ("kv_cache", pytest.param("window_cache", marks=pytest.mark.slow),
+                pytest.param("rolling_cache", marks=pytest.mark.slow))  # fmt: skip
+BF16_TWINS = ("kv_cache_off_by_one",
+              pytest.param("kv_cache_batch_position", marks=pytest.mark.slow),
+              pytest.param("window_cache_tq1", marks=pytest.mark.slow))  # fmt: skip
+
+
+def _check_bf16(forward, decode, claims, select):
+    from verify.engine import check as engine
+    from verify.spec.variant import AttentionVariant
+
+    variant = AttentionVariant(name="decode", forward=forward, decode=decode, **claims)
+    return engine.check(variant, select=list(select), dtypes=("bfloat16",), isolate=False,
+                        probe=False, max_examples=4)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BF16_CORRECT)
+def test_softmax_caches_pass_in_bfloat16_with_the_kernel_claimed(name):
+    forward, decode, claims, passing = CORRECT[name]
+    result = _check_bf16(forward, decode, {**claims, "kernel": "softmax"}, passing)
+    status = _status(result)
+    assert all(status[(p, "bfloat16")] == "pass" for p in passing), status
+
+
+@pytest.mark.parametrize("name", BF16_TWINS)
+def test_decode_twins_fail_in_bfloat16(name):
+    forward, decode, claims, prop, _ = TWINS[name]
+    result = _check_bf16(forward, decode, {**claims, "kernel": "softmax"}, (prop,))
+    assert {r.property_id for r in result.failed} == {prop}, _status(result)
+
+
+def test_unknown_kernel_path_in_bfloat16_skips_naming_the_claim():
+    """No kernel: no two-evaluation bound in bf16 -- a skip that says to claim the kernel,
+    decided before any draw (never a pass)."""
+    forward, decode, claims, passing = CORRECT["kv_cache"]
+    result = _check_bf16(forward, decode, claims, passing)
+    assert {r.status for r in result.results} == {"skip"}
+    assert all("--kernel" in r.reason and r.examples == 0 for r in result.results)
+
+
 # --------------------------------------------------------------------------- the protocol
 
 

@@ -107,7 +107,9 @@ def build(
 
     progress("third-party variants")
     # a quick run checks in this process (no worker start-up per card): smoke-sized, as tests do
-    cards = build_cards(stage / "variants", quick=quick, isolate=not quick)
+    cards = build_cards(
+        stage / "variants", quick=quick, isolate=not quick, jobs=jobs, progress=progress
+    )
 
     from verify.render import faults
 

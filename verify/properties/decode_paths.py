@@ -7,8 +7,11 @@ equals the forward's row at its position, whatever the kernel (the unknown one, 
 softmax cache). Each property compares two computations of the same exact rows, and the bound
 is what two correct computations may differ by: D11's kernel-free threshold on the weights the
 forward computes (``support.structure.weights_bound``, read with one-hot values), or twice the
-claimed kernel's D10 bound where it has one, the larger of the two (``combined``). Per-row
-references (a batch row at its own length) state the bound on that row's own inputs.
+claimed kernel's D10 bound where it has one, the larger of the two (``path_bound``); in
+bfloat16/float16 twice the claim's model alone (the path recomputes the weights, whose roundings
+to the input type depend on the kernel: a path without a claimed kernel skips there, saying
+so). Per-row references (a batch row at its own length) state the bound on that row's own
+inputs.
 
 Ids: ``decode-steps`` (prefill of every split, the empty cache included, then single-token
 steps), ``decode-resume`` (prefill resumed after every split), ``decode-multi-token`` (steps of
@@ -32,7 +35,7 @@ from verify.properties.support.common import MAX_BATCH, MAX_LEN, Example
 from verify.properties.support.inputs import restrict, shaped_inputs
 from verify.properties.support.observe import array_observation, diff, np64
 from verify.properties.support.paths import call_kwargs, convention_mode
-from verify.properties.support.structure import combined, model_bound, weights_bound
+from verify.properties.support.structure import path_bound, path_dtype_gap
 from verify.spec.results import VariantError
 
 #: what the unused slots of a cache are filled with (``decode-unused-slots``)
@@ -124,10 +127,7 @@ def reference(variant, x, ctx):
     mode = convention_mode(variant)
     kw = call_kwargs(variant, mode)
     o = call(variant, x.q, x.k, x.v, causal=True, allow_nonfinite=True, **kw)
-    bound = combined(
-        model_bound(variant, x, ctx, mode=mode, form="any"),
-        weights_bound(variant, x, kw, causal=True, mode=mode, dtype=ctx.model_dtype, o=o),
-    )
+    bound = path_bound(variant, x, ctx, kw, causal=True, mode=mode, o=o)
     o = np64(o)
     if (~np.isfinite(o) & np.isfinite(bound)).any():
         raise VariantError("forward: output has NaN/inf where the bound is finite")
@@ -144,7 +144,7 @@ def _compare(o, ref, bound, what: str):
 def _applies(variant, ctx, *, needs: tuple[str, ...] = ()):
     if variant.decode is None:
         return "the variant declares no decode path (--decode, AttentionVariant.decode)"
-    if why := structural_applies(variant, ctx, causal=True):
+    if why := path_dtype_gap(variant, ctx) or structural_applies(variant, ctx, causal=True):
         return why
     if needs and not any(getattr(variant.decode, n) for n in needs):
         return "the decode path takes no " + " or ".join(needs) + " (verify.spec.decode)"

@@ -39,7 +39,7 @@ from verify.properties.support.common import (
 from verify.properties.support.inputs import make_inputs, values
 from verify.properties.support.observe import array_observation, diff, np64
 from verify.properties.support.paths import call_kwargs, convention_mode
-from verify.properties.support.structure import combined, model_bound, weights_bound
+from verify.properties.support.structure import path_bound, path_dtype_gap
 from verify.spec.results import NotApplicable, Observation, VariantError
 
 #: what the slack rows hold in ``packed-isolation``
@@ -86,10 +86,7 @@ def _reference(variant, x, ctx):
     mode = convention_mode(variant)
     kw = call_kwargs(variant, mode)
     o = call(variant, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True, **kw)
-    bound = combined(
-        model_bound(variant, x, ctx, mode=mode, form="any"),
-        weights_bound(variant, x, kw, causal=x.causal, mode=mode, dtype=ctx.model_dtype, o=o),
-    )
+    bound = path_bound(variant, x, ctx, kw, causal=x.causal, mode=mode, o=o)
     o = np64(o)
     if (~np.isfinite(o) & np.isfinite(bound)).any():
         raise VariantError("forward on a document alone: NaN/inf where the bound is finite")
@@ -99,10 +96,22 @@ def _reference(variant, x, ctx):
 # --------------------------------------------------------------------------- examples
 
 
+class PackedRows(dict):
+    """q, k, v of every packed row by name, (total, H, .) tensors; :meth:`snippet` is the code
+    that rebuilds them (the reproducer's inputs, ``support.reproduce``)."""
+
+    def snippet(self) -> str:
+        from verify.properties.support.common import tensor_snippet
+
+        dtype = str(self["q"].dtype).removeprefix("torch.")
+        rows = tensor_snippet({n: np64(self[n]).tolist() for n in "qkv"})
+        return rows + f"q, k, v = (t.to(torch.{dtype}) for t in (q, k, v))  # (total, H, .)\n"
+
+
 def _applies(variant, ctx):
     if variant.packed is None:
         return "the variant declares no packed function (--packed, AttentionVariant.packed)"
-    return structural_applies(variant, ctx)
+    return path_dtype_gap(variant, ctx) or structural_applies(variant, ctx)
 
 
 def _packed_examples(variant, ctx, *, long: bool = False):
@@ -140,7 +149,7 @@ def _packed_examples(variant, ctx, *, long: bool = False):
         for m in lens:
             cu.append(cu[-1] + m)
         return Example(
-            {"q": q, "k": k, "v": v},
+            PackedRows(q=q, k=k, v=v),
             {"causal": causal, "lengths": lens, "slack": slack, "cu_seqlens": cu},
         )
 

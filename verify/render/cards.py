@@ -55,6 +55,7 @@ def build_cards(
     quick: bool = False,
     names: Iterable[str] | None = None,
     isolate: bool = True,
+    jobs: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list:
     """Check every adapter and write its report card; returns the check results in order.
@@ -65,66 +66,121 @@ def build_cards(
             smaller measurements); the cards say so.
         names: a subset of :data:`ADAPTERS` (default :data:`verify.adapters.CARDS`, those with
             a committed card).
-        isolate: run the checks in worker processes under the watchdog (False: in this
-            process, as tests do; the results are the same).
-        progress: called with one line per finished card.
+        isolate: each card in a fresh worker process (``jobs`` of them at a time, spawned; its
+            checks in their own workers under the watchdog), so no card's state reaches
+            another and a card's bytes do not depend on which cards ran before it (False: every
+            card in this process, one after another, as tests do; the results are the same).
+        jobs: cards built at a time when ``isolate`` (default the CPU count); the CPUs are
+            shared among them (each card's checks get ``CPU count // jobs`` workers, at least 1).
+        progress: called with one line per finished card (in the order they finish).
 
     Returns:
         the JSON documents of the cards (``verify.render.check.to_json`` of each check result plus
-        the ``adapter`` entry); adapters whose package is missing are left out, and so are their
-        cards.
+        the ``adapter`` entry), in the order of ``names``; adapters whose package is missing are
+        left out, and so are their cards.
 
     Raises:
         KeyError: an unknown adapter name.
+        ValueError: ``jobs`` below 1.
 
     Run it under ``if __name__ == "__main__":`` in scripts: the checks spawn workers.
+    """
+    import os
+
+    chosen = list(CARDS) if names is None else list(names)
+    for n in chosen:
+        if n not in ADAPTERS:
+            raise KeyError(f"names: unknown adapter {n!r}; known: {sorted(ADAPTERS)}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"jobs: expected a positive number of processes, got {jobs}")
+    report_dir = Path(report_dir)
+    cpus = os.cpu_count() or 1
+    if not isolate:
+        outcomes = {n: build_card(n, report_dir, quick=quick, isolate=False) for n in chosen}
+        for n in chosen:
+            _say(progress, n, outcomes[n])
+        return [d for d in outcomes.values() if isinstance(d, dict)]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    n_jobs = max(1, min(jobs or cpus, len(chosen)))
+    workers = max(1, cpus // n_jobs)
+    outcomes = {}
+    # one card per process (max_tasks_per_child=1): each starts from a fresh interpreter
+    with ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:  # fmt: skip
+        futures = {
+            pool.submit(build_card, n, report_dir, quick=quick, isolate=True, workers=workers): n
+            for n in chosen
+        }
+        for fut in as_completed(futures):
+            outcomes[futures[fut]] = fut.result()
+            _say(progress, futures[fut], outcomes[futures[fut]])
+    return [outcomes[n] for n in chosen if isinstance(outcomes[n], dict)]
+
+
+def _say(progress, name: str, outcome) -> None:
+    if not progress:
+        return
+    if isinstance(outcome, dict):
+        c = outcome["counts"]
+        progress(f"{name}: {c['pass']} pass, {c['fail']} fail, {c['skip']} skip")
+    else:
+        progress(f"{name}: skipped ({outcome})")
+
+
+def build_card(
+    name: str,
+    report_dir: str | Path,
+    *,
+    quick: bool = False,
+    isolate: bool = True,
+    workers: int | None = None,
+) -> dict | str:
+    """Check adapter ``name`` (``verify.adapters.ADAPTERS``) and write its card into
+    ``report_dir``; returns the card's JSON document, or the reason it was skipped (a str:
+    the adapter's package is not installed).
+
+    Args:
+        isolate, workers: the check's (``verify.engine.check.check``).
+
+    Raises:
+        TargetError: the adapter cannot be built for another reason than a missing package.
     """
     import torch
 
     from verify.engine.check import check
     from verify.spec.target import TargetError, as_variant
 
-    chosen = list(CARDS) if names is None else list(names)
-    for n in chosen:
-        if n not in ADAPTERS:
-            raise KeyError(f"names: unknown adapter {n!r}; known: {sorted(ADAPTERS)}")
-    report_dir = Path(report_dir)
+    spec = ADAPTERS[name]
+    try:
+        variant = as_variant(spec)
+    except TargetError as exc:
+        if isinstance(exc.__cause__, ImportError):
+            return str(exc)
+        raise
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # fixed thread count: the same roundings on every run
-    results = []
     try:
-        for name in chosen:
-            spec = ADAPTERS[name]
-            try:
-                variant = as_variant(spec)
-            except TargetError as exc:
-                if isinstance(exc.__cause__, ImportError):
-                    if progress:
-                        progress(f"{name}: skipped ({exc})")
-                    continue
-                raise
-            result = check(
-                spec,
-                dtypes=card_dtypes(variant, quick=quick),
-                profile=PROFILE,
-                seed=SEED,
-                select=list(QUICK_SELECT) if quick else None,
-                max_examples=QUICK_EXAMPLES if quick else CARD_EXAMPLES,
-                isolate=isolate,
-                timeout=CARD_TIMEOUT,
-            )
-            doc = to_json(result)
-            if doc["probe"]:
-                doc["probe"].pop("runtime_s", None)  # a timing: never in a card
-            sections, extra = _card(name, variant, doc, quick=quick, isolate=isolate)
-            _write(name, doc, sections, extra, report_dir)
-            results.append(doc)
-            if progress:
-                c = doc["counts"]
-                progress(f"{name}: {c['pass']} pass, {c['fail']} fail, {c['skip']} skip")
+        result = check(
+            spec,
+            dtypes=card_dtypes(variant, quick=quick),
+            profile=PROFILE,
+            seed=SEED,
+            select=list(QUICK_SELECT) if quick else None,
+            max_examples=QUICK_EXAMPLES if quick else CARD_EXAMPLES,
+            isolate=isolate,
+            workers=workers,
+            timeout=CARD_TIMEOUT,
+        )
+        doc = to_json(result)
+        if doc["probe"]:
+            doc["probe"].pop("runtime_s", None)  # a timing: never in a card
+        sections, extra = _card(name, variant, doc, quick=quick, isolate=isolate)
+        _write(name, doc, sections, extra, Path(report_dir))
     finally:
         torch.set_num_threads(threads)
-    return results
+    return doc
 
 
 class _Card(NamedTuple):
@@ -628,11 +684,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("report_dir", nargs="?", default=str(DEFAULT_DIR))
     p.add_argument("--quick", action="store_true", help="small run (tests)")
     p.add_argument("--only", nargs="+", choices=sorted(ADAPTERS), default=None)
+    p.add_argument("--jobs", type=int, default=None, help="cards at a time (default CPU count)")
     args = p.parse_args(argv)
     results = build_cards(
         args.report_dir,
         quick=args.quick,
         names=args.only,
+        jobs=args.jobs,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     return 0 if results else 3

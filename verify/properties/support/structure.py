@@ -24,7 +24,7 @@ from verify.exact.errors import ACCUMULATION
 from verify.properties.support.calls import call
 from verify.properties.support.observe import np64
 from verify.spec.results import NotApplicable, VariantError
-from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS
+from verify.spec.vocabulary import LINEAR_IN_V_DENOMINATORS, LOW_PRECISION_DTYPES
 
 
 def effective_weights(fn, x, kw: dict, *, causal: bool) -> np.ndarray:
@@ -159,6 +159,47 @@ def weights_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o):
         return kernel_free_bound(fn, x, kw, causal=causal, mode=mode, dtype=dtype, o=o)
     except NotApplicable:
         return None
+
+
+#: why a path property has no bound in a 16-bit dtype without the claim's model
+LOW_PRECISION_PATH_GAP = (
+    "no two-evaluation bound in {dtype} without the kernel's model: a path recomputes the "
+    "weights, whose roundings to the input type depend on the kernel; claim the kernel "
+    "(--kernel) to check this path in low precision"
+)
+
+
+def path_dtype_gap(variant, ctx) -> str | None:
+    """Why :func:`path_bound` has no bound for ``variant`` in ``ctx.dtype`` whatever the
+    example (a 16-bit dtype and no claimed kernel), or None: the ``applies`` of the path
+    properties say it before drawing."""
+    if ctx.dtype in LOW_PRECISION_DTYPES and not variant.parsed_kernel.known:
+        return LOW_PRECISION_PATH_GAP.format(dtype=ctx.dtype)
+    return None
+
+
+def path_bound(variant, x, ctx, kw: dict, *, causal: bool, mode: str, o) -> np.ndarray:
+    """What a second correct computation of the rows of ``o`` (the forward on ``x``) may differ
+    by, for the path properties (decode, packed documents): the larger of twice the claim's D10
+    bound and D11's kernel-free threshold on the forward's own weights.
+
+    In bfloat16/float16 the path recomputes every weight under another tiling (a decode step's
+    running max, a document's own blocks) and rounds its scores and weights to the input type
+    on the way -- perturbations of a size set by the kernel (for exp, u_in |score|), which the
+    kernel-free threshold (identical weights, float32 sums) does not hold: there the claim's
+    model is required.
+
+    Raises:
+        NotApplicable: no bound exists (no model and unreadable weights), or a 16-bit dtype
+            with no model for the claim (an unknown kernel).
+    """
+    model = model_bound(variant, x, ctx, mode=mode, form="any")
+    if ctx.dtype in LOW_PRECISION_DTYPES:
+        if model is None:
+            raise NotApplicable(LOW_PRECISION_PATH_GAP.format(dtype=ctx.dtype))
+        return model
+    free = weights_bound(variant, x, kw, causal=causal, mode=mode, dtype=ctx.model_dtype, o=o)
+    return combined(model, free)
 
 
 def one_evaluation_bound(
