@@ -199,6 +199,10 @@ LOOK_AT = {
     "claimed kernel's: the normalizer (phi(q) . sum_s phi(k_s)), the mask, the scale",
     "gradients-vs-reference": "dq, dk, dv differ from the exact gradients: a hand-written "
     "backward missing a term, a term computed under torch.no_grad() or .detach()",
+    "gradient-identities": "the gradients break an exact identity (D21): sum_j dV_j != sum_i "
+    "dO_i points at the weights dV reads (P as stored, normalized over the visible keys, every "
+    "key block, every query head of a kv group); sum_j dK_j != 0 with dV right at dS = P (dP - "
+    "delta): delta = rowsum(dO o O) of the right row and the final output",
     "dtype-agreement": "long rows in the narrower dtype are off the float64 result beyond "
     "every precision model (the reason measures each): a defect on long rows, not a rounding: "
     "an online softmax must rescale its accumulator when the running maximum grows (acc = "
