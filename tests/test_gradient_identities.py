@@ -233,3 +233,13 @@ def test_property_skips_kernels_without_a_derived_bound():
 
     why = GRADIENT_IDENTITIES.applies(builtins.get("taylor-2"), RunContext(dtype="float32"))
     assert why and "derived backward bounds" in why
+
+
+def test_property_under_a_key_padding_claim():
+    """The drawn (B, S) key-padding mask is the visibility of both identities: the correct
+    padding passes, a flipped one (the kept keys dropped) breaks (a)."""
+    import modern_variants as mv
+
+    assert _run_property(mv.ok_padding).status == "pass"
+    res = _run_property(mv.bad_padding)
+    assert res.status == "fail" and "at value(" in res.reason, res.reason
