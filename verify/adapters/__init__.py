@@ -3,7 +3,9 @@
 Each adapter module (:mod:`~verify.adapters.sdpa`, :mod:`~verify.adapters.fla`,
 :mod:`~verify.adapters.performer`, :mod:`~verify.adapters.mha`, :mod:`~verify.adapters.hf`,
 :mod:`~verify.adapters.xtransformers`, :mod:`~verify.adapters.local_attention`,
-:mod:`~verify.adapters.taylor_series`) exports
+:mod:`~verify.adapters.taylor_series`, and on the decode, packed and FlexAttention paths
+:mod:`~verify.adapters.hf_cache`, :mod:`~verify.adapters.fla_paths`,
+:mod:`~verify.adapters.flex`) exports
 
 * ``VARIANTS``: card name -> import spec ``"verify.adapters.<module>:<factory>"`` of a
   zero-argument factory returning an :class:`~verify.spec.variant.AttentionVariant` (pass it to
@@ -29,7 +31,10 @@ from typing import Any
 
 from verify.adapters import (
     fla,
+    fla_paths,
+    flex,
     hf,
+    hf_cache,
     local_attention,
     mha,
     performer,
@@ -48,6 +53,9 @@ MODULES: dict[str, ModuleType] = {
     "xtransformers": xtransformers,
     "local_attention": local_attention,
     "taylor_series": taylor_series,
+    "hf_cache": hf_cache,
+    "fla_paths": fla_paths,
+    "flex": flex,
 }
 
 #: card name -> import spec of the variant's factory
@@ -80,6 +88,9 @@ REQUIRES: dict[str, str] = {
     "xtransformers": "x-transformers",
     "local_attention": "local-attention",
     "taylor_series": "taylor-series-linear-attention",
+    "hf_cache": "transformers",
+    "fla_paths": "fla-core (with triton)",
+    "flex": "torch >= 2.5 (torch.nn.attention.flex_attention)",
 }
 
 
