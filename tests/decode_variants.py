@@ -14,7 +14,7 @@ state=None, ...)`` and ``step(state, q_new, k_new, v_new)``:
   only for several query tokens), ``kv_cache_batch_position`` (every row written and read at
   the first row's position: visible only when rows sit at different positions),
   ``linear_decode_ignores_scale`` (a recurrent linear attention whose decode accepts a scale
-  and ignores it).
+  and ignores it), ``kv_cache_resume_restarts`` (a prefill given a state starts a new cache).
 - ``delta_forward`` / ``delta_decode``: a delta rule S_t = S_{t-1} + beta (v_t - S_{t-1} k_t)
   k_t^T, o_t = S_t q_t (L2-normalized keys), a kernel no claim names.
 """
@@ -382,3 +382,18 @@ def row_eps_softmax(q, k, v, *, causal):
     if h:
         eps[[h - 1, 2 * h - 1]] = 0.05
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
+
+
+# --------------------------------------------------------------------------- a resume twin
+
+
+class _ResumeRestarts(KVCache):
+    """Twin of ``kv_cache``: a prefill given a state starts a new cache (the state dropped), so
+    a resumed prefill forgets the earlier tokens (``decode-resume``); single-token steps keep
+    the state (``decode-steps`` passes)."""
+
+    def prefill(self, q, k, v, state=None, cache_seqlens=None):
+        return super().prefill(q, k, v, None, cache_seqlens)
+
+
+kv_cache_resume_restarts = _ResumeRestarts()

@@ -1,7 +1,7 @@
 """FlexAttention variants for ``tests/test_flex_claims.py``: torch's eager ``flex_attention`` with
 correct score_mods and mask_mods (softcap, ALiBi, a document mask, a sliding window), and the
-faulty twins (a score_mod applied with the wrong sign, a BlockMask reused at another block
-size, a BlockMask whose blocks are all listed full).
+faulty twins (a score_mod applied with the wrong sign, also in plain torch, a BlockMask reused
+at another block size, a BlockMask whose blocks are all listed full).
 
 Every function here has torch's signature; the forwards take ``(q, k, v, *, causal)`` in BHTD.
 """
@@ -79,6 +79,18 @@ def flex_softcap(q, k, v, *, causal):
 
 def flex_softcap_wrong_sign(q, k, v, *, causal):
     return _flex(q, k, v, softcap_wrong_sign, causal=causal)
+
+
+def eager_softcap_wrong_sign(q, k, v, *, causal):
+    """What ``flex_softcap_wrong_sign`` computes, in plain torch: the softcap score_mod with the
+    wrong sign on the scores c q.k, the causal mask top-left (flex's q_idx >= kv_idx); the twin
+    of ``tests/test_reproducers.py``, without flex_attention's cost of a second per call."""
+    s = softcap_wrong_sign(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, None, None, None, None)
+    if causal:
+        T, S = s.shape[-2:]
+        keep = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
 
 
 def flex_alibi(q, k, v, *, causal):

@@ -16,6 +16,10 @@ Domains and conventions: ``crash_at_one_token`` (raises for T = 1: a bug, not a 
 ``self_attention_only`` (asserts T == S).
 Mask sentinels: ``sentinel_softmax(fill)`` masks with a finite score: -1e4 leaks when every visible
 score of a row lies below it; torch.finfo(dtype).min, as model code writes it, does not.
+Twins checked with ``--kernel softmax`` (``tests/test_reproducers.py``): ``batch_keys_softmax``
+(attends the keys of every batch element), ``value_clipped_softmax`` (values saturated to
+[-1, 1]), ``autotuned_softmax`` (every other call in float32), ``scale_over_d_softmax`` (scores
+divided by d) and ``cuda_half_softmax`` (float16 on CUDA only).
 """
 
 from __future__ import annotations
@@ -155,4 +159,60 @@ def float32_inside(q, k, v, *, causal):
 def self_attention_only(q, k, v, *, causal):
     if q.shape[-2] != k.shape[-2]:
         raise ValueError("cross-attention is not supported: T must equal S")
+    return softmax_attention(q, k, v, causal=causal)
+
+
+# -- twins of the dependence, weight and scale properties (checked with --kernel softmax) --------
+
+
+def batch_keys_softmax(q, k, v, *, causal):
+    """Softmax whose keys are those of *every* batch element (the B sequences folded into one key
+    axis without a block-diagonal mask, as a packing helper would): each batch element's output
+    depends on the others (batch-independence); with B = 1 it is softmax attention."""
+    B, H, S, d = k.shape
+    T = q.shape[-2]
+    kf = k.transpose(0, 1).reshape(H, B * S, d)  # (H, B S, d): element-major
+    vf = v.transpose(0, 1).reshape(H, B * S, v.shape[-1])
+    s = q @ kf.transpose(-1, -2)[None] / d**0.5  # (B, H, T, B S)
+    if causal:
+        keep = _causal_mask(T, S, q.device).repeat(1, B)  # position s of every element
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ vf[None]
+
+
+def value_clipped_softmax(q, k, v, *, causal):
+    """Softmax attention on values saturated to [-1, 1] (an int8/fp8 range guard left in): the
+    output is not linear in v once a combination of values leaves the range (linearity-in-v)."""
+    return softmax_attention(q, k, v.clamp(-1.0, 1.0), causal=causal)
+
+
+_AUTOTUNED_CALLS = [0]
+
+
+def autotuned_softmax(q, k, v, *, causal):
+    """Softmax whose "autotuner" switches kernels between calls: every other call computes in
+    float32 (the faster configuration picked after timing the first), so two calls on the same
+    float64 inputs differ in their last bits (determinism)."""
+    _AUTOTUNED_CALLS[0] += 1
+    if _AUTOTUNED_CALLS[0] % 2:
+        return softmax_attention(q.float(), k.float(), v.float(), causal=causal).to(q.dtype)
+    return softmax_attention(q, k, v, causal=causal)
+
+
+def scale_over_d_softmax(q, k, v, *, causal):
+    """Softmax with the scores divided by d instead of sqrt(d) (the 1/sqrt(d) scale applied
+    twice: once to q, once to the scores): claimed-scale tells 1/d from the claimed scale."""
+    s = q @ k.transpose(-1, -2) / q.shape[-1]
+    if causal:
+        s = s.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def cuda_half_softmax(q, k, v, *, causal):
+    """Softmax attention that computes in float16 when its inputs are on CUDA (a fused kernel
+    taken for every dtype): CUDA and CPU outputs of a float32 or float64 call disagree
+    (device-agreement); on the CPU it is softmax attention."""
+    if q.is_cuda:
+        o = softmax_attention(q.half(), k.half(), v.half(), causal=causal)
+        return o.to(q.dtype)
     return softmax_attention(q, k, v, causal=causal)
