@@ -474,12 +474,18 @@ class BiasExample:
         return bias_inputs(self.seed, case, dtype=self.dtype, **self.sizes)
 
     def snippet(self) -> str:
+        """Python code that rebuilds the inputs of the first case (``bias_inputs``) and the
+        example, and states ``attn_mask`` (None) and ``causal``, so the reproducer adds the
+        reference, the difference against the bound and the re-check of both cases."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.sizes.items())
         return (
-            "from verify.properties.precision import bias_inputs\n\n"
+            "from verify.properties.precision import BiasExample, bias_inputs\n\n"
             f"q, k, v = bias_inputs({self.seed}, 'ones', {args}, dtype={self.dtype!r})\n"
             f"# and bias_inputs({self.seed}, 'positive', ...) for the second case\n"
+            "attn_mask = None\n"
             f"causal = {self.causal!r}\n"
+            f"example = BiasExample({self.seed}, {self.sizes!r}, {self.dtype!r}, "
+            f"{self.causal!r}, {self.scale!r})\n"
         )
 
 

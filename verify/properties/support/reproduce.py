@@ -12,7 +12,10 @@ reference and the difference against the bound::
     print(ref.difference(o))
 
 then re-runs the failing property's own check on the rebuilt example (:func:`recheck`), which
-prints each of its observations against its bound: the statement that failed.
+prints each of its observations against its bound: the statement that failed. A property of
+another path (the state API, a decode path, the packed function, the feature map, a BlockMask)
+calls that path instead, with the choices the example drew, and prints its output against the
+reference (``verify.properties.support.reproduce_paths``).
 
 :func:`reference` is the claimed kernel evaluated exactly (the mpmath oracle,
 ``verify.exact.oracle``; past ``common.LONG_PAIRS`` pairs the float64 reference with its own
@@ -61,13 +64,33 @@ class Reference:
             )
         err = (o.detach().cpu().to(torch.float64) - self.exact).abs()
         over = int((~(err <= self.bound)).sum())
-        obs = compare(o, self._eb, self._result, what="|o - reference|")
-        verdict = "within the bound" if obs.ratio <= 1 else "EXCEEDS the bound"
+        if self._eb is not None:
+            obs = compare(o, self._eb, self._result, what="|o - reference|")
+            where, observed, bound, ratio = obs.where, obs.observed, obs.bound, obs.ratio
+        else:  # a bound without an error model's record: the worst element by ratio
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = np.where(self.bound.numpy() > 0, (err / self.bound).numpy(), np.inf)
+            r = np.where(err.numpy() == 0, 0.0, r)
+            i = np.unravel_index(int(np.argmax(r)), r.shape) if r.size else ()
+            where = str(tuple(int(j) for j in i))
+            observed, bound = (float(err[i]), float(self.bound[i])) if r.size else (0.0, 0.0)
+            ratio = float(r[i]) if r.size else 0.0
+        verdict = "within the bound" if ratio <= 1 else "EXCEEDS the bound"
         return (
             f"max |o - reference| = {float(err.max()) if err.numel() else 0.0:.3e}; worst "
-            f"element {obs.where}: {obs.observed:.3e} vs bound {obs.bound:.3e} (ratio "
-            f"{obs.ratio:.3g}, {verdict}); {over} of {err.numel()} elements over their bound"
+            f"element {where}: {observed:.3e} vs bound {bound:.3e} (ratio "
+            f"{ratio:.3g}, {verdict}); {over} of {err.numel()} elements over their bound"
         )
+
+    @classmethod
+    def of(cls, exact, eb) -> Reference:
+        """The reference of a float64 array ``exact`` with the error bound ``eb`` stated for it
+        (a ``verify.exact.errors.ErrorBound``: a property's own reference, e.g. flex's)."""
+        import torch
+
+        arr = np.asarray(exact, dtype=np.float64)
+        return cls(torch.from_numpy(arr), torch.from_numpy(np.asarray(eb.bound, dtype=np.float64)),
+                   eb.description, _result=arr, _eb=eb)  # fmt: skip
 
 
 def reference(
@@ -82,16 +105,17 @@ def reference(
     key_padding_mask=None,
     attn_bias=None,
     path: str = "forward",
+    device: str | None = None,
 ) -> Reference:
     """The suite's reference for ``variant``'s claims on canonical ``(B, H, T, d)`` inputs.
 
     k and v may have fewer heads than q (the claimed G kv heads); ``key_padding_mask`` (B, S),
     True = keep, is applied as the attn_mask (B, 1, 1, S); ``attn_bias`` (broadcastable to
     (B, H, T, S)) is added to the scaled scores (``common.biased_reference``); ``path`` (a
-    code path of ``verify.properties.support.paths``) selects the form kind of the bound.
-    Without a reference for these claims (kernel unknown, FAVOR+ without a projection) or
-    for inputs outside the error model, ``exact`` and ``bound`` are None and ``missing`` says
-    why.
+    code path of ``verify.properties.support.paths``) selects the form kind of the bound;
+    ``device`` (default: the inputs') the device whose arithmetic the bound models. Without
+    a reference for these claims (kernel unknown, FAVOR+ without a projection) or for inputs
+    outside the error model, ``exact`` and ``bound`` are None and ``missing`` says why.
     """
     import torch
 
@@ -118,7 +142,7 @@ def reference(
     )
     ctx = RunContext(
         dtype=str(q.dtype).removeprefix("torch."),
-        device=str(q.device.type),
+        device=device or str(q.device.type),
         compute_dtype=getattr(variant, "compute_dtype", None),
     )
     form = form_kind(path)
@@ -163,6 +187,16 @@ def example_of(q, k=None, v=None, *, causal: bool = False, attn_mask=None, scale
     x = SimpleNamespace(items=[one(*t) for t in q]) if k is None else one(
         q, k, v, attn_mask, causal, scale)  # fmt: skip
     return (GradExample if "g_seed" in choices else Example)(x, choices)
+
+
+def example_with(inputs, choices=None):
+    """An example of a property whose inputs are not one set of attention inputs (the packed
+    rows by name, None for a BlockMask's sizes): ``inputs`` with ``choices`` (data choices as
+    float64 arrays, as :func:`example_of` has them)."""
+    from verify.properties.support.common import Example
+
+    return Example(inputs, {c: _array(v) if c.startswith("_") else v
+                            for c, v in (choices or {}).items()})  # fmt: skip
 
 
 def _array(value):
@@ -250,6 +284,8 @@ def _value(text: str):
     return eval(compile(tree, "<choice>", "eval"), space)  # noqa: S307 - names checked above
 
 
+#: heads of a rounding-bias example compared element by element with the reference
+SHOWN_HEADS = 8
 #: the marker of an example holding several attention inputs (each section rebuilds one)
 SEVERAL = "# --- input "
 
@@ -266,9 +302,13 @@ def code(
 ) -> str:
     """The reproducer of a failure of ``property_id`` (module docstring): ``inputs_snippet``
     (the example's snippet), the lines that build the variant from ``spec`` with ``claims``
-    (the claims beyond its import spec), call it as the failing run did, print the output,
-    the reference and the difference against the bound when the example is attention inputs
-    and the claimed kernel has a reference, then re-check the property on the example."""
+    (the claims beyond its import spec) and rebuild the example, the reference (when the
+    example is attention inputs and the claims have one), the call of the path that failed as
+    the failing run did with its output against the reference (``forward``, or the path of
+    ``verify.properties.support.reproduce_paths``), then the property re-checked on the
+    example."""
+    from verify.properties.support import reproduce_paths as paths
+
     claims = claims or {}
     if claims:
         imports = "apply_claims, as_variant"
@@ -279,10 +319,13 @@ def code(
     attention = "attn_mask = " in inputs_snippet
     choices = choices_of(inputs_snippet)
     rebuilt = re.search(r"^example = ", inputs_snippet, flags=re.M) is not None
+    own = paths.example_lines(property_id, choices, inputs_snippet) if not rebuilt else None
     lines = [_collected(inputs_snippet) if several else inputs_snippet.rstrip()]
     lines += ["", f"from verify.spec.target import {imports}", "",
               f"variant = {build}  # {spec} with the claims checked"]  # fmt: skip
-    if attention and property_id and not rebuilt:
+    if own is not None:
+        lines += ["", *own]
+    elif attention and property_id and not rebuilt:
         call = (
             "items, " if several else "q, k, v, causal=causal, attn_mask=attn_mask, scale=scale, "
         )
@@ -292,15 +335,18 @@ def code(
             "",
             f"example = example_of({call}choices={choices!r})",
         ]
-    body = _call_lines(variant, inputs_snippet, choices, property_id)
-    if attention and variant.parsed_kernel.known:
-        body += _reference_lines(variant, inputs_snippet, choices, property_id)
-        body += _forms_lines(variant, choices, _call_kwargs(variant, inputs_snippet, choices))
+    body = paths.lines(property_id, variant, choices, dtype) if property_id else None
+    if body is not None:
+        body = ["", "from verify.properties.support.reproduce import reference", *body]
+    elif attention:
+        body = _forward_lines(variant, inputs_snippet, choices, property_id, several, dtype)
+    else:
+        body = []
     if several:  # each input in turn
         body = ["", "for x in items:", "    q, k, v, attn_mask, causal, scale = x",
                 *("    " + line if line else "" for line in body)]  # fmt: skip
     lines += body
-    if property_id and (attention or rebuilt):
+    if property_id and (attention or rebuilt or own is not None):
         where = "" if device == "cpu" else f", device={device!r}"
         lines += [
             "",
@@ -323,9 +369,21 @@ def _collected(inputs_snippet: str) -> str:
     return "\n".join(x for x in out if x)
 
 
+def _has_mask(inputs_snippet: str) -> bool:
+    """Whether the snippet's (first) assignment of ``attn_mask`` gives it a value other than
+    None (``attn_mask = ...`` or a tuple assignment such as ``q, k, v, attn_mask = ...``)."""
+    m = re.search(r"^([\w, ]*\battn_mask) = (.+)$", inputs_snippet, flags=re.M)
+    if m is None:
+        return False
+    names = [n.strip() for n in m.group(1).split(",")]
+    values = [x.strip() for x in m.group(2).split(",")]
+    value = values[names.index("attn_mask")] if len(names) == len(values) else m.group(2)
+    return value.strip() != "None"
+
+
 def _call_kwargs(variant, inputs_snippet: str, choices: dict[str, Any]) -> str:
     kwargs = "causal=causal"
-    if "attn_mask = None" not in inputs_snippet and "attn_mask = " in inputs_snippet:
+    if _has_mask(inputs_snippet):
         kwargs += ", attn_mask=attn_mask"
     if "denominator" in choices and variant.denominators:
         kwargs += f", denominator={choices['denominator']!r}"
@@ -336,8 +394,56 @@ def _call_kwargs(variant, inputs_snippet: str, choices: dict[str, Any]) -> str:
     return kwargs
 
 
-def _call_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> list:
-    """The lines that call the variant as the failing run did (module docstring)."""
+def _forward_lines(variant, inputs_snippet: str, choices, property_id, several, dtype) -> list:
+    """The lines of a property called through ``forward`` (or a drawn form): the inputs as the
+    failing run passed them, the reference, the call and its output against the reference,
+    and the calls the property adds (every form, the shifted keys, the CUDA call)."""
+    from verify.properties.support import reproduce_paths as paths
+    from verify.spec import flex
+
+    out = _prep_lines(variant, choices, property_id)
+    kwargs = _call_kwargs(variant, inputs_snippet, choices)
+    path = choices.get("path") or choices.get("form") or "forward"
+    target = "variant.forward" if path == "forward" else f"variant.forms[{path!r}]"
+    call = _call_expr(variant, target, kwargs)
+    flexed = flex.has_flex(variant) and not several
+    known = variant.parsed_kernel.known or flexed
+    if flexed:
+        out += ["", *paths.flex_reference_lines(dtype)]
+    elif known:
+        out += _reference_lines(variant, inputs_snippet, choices, property_id)
+    shown = ["print('o =', o)", *(["print(ref.difference(o))"] if known else [])]
+    if property_id == "accepts-inputs":  # the failure may be the call raising
+        said = re.sub(r"[^\w/:=.-]", "", path)
+        out += ["", "try:", f"    o = {call}", "except Exception as exc:  # an input of its domain",
+                f"    print(f'{said}: FAILS: raised {{type(exc).__name__}}: {{exc}} (an input of "
+                "its domain)')", "else:", *("    " + x for x in shown)]  # fmt: skip
+    else:
+        out += ["", f"o = {call}", *shown]
+    if not known:
+        return out
+    out += _forms_lines(variant, choices, kwargs)
+    if property_id == "softmax-shift-invariance" and paths.SHIFT_LINE.search(inputs_snippet):
+        ref_kw = _reference_kwargs(variant, inputs_snippet, choices, property_id)
+        out += paths.shift_lines(_call_expr(variant, target, kwargs, k="k + u"), ref_kw)
+    if property_id == "device-agreement":
+        dev = {n: f"{n}.to('cuda')" for n in ("q", "k", "v")}
+        cuda_kw = re.sub(r"=(attn_mask|key_padding_mask|attn_bias)\b", r"=\1.to('cuda')", kwargs)
+        ref_kw = _reference_kwargs(variant, inputs_snippet, choices, property_id)
+        out += [
+            "",
+            "# the same call on CUDA, against the reference with the CUDA arithmetic's bound",
+            f"ref_cuda = reference(variant, q, k, v, {ref_kw}, device='cuda')",
+            f"o_cuda = {_call_expr(variant, target, cuda_kw, **dev)}",
+            "print('o (cuda) =', o_cuda)",
+            "print(ref_cuda.difference(o_cuda))",
+        ]
+    return out
+
+
+def _prep_lines(variant, choices: dict[str, Any], property_id) -> list:
+    """The inputs as the failing run passed them: the causal flag causal-alignment uses, k and
+    v with the claimed G kv heads, the key padding mask and the score bias drawn."""
     out = [""]
     if property_id == "causal-alignment":
         out.append("causal = True  # causal-alignment calls with causal=True (T != S)")
@@ -350,17 +456,21 @@ def _call_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_
         out.append(f"key_padding_mask = torch.tensor({choices['keep']!r}, dtype=torch.bool)")
     if "_bias" in choices:
         out.append(f"attn_bias = torch.tensor({choices['_bias']!r}, dtype=torch.float64).to(q)")
-    path = choices.get("path") or choices.get("form") or "forward"
-    target = "variant.forward" if path == "forward" else f"variant.forms[{path!r}]"
-    kwargs = _call_kwargs(variant, inputs_snippet, choices)
-    if variant.layout == "BTHD":  # the variant takes (B, T, H, d): q, k, v here are (B, H, T, d)
-        out.append(
-            f"o = {target}(*(t.transpose(1, 2) for t in (q, k, v)), {kwargs}).transpose(1, 2)"
-        )
-    else:
-        out.append(f"o = {target}(q, k, v, {kwargs})")
-    out.append("print('o =', o)")
+    if property_id == "rounding-bias":  # hundreds of independent heads
+        out += [
+            f"# the first {SHOWN_HEADS} heads against the reference (the oracle of every head "
+            "takes minutes); the statement,",
+            "# the mean signed error over every head, is re-checked below on all of them",
+            f"q, k, v = q[:, :{SHOWN_HEADS}], k[:, :{SHOWN_HEADS}], v[:, :{SHOWN_HEADS}]",
+        ]
     return out
+
+
+def _call_expr(variant, target: str, kwargs: str, q: str = "q", k: str = "k", v: str = "v"):
+    """The call of ``target`` on canonical q, k, v (transposed for a BTHD variant)."""
+    if variant.layout == "BTHD":  # the variant takes (B, T, H, d): q, k, v here are (B, H, T, d)
+        return f"{target}(*(t.transpose(1, 2) for t in ({q}, {k}, {v})), {kwargs}).transpose(1, 2)"
+    return f"{target}({q}, {k}, {v}, {kwargs})"
 
 
 def _forms_lines(variant, choices: dict[str, Any], kwargs: str) -> list[str]:
@@ -374,18 +484,11 @@ def _forms_lines(variant, choices: dict[str, Any], kwargs: str) -> list[str]:
     ]
 
 
-def _reference_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> list:
+def _reference_kwargs(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> str:
     ref_kw = "causal=causal"
-    if "attn_mask = None" not in inputs_snippet:
+    if _has_mask(inputs_snippet):
         ref_kw += ", attn_mask=attn_mask"
-    aligned = []
     if property_id == "causal-alignment":  # the declared alignment's mask, as the check has it
-        aligned = [
-            "from verify.spec.visibility import visible",
-            "",
-            "aligned = visible(q.shape[-2], k.shape[-2], causal=True, "
-            f"alignment={variant.causal_alignment!r}, numpy=False)[None, None]",
-        ]
         ref_kw = "causal=False, attn_mask=aligned"
     if "denominator" in choices:
         ref_kw += f", denominator={choices['denominator']!r}"
@@ -396,6 +499,19 @@ def _reference_lines(variant, inputs_snippet: str, choices: dict[str, Any], prop
     path = choices.get("path") or choices.get("form") or "forward"
     if path != "forward":
         ref_kw += f", path={path!r}"
+    return ref_kw
+
+
+def _reference_lines(variant, inputs_snippet: str, choices: dict[str, Any], property_id) -> list:
+    aligned = []
+    if property_id == "causal-alignment":  # the declared alignment's mask, as the check has it
+        aligned = [
+            "from verify.spec.visibility import visible",
+            "",
+            "aligned = visible(q.shape[-2], k.shape[-2], causal=True, "
+            f"alignment={variant.causal_alignment!r}, numpy=False)[None, None]",
+        ]
+    ref_kw = _reference_kwargs(variant, inputs_snippet, choices, property_id)
     return [
         "",
         f"# the suite's reference: the claimed kernel ({variant.kernel}) in exact arithmetic "
@@ -406,5 +522,4 @@ def _reference_lines(variant, inputs_snippet: str, choices: dict[str, Any], prop
         "",
         f"ref = reference(variant, q, k, v, {ref_kw})",
         "print('reference =', ref.exact)",
-        "print(ref.difference(o))",
     ]
