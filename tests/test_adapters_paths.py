@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import path_release_variants as prv  # noqa: E402
 
 #: examples per property and dtype
-EXAMPLES = 4
+EXAMPLES = 3
 NEW_MODULES = ("hf_cache", "fla_paths", "flex")
 #: package (import name) each twin's adapter needs
 NEEDS = {"hf_cache": "transformers", "fla_paths": "fla", "flex": "torch"}
@@ -84,9 +84,7 @@ RELEASED = {
         prv.fla_delta_product,
         ("decode-resume", "decode-batch-rows", "decode-unused-slots", "packed-documents"),
     ),
-    "fla-naive_attn_decoding-window": (
-        prv.fla_attn_decoding, ("decode-resume", "decode-unused-slots")
-    ),
+    "fla-naive_attn_decoding-window": (prv.fla_attn_decoding, ("decode-unused-slots",)),
     "torch-flex-softcap-alibi": (prv.flex_softcap_alibi, ("packed-documents",)),
     "torch-flex-document-window": (prv.flex_document_window, ("flex-score-mod",)),
 }  # fmt: skip
@@ -149,3 +147,41 @@ def test_the_rolled_buffer_defect_drops_token_zero_and_keeps_a_zero_slot():
         dec.attend(cache, x, x, x)
     keys = cache.layers[0].keys.flatten().tolist()
     assert keys == [*range(2, prv.W), 0.0, float(prv.W)], keys
+
+
+# -- cards' facts -------------------------------------------------------------------------------
+@pytest.mark.thirdparty
+@pytest.mark.parametrize("key", NEW_MODULES)
+def test_card_facts_are_json(key):
+    import json
+
+    from verify.adapters import MODULES
+    from verify.spec.target import as_variant
+
+    module = MODULES[key]
+    for name, spec in module.VARIANTS.items():
+        _needs(lambda spec=spec: as_variant(spec))
+        facts = module.card_facts(name, quick=True, isolate=False)
+        assert json.loads(json.dumps(facts)) == facts
+    with pytest.raises(KeyError):
+        module.card_facts("no-such-card")
+
+
+@pytest.mark.thirdparty
+def test_measured_facts_read_what_the_libraries_document():
+    """transformers' DynamicSlidingWindowLayer keeps the last W - 1 tokens ("Only cache the
+    last `self.sliding_window - 1` tokens"), its static layer min(W, max_cache_len) slots; fla's
+    reference casts q, k, v, beta but not g; eager flex multiplies every masked weight (0) by
+    the value row, so one NaN or inf value reaches every row that masks it (T - 1 of T)."""
+    _needs(prv.hf_sliding_window_cache)
+    _needs(prv.fla_delta_product)
+    from verify.adapters import fla_paths, flex, hf_cache
+
+    rows = hf_cache.cache_layers()["hf-sliding-window-cache"]
+    n = 2 * prv.W + 1
+    assert rows["dynamic"]["slots_after_T_tokens"] == [min(t, prv.W - 1) for t in range(1, n + 1)]
+    assert rows["static (capacity 8)"]["slots_after_T_tokens"] == [prv.W] * n
+    dt = fla_paths.float64_dtypes()
+    assert dt["state dtype (g float64)"] == "float64" and dt["state dtype (g float32)"] == "float32"
+    assert dt["outputs_are_float32_numbers"] is True
+    assert flex.masked_nonfinite_leak(T=8) == {"nan": 7, "inf": 7}

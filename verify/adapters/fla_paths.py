@@ -11,10 +11,12 @@ layout. Both use fla's layout (B, T, H, d) (claimed ``layout="BTHD"``).
   S_t = S_{t-1} + beta (v_t - S_{t-1}^T k_t) k_t^T, o_t = S_t^T (c q_t), a kernel no claim names
   (``kernel="unknown"``, ``normalized=False``: no division by a kernel sum), causal only. The
   glue L2-normalizes k (``F.normalize``, as fla's own examples of the chunked kernel do; with
-  |k| = 1 and beta in (0, 2) the recurrence is a contraction) and passes fla's scale
-  convention c = d^-1/2. It computes in float32 whatever its input (declared
-  ``compute_dtype="float32"``). Decode: ``initial_state`` / ``output_final_state`` (the state
-  S (B, H, d, d_v), float32); ``cache_seqlens``: the rows' first tokens packed with
+  |k| = 1 and beta in (0, 2) each update is non-expansive) and passes fla's scale
+  convention c = d^-1/2. Its outputs are float32 numbers whatever its input (declared
+  ``compute_dtype="float32"``: it casts q, k, v and beta to float32 and writes the outputs into
+  a float32 buffer; g is not cast, so a float64 g = 0 carries the state in float64:
+  :func:`float64_dtypes`). Decode: ``initial_state`` / ``output_final_state`` (the state
+  S (B, H, d, d_v)); ``cache_seqlens``: the rows' first tokens packed with
   ``cu_seqlens`` (one varlen call, a final state per row). Packed: ``cu_seqlens`` (batch 1,
   fla's varlen convention); the slack rows after ``cu_seqlens[-1]`` are not passed (fla's
   reference returns only the documents' rows) and come back as zeros.
@@ -75,7 +77,8 @@ def delta_inputs(q, k, v):
 def delta_product(q, k, v, *, fn=None, **kw):
     """``naive_recurrent_gated_delta_product`` on the card's glue (:func:`delta_inputs`), scale
     d^-1/2, ``num_householder=1``; ``fn`` replaces the fla function (faulty twins), ``kw`` are
-    its other keywords. Returns (o in q's dtype, the float32 state (N, H, d, d_v))."""
+    its other keywords. Returns (o in q's dtype, the state (N, H, d, d_v) in the dtype of g,
+    the input's: :func:`float64_dtypes`)."""
     fn = fn or _delta().naive_recurrent_gated_delta_product
     q, k, v, g, beta = delta_inputs(q, k, v)
     return fn(q, k, v, g, beta, q.shape[-1] ** -0.5, num_householder=1, **kw)
@@ -95,7 +98,7 @@ def delta_forward(q, k, v, *, causal: bool):
 
 class DeltaProductDecode:
     """Decode through ``initial_state`` / ``output_final_state``: the state is fla's S
-    (B, H, d, d_v) float32 (None before the first token).
+    (B, H, d, d_v) (None before the first token).
 
     Args:
         fn: the fla function (default ``naive_recurrent_gated_delta_product``); faulty twins
@@ -147,7 +150,7 @@ def delta_packed(q, k, v, cu_seqlens, *, causal: bool, fn=None):
 
 def delta_product_variant() -> AttentionVariant:
     """``naive_recurrent_gated_delta_product`` (g = 0, one Householder step, beta = 0.5, unit
-    keys): kernel unknown, unnormalized, causal, float32 compute; decode and packed paths.
+    keys): kernel unknown, unnormalized, causal, float32 outputs; decode and packed paths.
 
     Raises:
         ImportError: fla-core (or triton) is not installed.
@@ -276,21 +279,34 @@ def attn_decoding_variant() -> AttentionVariant:
 
 
 # -- what the cards show ------------------------------------------------------------------------
-def float64_state_dtype() -> str:
-    """The dtype of the state ``naive_recurrent_gated_delta_product`` returns for float64
-    inputs (its computation's dtype)."""
+def float64_dtypes() -> dict[str, Any]:
+    """What ``naive_recurrent_gated_delta_product`` computes in for float64 q, k, v, beta:
+    the dtype of the state it returns with g = 0 given as float64 (the card's glue) and as
+    float32, and whether the float64 call's outputs are float32 numbers. fla casts q, k, v and
+    beta to float32 but not g: ``h * g.exp()`` promotes the state to g's dtype, while the
+    outputs are written into a float32 buffer."""
     import torch
 
-    x = torch.zeros(1, 2, 1, 2, dtype=torch.float64)
-    return str(delta_product(x, x, x, output_final_state=True)[1].dtype).removeprefix("torch.")
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 1, 2, generator=gen, dtype=torch.float64) for _ in range(3))
+    fn = _delta().naive_recurrent_gated_delta_product
+    beta = q.new_full((1, 4, 1), BETA)
+    out: dict[str, Any] = {}
+    for name, dt in (("g float64", torch.float64), ("g float32", torch.float32)):
+        g = torch.zeros(1, 4, 1, dtype=dt)
+        o, h = fn(q, k, v, g, beta, 2**-0.5, output_final_state=True)
+        out[f"state dtype ({name})"] = str(h.dtype).removeprefix("torch.")
+        if dt == torch.float64:
+            out["outputs_are_float32_numbers"] = bool(torch.equal(o.float().double(), o))
+    return out
 
 
 def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[str, Any]:
     """What an fla path card shows besides the battery (JSON values).
 
     Returns:
-        ``package`` ({"fla-core": version}); the delta-rule card also ``state_dtype`` (of a
-        float64 call: :func:`float64_state_dtype`) and ``beta``; the attention card
+        ``package`` ({"fla-core": version}); the delta-rule card also ``float64_inputs``
+        (:func:`float64_dtypes`) and ``beta``; the attention card
         ``window_size``. ``quick`` and ``isolate`` are unused (no check runs here).
 
     Raises:
@@ -302,7 +318,7 @@ def card_facts(name: str, *, quick: bool = False, isolate: bool = True) -> dict[
 
     facts: dict[str, Any] = {"package": {"fla-core": version("fla-core")}}
     if name == "fla-naive_recurrent_gated_delta_product":
-        facts["state_dtype"] = float64_state_dtype()
+        facts["float64_inputs"] = float64_dtypes()
         facts["beta"] = BETA
     else:
         _attn()
@@ -325,5 +341,5 @@ __all__ = [
     "delta_packed",
     "delta_product",
     "delta_product_variant",
-    "float64_state_dtype",
+    "float64_dtypes",
 ]
