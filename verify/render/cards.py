@@ -66,12 +66,12 @@ def build_cards(
             smaller measurements); the cards say so.
         names: a subset of :data:`ADAPTERS` (default :data:`verify.adapters.CARDS`, those with
             a committed card).
-        isolate: each card in a fresh worker process (``jobs`` of them at a time, spawned; its
-            checks in their own workers under the watchdog), so no card's state reaches
-            another and a card's bytes do not depend on which cards ran before it (False: every
-            card in this process, one after another, as tests do; the results are the same).
-        jobs: cards built at a time when ``isolate`` (default the CPU count); the CPUs are
-            shared among them (each card's checks get ``CPU count // jobs`` workers, at least 1).
+        isolate: each card in a fresh process (``jobs`` of them at a time, spawned; its checks
+            in that process, the cards under one watchdog of ``CARD_TIMEOUT`` per card), so no
+            card's state reaches another and a card's bytes do not depend on which cards ran
+            before it (False: every card in this process, one after another, as tests do; the
+            results are the same).
+        jobs: cards built at a time when ``isolate`` (default the CPU count).
         progress: called with one line per finished card (in the order they finish).
 
     Returns:
@@ -82,6 +82,7 @@ def build_cards(
     Raises:
         KeyError: an unknown adapter name.
         ValueError: ``jobs`` below 1.
+        RuntimeError: cards not finished within the watchdog's time (their processes killed).
 
     Run it under ``if __name__ == "__main__":`` in scripts: the checks spawn workers.
     """
@@ -102,20 +103,29 @@ def build_cards(
         return [d for d in outcomes.values() if isinstance(d, dict)]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import TimeoutError as FuturesTimeout
 
     n_jobs = max(1, min(jobs or cpus, len(chosen)))
-    workers = max(1, cpus // n_jobs)
     outcomes = {}
-    # one card per process (max_tasks_per_child=1): each starts from a fresh interpreter
-    with ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn"),
-                             max_tasks_per_child=1) as pool:  # fmt: skip
+    # one card per fresh process (max_tasks_per_child=1), its checks run in that process (no
+    # worker start-up, which re-imports each library per battery); the pool's watchdog stops
+    # a card that hangs: CARD_TIMEOUT per card, the cards sharing ``n_jobs`` processes
+    limit = CARD_TIMEOUT * max(1, -(-len(chosen) // n_jobs))
+    pool = ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+    try:
         futures = {
-            pool.submit(build_card, n, report_dir, quick=quick, isolate=True, workers=workers): n
-            for n in chosen
+            pool.submit(build_card, n, report_dir, quick=quick, isolate=False): n for n in chosen
         }
-        for fut in as_completed(futures):
+        for fut in as_completed(futures, timeout=limit):
             outcomes[futures[fut]] = fut.result()
             _say(progress, futures[fut], outcomes[futures[fut]])
+    except FuturesTimeout:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()  # the hung card's process: the pool cannot stop it otherwise
+        late = [n for n in chosen if n not in outcomes]
+        raise RuntimeError(f"cards not finished within {limit:.0f} s: {late}") from None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     return [outcomes[n] for n in chosen if isinstance(outcomes[n], dict)]
 
 
