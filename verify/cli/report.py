@@ -1,6 +1,6 @@
 """``attn-theory report``: the main job -- regenerate every report in ``reports/``.
 
-Runs the derivations (D1-D16), the property catalogue on the built-in implementations, the
+Runs the derivations (every D-record), the property catalogue on the built-in implementations, the
 checks of the registered third-party variants and the seed-claims table, and writes
 ``index.md``, ``derivations.*``, ``verification.*``, ``variants/*``, ``claims.*`` and the
 figures. ``benchmarks.*`` and ``experiments.*`` belong to their own commands and are only
@@ -87,7 +87,7 @@ def build(
 
     from verify.render.derivations import build as build_derivations
 
-    progress("derivations D1-D16")
+    progress("derivations")
     records = build_derivations(stage, quiet=True)
 
     progress("verification catalogue on the built-in implementations")
