@@ -18,6 +18,10 @@ CARD_EXAMPLES = 10
 #: a quick run (tests): two properties, three examples, float64
 QUICK_SELECT = ("oracle-agreement", "causality")
 QUICK_EXAMPLES = 3
+#: the cards of a quick report (``attn-theory report --quick``, a smoke run of the pipeline):
+#: a softmax card, a linear-attention card and a decode-path card, not all of them (the full
+#: set is the committed report's, compared by ``report --check``)
+QUICK_CARDS = ("torch-sdpa", "fla-naive_parallel_based", "hf-dynamic-cache")
 
 
 def card_dtypes(variant, *, quick: bool = False) -> tuple[str, ...]:

@@ -107,9 +107,10 @@ def build(
 
     progress("third-party variants")
     # a quick run checks in this process (no worker start-up per card): smoke-sized, as tests do
-    cards = build_cards(
-        stage / "variants", quick=quick, isolate=not quick, jobs=jobs, progress=progress
-    )
+    from verify.adapters.card_settings import QUICK_CARDS
+
+    cards = build_cards(stage / "variants", quick=quick, isolate=not quick, jobs=jobs,
+                        names=QUICK_CARDS if quick else None, progress=progress)  # fmt: skip
 
     from verify.render import faults
 
