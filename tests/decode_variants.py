@@ -31,6 +31,8 @@ LEFT = 2
 #: the linear variants' scale on q and the delta rule's beta
 SCALE = 0.5
 BETA = 0.5
+#: the cache block of ``kv_cache_one_block`` (the common kernel block)
+ONE_BLOCK = 64
 
 
 # --------------------------------------------------------------------------- softmax forwards
@@ -101,6 +103,8 @@ class _Cache:
         vis = (j <= pos[..., None]) & used
         if self.left is not None and not (self.fault == "tq1" and stepping and n == 1):
             vis &= j >= pos[..., None] - self.left
+        if self.fault == "one_block" and stepping:  # the step reads one block of the cache
+            vis &= j < ONE_BLOCK
         if self.fault == "zero_slots":
             vis |= ~used  # the unused slots are attended too
             used = torch.ones_like(used)
@@ -141,6 +145,9 @@ class StaticCache(_Cache):
 kv_cache = KVCache()
 kv_cache_off_by_one = KVCache(fault="off_by_one")
 kv_cache_batch_position = KVCache(fault="batch_position")
+#: a decode step that reads only the first 64-key block of its cache (a block table or split
+#: count that stops at one block): invisible until the cache is longer than a block
+kv_cache_one_block = KVCache(fault="one_block")
 static_cache = StaticCache()
 static_cache_zero_slots = StaticCache(fault="zero_slots")
 window_cache = KVCache(left=LEFT)

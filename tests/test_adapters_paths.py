@@ -104,6 +104,35 @@ def test_released_paths_pass(name):
         assert r.examples > 0 and r.max_ratio is not None and r.max_ratio <= 1.0
 
 
+def test_a_path_without_a_backward_is_checked_forward_only_when_declared(no_shrink):
+    """Eager flex on CPU refuses gradients: declared (``differentiable=False``, what the adapter
+    measures), packed-isolation checks its forward statement and says the gradient statement
+    was not checked, and the gradient properties skip with the reason; undeclared, the refusal
+    is the variant's failure of packed-isolation (nothing is skipped silently)."""
+    _needs(prv.flex_softcap_alibi)
+    from verify.adapters import flex
+
+    if flex.grad_refusal() is None:
+        pytest.skip("this torch build has a CPU backward for flex_attention")
+    declared = prv.flex_softcap_alibi()
+    assert declared.differentiable is False
+    props = ("packed-isolation", "gradients-vs-reference", "gradient-identities")
+    runs = _run(declared, props)
+    iso = runs[("packed-isolation", "float64")]
+    assert iso.status == "pass" and iso.examples > 0, (iso.status, iso.reason)
+    assert "gradient statement not checked" in str(iso.to_json()), iso.to_json()
+    for prop in props[1:]:
+        r = runs[(prop, "float64")]
+        assert r.status == "skip" and "not differentiable" in r.reason, (prop, r.reason)
+    undeclared = declared.with_claims(differentiable=True)
+    r = _run(undeclared, ("packed-isolation",))[("packed-isolation", "float64")]
+    assert r.status == "fail" and "NotImplementedError" in r.reason, (r.status, r.reason)
+    from verify.render.check import look_at
+
+    hint = look_at("packed-isolation", undeclared, (r.reason,))
+    assert "--not-differentiable" in hint and "by design" in hint, hint
+
+
 # -- each published defect class fails the property naming its path; its fix passes ------------
 @pytest.mark.thirdparty
 @pytest.mark.parametrize("twin", prv.TWINS, ids=[t.name for t in prv.TWINS])

@@ -125,6 +125,18 @@ def test_each_twin_fails_the_property_naming_its_path(name):
     assert prop in CORRECT[correct][3]  # and the correct twin passes it (above)
 
 
+def test_a_step_reading_one_cache_block_fails_on_a_long_example():
+    """A decode step that reads only the first 64-key block of its cache agrees with the
+    forward on every short sequence; decode-steps' long examples (a cache past a block with a
+    last partial block, the last tokens stepped) catch it, and the correct cache passes them."""
+    bad = _check(dv.softmax_forward, dv.kv_cache_one_block, {}, ("decode-steps",))
+    for r in bad.results:
+        assert r.status == "fail" and r.reason.startswith("on a long example"), (r.dtype, r.reason)
+    good = _check(dv.softmax_forward, dv.kv_cache, {}, ("decode-steps",))
+    for r in good.results:
+        assert r.status == "pass" and r.examples > 4, (r.dtype, r.status, r.examples)
+
+
 def test_the_ignored_scale_fails_single_steps_too():
     forward, decode, claims, _, _ = TWINS["linear_decode_ignores_scale"]
     result = _check(forward, decode, claims, ("decode-steps",))

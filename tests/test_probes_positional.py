@@ -4,6 +4,7 @@ and an ALiBi bias off a black box, and suggest claims only where the evidence is
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tests.modern_variants as mv
 from verify import builtins
@@ -75,3 +76,32 @@ def test_window_of_reads_flashattention_windows_and_rejects_buckets():
     assert window_of([[0], [0, 1], [2], [2, 3]], 4) is None
     # bottom-right alignment: T = 2 queries over S = 4 keys, causal
     assert window_of([[0, 1, 2], [0, 1, 2, 3]], 4) == (-1, 0)
+
+
+def _delta_rule(q, k, v, *, causal):
+    """An unnormalized delta rule (beta = 1, causal only): S_t = S_{t-1} (I - k_t k_t^T) +
+    v_t k_t^T, o_t = S_t q_t. A zero key leaves the state at zero."""
+    B, H, T, d = q.shape
+    S = q.new_zeros(B, H, v.shape[-1], d)
+    out = []
+    for t in range(T):
+        kt, vt = k[:, :, t], v[:, :, t]
+        S = S - (S @ kt[..., None]) @ kt[..., None, :] + vt[..., None] @ kt[..., None, :]
+        out.append((S @ q[:, :, t, :, None])[..., 0])
+    return torch.stack(out, 2)
+
+
+def test_a_delta_rule_is_not_called_normalized_or_bucketed():
+    """Zero keys leave a delta rule's state at zero: the visibility probe reads it at a constant
+    nonzero q = k instead of calling an all-zero pattern "bucketed", fits no positional bias
+    there, and row sums that fit both D/(D + eps) and a count normalization are reported as
+    unsettled, not as a normalization (no ``normalized`` claim is suggested)."""
+    from verify.spec.variant import AttentionVariant
+
+    report = probe(AttentionVariant(name="delta", forward=_delta_rule, causal="yes"))
+    sentence = describe(report)
+    assert "bucketed" not in sentence and "normalized" not in sentence.split(",")[0], sentence
+    assert report.positional["window"]["plain"], report.positional["window"]
+    assert "linear" not in report.positional["bias"], report.positional["bias"]
+    assert report.normalization["kind"] in ("unsettled", "none", "other"), report.normalization
+    assert "normalized" not in suggested_claims(report) or report.normalization["kind"] == "none"

@@ -235,6 +235,33 @@ def test_non_differentiable_forward_fails_with_the_reason(no_shrink):
 # ----------------------------------------------------------------------------- skips
 
 
+def _flex_score_mod(score, b, h, q_idx, kv_idx):
+    return score
+
+
+@pytest.mark.parametrize(
+    "prop_id, claims, words",
+    [
+        ("gradients-vs-reference", {"key_padding": True}, "no derived backward bound"),
+        ("gradients-vs-reference", {"window": (2, 0), "eps": 1e-6}, "cover softmax with the sum"),
+        ("exp-kernel-full-rank", {"dv_equals_d": True}, "one-hot values"),
+        ("oracle-agreement", {"score_mod": _flex_score_mod}, "flex-score-mod's"),
+        ("causal-alignment", {"score_mod": _flex_score_mod, "causal_alignment": "top-left"},
+         "flex-score-mod's"),
+    ],
+)  # fmt: skip
+def test_claims_no_draw_can_meet_skip_before_drawing(prop_id, claims, words):
+    """Claims under which every draw of a property would be rejected are decided before any
+    draw: the cards once spent 459 rejected draws per property and dtype on each of these
+    (a softmax with key padding, a d_v == d restriction, FlexAttention claims)."""
+    from verify.properties import get
+
+    variant = variants.get("softmax").with_claims(**claims)
+    res = run(get(prop_id), variant, n=4)
+    assert res.status == "skip" and words in res.reason, res.reason
+    assert not res.reason.startswith("no applicable example"), res.reason
+
+
 @dataclasses.dataclass(frozen=True)
 class _DeclaredNonDifferentiable(AttentionVariant):
     differentiable: bool = False

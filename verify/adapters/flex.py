@@ -188,6 +188,7 @@ def softcap_alibi_variant() -> AttentionVariant:
         score_mod=softcap_alibi,
         score_mod_roundings=SOFTCAP_ALIBI_ROUNDINGS,
         packed=flex_packed,
+        differentiable=grad_refusal() is None,
         description=f"torch.nn.attention.flex_attention (eager, CPU): score_mod softcap C={CAP} "
         f"then ALiBi m={SLOPE}; packed documents by a document mask_mod",
     )
@@ -251,6 +252,7 @@ def document_window_variant() -> AttentionVariant:
         causal_alignment="top-left",
         mask_mod=document_window,
         block_mask=document_window_block_mask,
+        differentiable=grad_refusal() is None,
         description="torch.nn.attention.flex_attention (eager, CPU): mask_mod documents "
         f"{DOC_LENGTHS} and window {WINDOW}, create_block_mask(BLOCK_SIZE={BLOCK_SIZE})",
     )

@@ -305,6 +305,13 @@ CLAIM_OPTIONS = (
         "outputs and gradients)",
         off="no-key-padding",
     ),
+    ClaimOption(
+        "differentiable",
+        "differentiable",
+        "forward (and --packed) support autograd (the default); --not-differentiable: code "
+        "without a backward, every gradient check skips with that reason",
+        off="not-differentiable",
+    ),
     # other code paths of the same attention (verify.spec.decode, D20)
     ClaimOption(
         "decode_spec",

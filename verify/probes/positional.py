@@ -32,6 +32,8 @@ from verify.spec.results import VariantError
 HEADS = 4
 #: scores of the cap probe (log-spaced; exp's weights stay in float64's range up to e^-128)
 CAP_SCORES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+#: the elements of q and k of the visibility probe's second try (module code)
+VISIBILITY_FILL = 0.5
 #: relative agreement a fit must reach to be suggested as a claim
 FIT_TOLERANCE = 1e-6
 
@@ -73,22 +75,32 @@ def _window_and_bias(run: Runner, T: int, causal: bool):
     from derivations.decay import alibi_slopes
 
     d = 2
-    for H in (HEADS, 1):
-        q = torch.zeros(1, H, T, d, dtype=torch.float64)
-        try:
-            W = run.weights(q, q.clone(), causal, T)[0]  # (H, T, S = T)
+    # q = k = 0: every score 0, equal weights on the visible keys for any kernel of q.k; where
+    # no key gets a weight there (kappa(0) = 0, or a delta rule's state a zero key leaves at
+    # zero) the same with every element VISIBILITY_FILL (every score equal again)
+    for fill in (0.0, VISIBILITY_FILL):
+        for H in (HEADS, 1):
+            q = torch.full((1, H, T, d), fill, dtype=torch.float64)
+            try:
+                W = run.weights(q, q.clone(), causal, T)[0]  # (H, T, S = T)
+                break
+            except VariantError as exc:
+                err = str(exc)
+        else:
+            return {"error": err}, {"error": err}
+        Wf = np.where(np.isfinite(W), W, 0.0)
+        vis = [[s for s in range(T) if Wf[0, t, s] > 0] for t in range(T)]
+        if any(vis):
             break
-        except VariantError as exc:
-            err = str(exc)
-    else:
-        return {"error": err}, {"error": err}
-    Wf = np.where(np.isfinite(W), W, 0.0)
-    vis = [[s for s in range(T) if Wf[0, t, s] > 0] for t in range(T)]
+    if not any(vis):
+        why = f"no key has a positive weight with q = k = 0 or {VISIBILITY_FILL}: not read"
+        return {"causal": causal, "T": T, "detail": why}, {"detail": why}
     win = window_of(vis, T)
     plain = (-1, 0) if causal else (-1, -1)
     window = {
         "causal": causal,
         "T": T,
+        **({"q_k_fill": fill} if fill else {}),
         "pattern": "".join(
             "".join("1" if s in row else "0" for s in range(T)) + "|" for row in vis
         ),
@@ -98,6 +110,8 @@ def _window_and_bias(run: Runner, T: int, causal: bool):
             bool(((Wf[h] > 0) == (Wf[0] > 0)).all()) for h in range(W.shape[0])
         ),
     }
+    if fill:  # equal nonzero keys: a recurrence's weights change with t - s for its own reasons
+        return window, {"detail": f"not read: the weights at q = k = {fill} are the kernel's"}
     # a bias linear in the distance: log w_ts = a_t - m |t' - s| on the visible keys
     slopes, residual = [], 0.0
     for h in range(W.shape[0]):

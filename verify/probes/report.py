@@ -40,8 +40,9 @@ class ProbeReport:
         cross: ``noncausal`` {"T,S": "ok" | reason}, ``causal`` {"T,S": pattern | reason},
             ``alignment`` (top-left | bottom-right | None) and a ``detail``.
         deterministic, linear_in_v, qk_only: Checks.
-        normalization: ``kind`` (sum | sum+eps | sum+floor | none | count | other), ``row_sum``
-            Check (v = 1 gives 1), ``duplication`` (last-row sums r1, r2 with every key twice),
+        normalization: ``kind`` (sum | sum+eps | sum+floor | none | count | other |
+            unsettled: D/(D + eps) and a count both fit the row sums), ``row_sum`` Check
+            (v = 1 gives 1), ``duplication`` (last-row sums r1, r2 with every key twice),
             ``eps`` / ``eps_interval`` (eps/kappa(0) for sum+eps); with the kernel known,
             ``eps_mode`` (add | floor) and ``eps`` held to the D10 bound on every probed row,
             and ``convention`` (the hypotheses tried, their worst observed/bound, a detail)
@@ -71,7 +72,8 @@ class ProbeReport:
         output_precision: the coarsest dtype whose numbers contain every output of a call
             with full-precision values (the precision the bounds use).
         positional: the structural probes (``verify.probes.positional``): ``window`` (the
-            visible pattern at q = k = 0 and the FlashAttention window reproducing it, or None),
+            visible pattern at q = k = 0, or at q = k = ``q_k_fill`` where no key has a weight
+            at 0, and the FlashAttention window reproducing it, or None),
             ``bias`` (slopes of a bias linear in |t' - s| per head, their residual, whether
             they are ALiBi's reference slopes), ``kv_heads`` (the kv head each query head reads
             on a grouped call, its convention), ``cap`` (log(w_1/w_0) against the score x, a

@@ -167,15 +167,25 @@ def probe_normalization(run: Runner, report: ProbeReport, T: int, causal: bool) 
         return
     # D/(D + eps): 1/r1 - 1 = eps/D and 1/r2 - 1 = eps/(2D), each known to within
     # |d(1/r)| <= b/(r (r - b))
+    count = abs(r2 - r1) <= b2 + b1
     if r1 > b1 and r2 > b2:
         a, bb = 1 / r1 - 1, 1 / r2 - 1
         da, db = b1 / (r1 * (r1 - b1)), b2 / (r2 * (r2 - b2))
+        if a > da and abs(a - 2 * bb) <= da + 2 * db and count:
+            # both D/(D + eps) and a count normalization fit r1, r2 within their bounds (e.g.
+            # a delta rule whose state a zero key leaves at zero): the probes cannot tell
+            norm["kind"] = "unsettled"
+            norm["detail"] = (
+                f"rows do not sum to 1; with every key twice the row sums ({r1:.3g}, {r2:.3g}) "
+                "fit both D/(D + eps) and a count normalization within their bounds"
+            )
+            return
         if a > da and abs(a - 2 * bb) <= da + 2 * db:
             norm["kind"] = "sum+eps"
             run.dens = ("sum",)
             _estimate_eps(run, norm, q, k, causal, r, b, A, n)
             return
-    if abs(r2 - r1) <= b2 + b1:
+    if count:
         norm["kind"] = "count"
         return
     norm["kind"] = "other"

@@ -209,7 +209,8 @@ def _padding_check(variant, ex: Example, ctx):
     claimed = ~claimed_visible(variant, xm).any(-1)
     empty = variant_empty_rows(W) | (on_kept.sum(-1) == 0) | claimed
     empty = torch.from_numpy(empty).to(x.device)[..., None]
-    q1, k1, v1 = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
+    grad = variant.differentiable  # False: the forward statement only (no backward to call)
+    q1, k1, v1 = (t.detach().clone().requires_grad_(grad) for t in (x.q, x.k, x.v))
     o1 = call(variant, q1, k1, v1, causal=x.causal, allow_nonfinite=True, **kw)
     o2 = call(variant, x.q, k2, v2, causal=x.causal, allow_nonfinite=True, **kw)
     bound = combined(
@@ -223,7 +224,12 @@ def _padding_check(variant, ex: Example, ctx):
             diff(np64(o1.masked_fill(empty, 0.0)), np64(o2.masked_fill(empty, 0.0))),
             bound,
             what="f(q, k, v, key_padding_mask) vs the same with the dropped keys poisoned "
-            f"(k = {p:.3g}, v = {-p:.3g}){rows}",
+            f"(k = {p:.3g}, v = {-p:.3g}){rows}"
+            + (
+                ""
+                if grad
+                else "; gradients not checked: the variant declares it is not differentiable"
+            ),
         )
     ]
     # a row without a kept key returns the variant's convention (NaN rows make every gradient

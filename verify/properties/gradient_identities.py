@@ -41,7 +41,7 @@ PAD_DROP = 0.3
 
 
 def _applies(variant, ctx) -> str | None:
-    if getattr(variant, "differentiable", True) is False:
+    if not variant.differentiable:
         return "the variant declares it is not differentiable"
     if variant.kernel_family != "softmax":
         return (

@@ -30,7 +30,7 @@ from verify.spec.results import Observation
 def _mask_applies(variant, ctx) -> str | None:
     if not variant.supports_mask:
         return "the variant takes no attn_mask (supports_mask=False)"
-    if getattr(variant, "differentiable", True) is False:
+    if not variant.differentiable:
         return "the variant declares it is not differentiable"
     return dtype_reason(variant, ctx)
 

@@ -212,7 +212,7 @@ def _reference_error(variant, x, mode: str, g, ctx, exact):
 
 
 def _gradcheck_applies(variant, ctx) -> str | None:
-    if getattr(variant, "differentiable", True) is False:
+    if not variant.differentiable:
         return "the variant declares it is not differentiable"
     if ctx.dtype != "float64":
         return "gradcheck runs in float64 only (finite differences need it)"
@@ -424,9 +424,31 @@ GRADCHECK = declare("gradcheck", _gradcheck_applies, _gradcheck_examples, _gradc
 # ----------------------------------------------------------------------------- vs reference
 
 
+def uncovered_claims(variant) -> list[str]:
+    """The claims the derived backward bounds do not cover and the plain reference does not
+    know (a decay, QK-norm, a score bias or key padding taken by the forward): with one of
+    them no gradient statement is made, decided once rather than on every draw."""
+    on = {
+        "decay": variant.decay is not None,
+        "qk_norm": variant.qk_norm,
+        "score_bias": variant.score_bias,
+        "key_padding": variant.key_padding,
+    }
+    return [name for name, claimed in on.items() if claimed]
+
+
 def _reference_applies(variant, ctx) -> str | None:
-    if getattr(variant, "differentiable", True) is False:
+    if not variant.differentiable:
         return "the variant declares it is not differentiable"
+    from verify.spec.structure import has_structure
+
+    if has_structure(variant) and (variant.kernel_family != "softmax" or variant.eps):
+        return (  # what derived_bounds says on every draw
+            "structural claims: the derived backward bounds cover softmax with the sum "
+            "denominator and no eps; gradients not checked here"
+        )
+    if variant.kernel_family == "softmax" and (extra := uncovered_claims(variant)):
+        return f"no derived backward bound for the claims {extra}: gradients not checked here"
     return reference_reason(
         variant,
         unknown="the variant claims no kernel (kernel=unknown): no gradient reference",

@@ -186,7 +186,17 @@ def _feature_dim(variant, d: int) -> int | None:
     return None
 
 
+def _identity_values(variant) -> str | None:
+    """The weight matrices are read with one-hot values (d_v = S at d = 1): outside a d_v == d
+    restriction, decided once rather than on every draw."""
+    if variant.dv_equals_d:
+        return "reads the weights with one-hot values (d_v = S, d = 1): outside d_v == d"
+    return None
+
+
 def _rank_applies(variant, ctx) -> str | None:
+    if why := _identity_values(variant):
+        return why
     m = _feature_dim(variant, 1)
     if m is None:
         return "needs a kernel with a known finite feature dimension (linear maps, taylor:N)"
@@ -382,8 +392,12 @@ def _full_rank_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
+def _full_rank_applies(variant, ctx) -> str | None:
+    return softmax_weights_applies(variant, ctx) or _identity_values(variant)
+
+
 EXP_KERNEL_FULL_RANK = declare(
-    "exp-kernel-full-rank", softmax_weights_applies, _full_rank_examples, _full_rank_check
+    "exp-kernel-full-rank", _full_rank_applies, _full_rank_examples, _full_rank_check
 )
 
 

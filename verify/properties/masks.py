@@ -23,6 +23,7 @@ from verify.properties.support.common import (
     Example,
     claimed_visible,
     exact_and_bound,
+    flex_reason,
     radius_strategy,
 )
 from verify.properties.support.inputs import (
@@ -208,7 +209,7 @@ MASKS = declare("masks", _mask_applies, _mask_examples, _mask_check)
 
 
 def _align_applies(variant, ctx):
-    if why := oracle_applies(variant, ctx, causal=True):
+    if why := oracle_applies(variant, ctx, causal=True) or flex_reason(variant):
         return why
     if variant.causal_alignment is None:
         return "the variant declares no causal alignment for T != S (causal_alignment=None)"

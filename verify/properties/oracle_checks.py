@@ -20,6 +20,7 @@ from verify.properties.support.claims import dtype_reason, reference_reason
 from verify.properties.support.common import (
     Example,
     exact_and_bound,
+    flex_reason,
     inputs_strategy,
     long_inputs_strategy,
 )
@@ -33,11 +34,15 @@ from verify.spec.results import Observation
 
 
 def _applies(variant, ctx) -> str | None:
-    return reference_reason(
-        variant,
-        unknown="the variant claims no kernel (kernel=unknown): nothing to compare with",
-        favor="only the statistical checks apply",
-    ) or dtype_reason(variant, ctx)
+    return (
+        reference_reason(
+            variant,
+            unknown="the variant claims no kernel (kernel=unknown): nothing to compare with",
+            favor="only the statistical checks apply",
+        )
+        or dtype_reason(variant, ctx)
+        or flex_reason(variant)
+    )
 
 
 def _examples(cases):

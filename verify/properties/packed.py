@@ -17,6 +17,8 @@ A packed call is attention under a block-diagonal visibility (D20): document b s
   by the same operations on the same inputs in both calls, and a row of another document
   enters them only through weights that are exact zeros (D20's visibility) -- for a forward
   that is run-to-run deterministic, as every FlashAttention forward and torch fallback is.
+  A variant that declares ``differentiable=False`` gets the forward statement only, and the
+  observation says the gradient statement was not checked.
 """
 
 from __future__ import annotations
@@ -255,6 +257,10 @@ def _isolation_check(variant, ex: Example, ctx):
             f"{what} after changing document {i} and filling the slack with {c['slack_fill']}",
         )
     ]
+    if not variant.differentiable:  # no backward to call: the forward statement only
+        obs[0].detail += "; the gradient statement not checked: the variant declares it is not "
+        obs[0].detail += "differentiable"
+        return obs
     obs += _gradient_isolation(variant, t, cu_t, causal, keep, what)
     return obs
 

@@ -272,6 +272,13 @@ NEED_WORDS = {
 }
 
 
+#: properties whose failure may be a backward that raises (``look_at``)
+GRADIENT_ROOTS = frozenset(
+    {"gradcheck", "gradients-vs-reference", "single-key-gradients", "gradient-identities",
+     "masked-key-gradients", "empty-row-gradients", "key-padding", "packed-isolation"}
+)  # fmt: skip
+
+
 def look_at(
     property_id: str,
     variant: Any = None,
@@ -294,6 +301,12 @@ def look_at(
             "the error is within the bound of the precision model "
             f"{model} (the reason measures every model, and the same inputs in float32 pass): "
             f"--precision {model} states it, if the kernel computes that way; else " + text
+        )
+    if "backward" in said and "raised" in said and property_id in GRADIENT_ROOTS:
+        return (  # a backward that raises is seen by whoever trains with it; none is declared
+            "the backward pass raised: if the code has no backward by design (inference only, "
+            "eager FlexAttention on CPU), --not-differentiable states it and the gradient "
+            "checks skip saying so; else make the backward run" + (f"; {text}" if text else "")
         )
     if property_id == "rounding-bias" and "exceeds its max-error bound" in said:
         return BIAS_BEYOND_BOUND

@@ -103,6 +103,7 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
         "none": "unnormalized ",
         "count": "count-normalized ",
         "other": "",
+        "unsettled": "",
     }.get(norm, "")
     linear_in_v = _result(r.get("linear_in_v"))
     if linear_in_v is False:
@@ -115,6 +116,8 @@ def describe(report: ProbeReport | Mapping[str, Any]) -> str:
         parts.append(f"denominator clamped at {float(normalization['eps']):.3g}, max(D, eps)")
     if norm == "other" and linear_in_v is not False:
         parts.append("rows normalized by something other than the kernel sum")
+    if norm == "unsettled" and linear_in_v is not False:
+        parts.append("rows that do not sum to 1 (the probes could not tell the normalization)")
     scale = kernel.get("scale")
     if kernel.get("verdict") == "consistent" and scale not in (None, "any"):
         if scale == "fitted":
@@ -150,6 +153,8 @@ def positional_words(pos: Mapping[str, Any]) -> list[str]:
         out.append(f"window {tuple(win['window'])} ({side} calls, FlashAttention convention)")
     elif "pattern" in win and win.get("window") is None:
         out.append("visibility that is no FlashAttention window (e.g. bucketed)")
+    elif win.get("detail", "").startswith("no key has a positive weight"):
+        out.append("visibility not read (no key has a positive weight at constant q and k)")
     bias = pos.get("bias", {})
     if bias.get("linear"):
         slopes = ", ".join(f"{m:.4g}" for m in bias["slopes"])

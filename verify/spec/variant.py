@@ -181,6 +181,9 @@ class AttentionVariant:
             applied with the causal flag's visibility.
         block_mask: ``block_mask(B, H, T, S) -> BlockMask`` the forward uses (torch's), checked
             by ``flex-block-mask`` against ``mask_mod``.
+        differentiable: ``forward`` (and ``packed``) support autograd. False (code without a
+            backward, e.g. eager FlexAttention on CPU): every gradient property skips with this
+            reason, and ``packed-isolation`` checks its forward statement only and says so.
 
     Which fields were declared (passed to the constructor or given as claims by
     :meth:`with_claims`) is kept in :attr:`declared`: the checker never replaces a declared
@@ -242,6 +245,7 @@ class AttentionVariant:
     mask_mod_spec: str | None = None
     block_mask: Callable[..., Any] | None = None
     block_mask_spec: str | None = None
+    differentiable: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -283,7 +287,7 @@ class AttentionVariant:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         for mode in self.denominators:
             _one_of("denominators", mode, DENOMINATORS)
-        for flag in ("dv_equals_d", "self_attention_only"):
+        for flag in ("dv_equals_d", "self_attention_only", "differentiable"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag}: expected a bool, got {getattr(self, flag)!r}")
         if self.compute_dtype is not None:
@@ -497,6 +501,7 @@ CLAIM_FIELDS = (
     "score_mod_roundings",
     "mask_mod_spec",
     "block_mask_spec",
+    "differentiable",
 )
 
 
@@ -553,6 +558,7 @@ def claims_json(v: AttentionVariant) -> dict[str, Any]:
         "score_mod_roundings": v.score_mod_roundings,
         "mask_mod": v.mask_mod_spec or (v.mask_mod is not None),
         "block_mask": v.block_mask_spec or (v.block_mask is not None),
+        "differentiable": v.differentiable,
         "tolerances": {
             k: {"factor": t.factor, "reason": t.reason} for k, t in v.tolerances.items()
         },

@@ -432,19 +432,28 @@ def structure_kwargs(variant, x) -> dict[str, Any]:
     return reference_kwargs(variant, x.q.shape[1], enable_gqa=x.k.shape[1] != x.q.shape[1])
 
 
+def flex_reason(variant) -> str | None:
+    """Why a property comparing with the exact reference skips under score_mod/mask_mod claims
+    (None without them): decided once, not on every drawn example."""
+    from verify.spec.flex import has_flex
+
+    if has_flex(variant):
+        return (
+            "score_mod/mask_mod claims: the output against their exact reference is "
+            "flex-score-mod's (the other references do not apply them)"
+        )
+    return None
+
+
 def _structured(variant, x, ctx, kernel: str, *, denominator: str, form: str, eps, **extra):
     """(StructuredResult, ErrorBound) of the structural claims (D12-D16): the modern reference
     and ``attention_error_bound`` with the same keywords (``extra``: more of them, e.g. a
     drawn ``score_bias``)."""
     from verify.exact import errors
     from verify.exact.structure_oracle import structured_reference
-    from verify.spec.flex import has_flex
 
-    if has_flex(variant):
-        raise NotApplicable(
-            "score_mod/mask_mod claims: the output against their exact reference is "
-            "flex-score-mod's (the other references do not apply them)"
-        )
+    if why := flex_reason(variant):
+        raise NotApplicable(why)
     if variant.kernel_family not in ("softmax", "sigmoid", "taylor"):
         raise NotApplicable(
             f"structural claims on {variant.kernel}: the modern reference and error model cover "

@@ -396,7 +396,7 @@ def _packed(property_id: str, choices: dict[str, Any]) -> list[str]:
                   'elements over their bound (0: bit-identical)')
             # the packed backward: the other documents' outputs (fixed weights) differentiated
             # at the changed document's rows and the slack must be exact zeros (bound 0)
-            leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+            leaves = [t.detach().clone().requires_grad_(variant.differentiable) for t in (q, k, v)]
             o_g = call_packed(variant, *leaves, cu, causal=causal)
             if o_g.requires_grad:
                 w = torch.arange(1, o_g.numel() + 1, dtype=o_g.dtype).reshape(o_g.shape) % 7 - 3
