@@ -73,10 +73,6 @@ NO_CARD: dict[str, str] = {
         "local-attention-LocalAttention-exact (exact windows) and hf-eager-sliding-window "
         "(a causal window)"
     ),
-    # eager flex_attention on CPU refuses gradients, so every gradient property rejects each of
-    # its draws (about 4 minutes a card): checked by tests/test_adapters_paths.py instead
-    "torch-flex-softcap-alibi": "tests/test_adapters_paths.py (score_mod softcap and ALiBi)",
-    "torch-flex-document-window": "tests/test_adapters_paths.py (mask_mod and BlockMask)",
 }
 
 #: the adapters with a committed report card (``reports/variants``), in card order
