@@ -34,7 +34,7 @@ from typing import Any
 from verify.engine import preflight
 from verify.engine.groups import FailureGroup, group_failures
 from verify.engine.jobs import PRECALL, PROBE, Job, ObjectLoader, SpecLoader, battery
-from verify.engine.pool import DEFAULT_TIMEOUT, run_jobs
+from verify.engine.pool import DEFAULT_TIMEOUT, Workers, run_jobs
 from verify.spec.results import STATUSES, PropertyResult
 from verify.spec.target import TargetError, apply_claims, as_variant
 from verify.spec.variant import AttentionVariant, claim_fields, claims_json
@@ -189,9 +189,10 @@ def check(
     """
     import warnings
 
-    with warnings.catch_warnings(record=True) as rec:  # none reaches the user's terminal
-        warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as rec, Workers() as pool:  # no warning
+        warnings.simplefilter("always")  # reaches the user's terminal; workers are kept
         result = _check(
+            pool,
             target,
             dtypes=dtypes,
             device=device,
@@ -213,6 +214,7 @@ def check(
 
 
 def _check(
+    pool: Workers,
     target: Any,
     *,
     dtypes: tuple[str, ...] | None = None,
@@ -275,6 +277,7 @@ def _check(
             progress=tick,
             stop=stop,
             warnings=caught,
+            pool=pool,
         )  # fmt: skip
 
     def result(results, **kw) -> CheckResult:

@@ -205,6 +205,38 @@ def _timed_out(job: Job, device: str, timeout: float, limit: float, loading: boo
     )
 
 
+class Workers:
+    """Worker processes kept across the :func:`run_jobs` calls of one check (the tiny call and
+    the probe, then the battery): each fresh worker imports torch and the catalogue, seconds
+    of CPU. ``with Workers() as pool: run_jobs(..., pool=pool)``; idle workers are stopped on
+    exit, and a call with other settings starts fresh ones."""
+
+    def __init__(self) -> None:
+        self.slots: list[_Slot] = []
+        self.settings: dict[str, Any] | None = None
+        self.method: str | None = None
+
+    def adopt(self, settings: dict[str, Any], method: str) -> list[_Slot]:
+        """The kept workers when they run under ``settings`` and ``method``, else none (the
+        others are stopped)."""
+        if (settings, method) != (self.settings, self.method):
+            self.close()
+            self.settings, self.method = settings, method
+        self.slots = [s for s in self.slots if s.proc.is_alive()]
+        return self.slots
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.stop()
+        self.slots = []
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_jobs(
     jobs: Sequence[Job],
     *,
@@ -219,8 +251,10 @@ def run_jobs(
     progress: Callable[[int, int, Job, Any], None] | None = None,
     stop: Callable[[Job, Any], bool] | None = None,
     warnings: Counter | None = None,
+    pool: Workers | None = None,
 ) -> list[Any]:
     """Run ``jobs`` in ``workers`` processes (default: the CPU count); results in job order.
+    ``pool``: keep the workers for the next call (:class:`Workers`).
 
     A property job gives a ``PropertyResult`` (``inconclusive`` when its time ran out, module
     docstring; failing when its worker crashed). A :data:`PROBE` job gives the ``ProbeReport``,
@@ -243,7 +277,7 @@ def run_jobs(
     results: list[Any] = [None] * len(jobs)
     pending = [(i, job, 1) for i, job in enumerate(jobs)][::-1]  # popped from the end: in order
     n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
-    slots: list[_Slot] = []
+    slots: list[_Slot] = [] if pool is None else pool.adopt(settings, start_method)
     done = 0
 
     def finish(index: int, job: Job, res: Any) -> None:
@@ -308,6 +342,8 @@ def run_jobs(
                         continue
                     finish(index, job, _timed_out(job, device, timeout, limit, loading))
     finally:
-        for slot in slots:
-            slot.stop()
+        for slot in list(slots):
+            if pool is None or slot.job is not None:  # a kept worker must be idle
+                slot.stop(kill=slot.job is not None)
+                slots.remove(slot)
     return results
