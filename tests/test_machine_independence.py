@@ -890,3 +890,34 @@ def test_the_shown_counterexample_is_chosen_beyond_the_machine_factor():
     group = FailureGroup(root=None, cause=(), members=[member(4, 40.0), member(2, 3.0)])
     assert group.example.counterexample == "T=4"  # beyond the factor on every machine
     assert MACHINE_RATIO_FACTOR < 40.0
+
+
+def test_the_kernel_free_threshold_misses_the_favor_feature_sums():
+    """The dev profile's failure (single-key, linear-favor, float32, 1.2): FAVOR+'s tiny
+    features put the example outside the D10 model, and the check used D11's kernel-free
+    threshold alone, which charges the key sum and d + 1 products; the chunked and recurrent
+    forms sum m = 64 feature terms per element. The threshold no longer stands for such a path
+    (no statement there), while an element-wise map (m = d) keeps it."""
+    from verify.properties.scores import _single_check
+
+    variant, ctx = variants.get("linear-favor"), RunContext(dtype="float32")
+    q = [[[[0.0]]]]
+    x = make_inputs(
+        torch.tensor(q, dtype=torch.float32),
+        torch.tensor([[[[-0.843395471572876]]]], dtype=torch.float32),
+        torch.tensor([[[[0.0, 0.5930440425872803]]]], dtype=torch.float32),
+        causal=False,
+    )
+    fn = weights.path_callable(variant, "chunked/C=64")
+    o = np64(fn.forward(x.q, x.k, x.v, causal=False, denominator="sum"))
+    W = effective_weights(fn, x, {"denominator": "sum"}, causal=False)
+    threshold = reorder_bound(W, np64(x.v), o, "float32", 1) / 2
+    assert (np.abs(o - np64(x.v)) > threshold).any()  # the old statement fails correct code
+    for form in ("chunked", "recurrent", "any"):
+        assert kernel_free_gap(variant, form), form
+    assert kernel_free_gap(variant, "parallel") is None
+    assert kernel_free_gap(variants.get("linear-elu1"), "chunked") is None
+    # with q's features tiny enough to leave the model, the example makes no statement
+    far = dataclasses.replace(x, q=torch.tensor([[[[6.930172920227051]]]], dtype=torch.float32))
+    with pytest.raises(NotApplicable):
+        _single_check(variant, Example(far, {"path": "chunked/C=64"}), ctx)

@@ -119,12 +119,22 @@ def kernel_free_gap(variant, form: str) -> str | None:
     phi_m(q) (phi_m(k_s) v_sj): m + S of them per element, of total magnitude
     sum_m |phi_m(q)||phi_m(k_s)| |v_sj| (for kappa_N: kappa_N(c sum_i |q_i||k_si|) |v_sj|, D1),
     which exceeds |W_ts| |v_sj| wherever the signed terms cancel (e.g. kappa_6 at a score of
-    -1.48: 4.38 against 0.23). Such a path has the D10 feature-form bound or no statement.
+    -1.48: 4.38 against 0.23). A map with more features than an element-wise one (FAVOR+'s m
+    random features, a declared phi) rounds m + S terms where the threshold charges the key
+    sum and d + 1 products: a single key at d = 1 in float32 measured 8.4 u |v| against the
+    threshold's 7 u |v| (FAVOR+, m = 64, chunked). Such a path has the D10 feature-form bound or
+    no statement.
     """
     kern = variant.parsed_kernel
     signed_features = kern.family == "taylor" or kern.taylor_map or kern.map == "identity"
-    if not signed_features or form == "parallel":
+    many_features = kern.family == "linear" and not kern.elementwise and not kern.taylor_map
+    if form == "parallel" or not (signed_features or many_features):
         return None
+    if many_features:
+        return (
+            f"{variant.kernel} in a {form} form sums m feature terms per element, more than "
+            "the kernel-free threshold counts: it does not apply"
+        )
     return (
         f"{variant.kernel} in a {form} form sums signed feature terms whose magnitudes "
         "|W| |v| does not bound: the kernel-free threshold does not apply"
