@@ -293,3 +293,12 @@ def test_build_cards_rejects_unknown_names(tmp_path):
 
     with pytest.raises(KeyError, match="unknown adapter"):
         build_cards(tmp_path, names=["no-such-adapter"])
+
+
+def test_slow_first_names_committed_cards():
+    """The cards started first (longest first) are cards the report builds: a renamed adapter
+    would silently drop out of the ordering."""
+    from verify.adapters import CARDS
+    from verify.adapters.card_settings import SLOW_FIRST
+
+    assert set(SLOW_FIRST) <= set(CARDS), set(SLOW_FIRST) - set(CARDS)

@@ -28,6 +28,7 @@ from verify.adapters.card_settings import (
     QUICK_EXAMPLES,
     QUICK_SELECT,
     SEED,
+    SLOW_FIRST,
     card_dtypes,
 )
 from verify.render import card
@@ -113,8 +114,9 @@ def build_cards(
     limit = CARD_TIMEOUT * max(1, -(-len(chosen) // n_jobs))
     pool = ProcessPoolExecutor(n_jobs, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
     try:
+        order = [n for n in SLOW_FIRST if n in chosen] + [n for n in chosen if n not in SLOW_FIRST]
         futures = {
-            pool.submit(build_card, n, report_dir, quick=quick, isolate=False): n for n in chosen
+            pool.submit(build_card, n, report_dir, quick=quick, isolate=False): n for n in order
         }
         for fut in as_completed(futures, timeout=limit):
             outcomes[futures[fut]] = fut.result()
