@@ -108,7 +108,8 @@ def test_a_path_without_a_backward_is_checked_forward_only_when_declared(no_shri
     """Eager flex on CPU refuses gradients: declared (``differentiable=False``, what the adapter
     measures), packed-isolation checks its forward statement and says the gradient statement
     was not checked, and the gradient properties skip with the reason; undeclared, the refusal
-    is the variant's failure of packed-isolation (nothing is skipped silently)."""
+    is the variant's failure of packed-isolation, gradcheck and gradients-vs-reference (not an
+    input left out as outside its domain)."""
     _needs(prv.flex_softcap_alibi)
     from verify.adapters import flex
 
@@ -125,12 +126,14 @@ def test_a_path_without_a_backward_is_checked_forward_only_when_declared(no_shri
         r = runs[(prop, "float64")]
         assert r.status == "skip" and "not differentiable" in r.reason, (prop, r.reason)
     undeclared = declared.with_claims(differentiable=True)
-    r = _run(undeclared, ("packed-isolation",))[("packed-isolation", "float64")]
-    assert r.status == "fail" and "NotImplementedError" in r.reason, (r.status, r.reason)
     from verify.render.check import look_at
 
-    hint = look_at("packed-isolation", undeclared, (r.reason,))
-    assert "--not-differentiable" in hint and "by design" in hint, hint
+    runs = _run(undeclared, ("packed-isolation", "gradcheck", "gradients-vs-reference"))
+    for prop in ("packed-isolation", "gradcheck", "gradients-vs-reference"):
+        r = runs[(prop, "float64")]  # failed, not skipped as an input outside the domain
+        assert r.status == "fail" and "NotImplementedError" in r.reason, (prop, r.reason)
+        hint = look_at(prop, undeclared, (r.reason,))
+        assert "--not-differentiable" in hint and "by design" in hint, (prop, hint)
 
 
 # -- each published defect class fails the property naming its path; its fix passes ------------

@@ -72,6 +72,7 @@ from verify.properties.support.common import (
 from verify.properties.support.defined import any_undefined
 from verify.properties.support.grads import (
     backward_grads,
+    grad_call,
     grad_inputs,
     masked_strategy,
     max_abs,
@@ -348,7 +349,7 @@ def _gradcheck_check(variant, ex: Example, ctx) -> Observation:
         return out
 
     inputs = [t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v)]
-    out = fn(*inputs)
+    out = grad_call(fn, inputs, (x.q, x.k, x.v), form)
     analytic = _analytic_jacobian(out, inputs, form)
     h = GRADCHECK_EPS
     base = out.detach().reshape(-1)
@@ -519,14 +520,11 @@ def _structure(variant, x) -> dict:
     from verify.exact.gradient_bounds import STRUCTURE
     from verify.properties.support.common import structure_kwargs
 
-    skw = structure_kwargs(variant, x)
-    other = sorted(k for k, v in skw.items() if k not in STRUCTURE and v not in (None, False))
-    if other or variant.score_bias or variant.key_padding:
-        extra = other + [n for n in ("score_bias", "key_padding") if getattr(variant, n)]
+    if extra := uncovered_claims(variant):  # also decided before drawing (_reference_applies)
         raise NotApplicable(
             f"no derived backward bound for the claims {extra}: gradients not checked here"
         )
-    return {k: v for k, v in skw.items() if k in STRUCTURE}
+    return {k: v for k, v in structure_kwargs(variant, x).items() if k in STRUCTURE}
 
 
 def derived_bounds(variant, x, mode: str, g, ctx):

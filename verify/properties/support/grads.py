@@ -20,7 +20,7 @@ from verify.properties.support.common import (
 )
 from verify.properties.support.inputs import by_causal, poison_value
 from verify.properties.support.paths import call_kwargs, path_callable
-from verify.spec.results import NoStatement, NotApplicable, VariantError
+from verify.spec.results import NoStatement, NotApplicable, VariantError, VariantRaised
 
 # ----------------------------------------------------------------------------- gradients
 
@@ -56,6 +56,24 @@ def require_zero_rows(variant, x) -> None:
         )
 
 
+def grad_call(run, leaves, plain, form: str):
+    """``run(*leaves)`` (inputs that require grad). A forward that raises only on such inputs
+    (no backward, e.g. eager flex on CPU) fails the gradient property: VariantError, not the
+    VariantRaised of an input outside the variant's domain (which ``run(*plain)`` without grad
+    raises again)."""
+    import torch
+
+    try:
+        return run(*leaves)
+    except VariantRaised as exc:
+        with torch.no_grad():
+            run(*plain)
+        raise VariantError(
+            f"the forward ({form}) raised only on inputs that require grad: {exc} (no "
+            "backward: --not-differentiable declares that)"
+        ) from exc
+
+
 def variant_gradients(variant, form: str, x, mode: str, g):
     """(output, dq, dk, dv) of the variant on canonical inputs, upstream gradient ``g``.
 
@@ -68,7 +86,9 @@ def variant_gradients(variant, form: str, x, mode: str, g):
     require_zero_rows(variant, x)
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (x.q, x.k, x.v))
     kw = call_kwargs(variant, mode, x.attn_mask)
-    out = call(path_callable(variant, form), q, k, v, causal=x.causal, **kw)
+    fn = path_callable(variant, form)
+    run = lambda *t: call(fn, *t, causal=x.causal, **kw)  # noqa: E731
+    out = grad_call(run, (q, k, v), (x.q, x.k, x.v), form)
     try:
         grads = backward_grads(out, (q, k, v), g)
     except Exception as exc:
