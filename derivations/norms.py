@@ -152,7 +152,9 @@ def normalization_sensitivity(
         eps: eps inside the square root (>= 0).
 
     Returns:
-        The bound (inf if vector_norm = 0 and eps = 0).
+        The bound; inf if eps = 0 and input_error >= vector_norm: y_hat may then be the zero
+        vector, whose normalization is undefined (0/0), so no bound holds (for y_hat != 0 the
+        Lipschitz bound is >= 2 there, the largest distance of two unit vectors).
 
     Raises:
         TypeError, ValueError: unknown ``kind`` or bad numbers.
@@ -164,7 +166,7 @@ def normalization_sensitivity(
     n = check_int("d_v", d_v, 2 if kind == "layernorm" else 1)
     e = eps if kind == "l2" else n * eps
     denom = math.sqrt(y * y + e)
-    if denom == 0.0:
+    if denom == 0.0 or (e == 0.0 and delta >= y):
         return math.inf
     factor = 1.0 if kind == "l2" else math.sqrt(n)
     return factor * 2.0 * delta / denom

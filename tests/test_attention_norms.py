@@ -124,3 +124,44 @@ def test_zero_numerator_is_ieee_unless_eps():
     v = torch.zeros(1, 1, 2, 3, dtype=torch.float64)
     assert torch.isnan(taylor_attention(q, q, v, order=2, denominator="l2")).all()
     assert (taylor_attention(q, q, v, order=2, denominator="l2", eps=1e-3) == 0).all()
+
+
+# a shifted softmax numerator of ~1e-37 (found by the dev profile, bf16, radius 86): query
+# -15.9375 sees keys -5.21875 (score 83.2, value 0) and 0 (score 0, value 0.1455), so
+# N = e^-83.2 * 0.1455 and its square underflows float32
+TINY_Q = [[[[0.0], [-15.9375]]]]
+TINY_K = [[[[-5.21875], [0.0]]]]
+TINY_V = [[[[0.0], [0.1455078125]]]]
+
+
+@pytest.mark.parametrize("mode", ["l2", "rms"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scale_invariant_modes_do_not_square_a_tiny_numerator_to_zero(mode, dtype):
+    """N / ||N|| of N = 1.1e-37 (d_v = 1) is exactly 1; squaring N unscaled gave inf."""
+    q, k, v = (torch.tensor(x, dtype=torch.float64).to(dtype) for x in (TINY_Q, TINY_K, TINY_V))
+    out = softmax_attention(q, k, v, causal=True, denominator=mode)
+    assert out[0, 0, 1, 0].item() == 1.0, out
+    # the unscaled normalization is what failed: its sum of squares is 0
+    n = torch.tensor([[1.1e-37]], dtype=torch.float32)
+    assert not torch.isfinite(l2_normalize(n)).all()
+
+
+def test_no_bound_where_the_computed_numerator_may_vanish():
+    """D7 sensitivity: with eps = 0 and ||y_hat - y|| >= ||y||, y_hat may be 0 and its
+    normalization 0/0, so no finite bound holds; the oracle's model then states nothing on
+    that element instead of failing a correct implementation that squares N unscaled."""
+    import numpy as np
+
+    from derivations.norms import normalization_sensitivity
+    from verify.exact.errors import attention_error_bound
+
+    assert normalization_sensitivity("l2", 1e-3, 1.0, 1) == pytest.approx(2e-3)
+    assert normalization_sensitivity("l2", 1.0, 1.0, 1) == math.inf
+    assert normalization_sensitivity("l2", 1.0, 1.0, 1, eps=1e-6) < math.inf
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (TINY_Q, TINY_K, TINY_V))
+    eb = attention_error_bound("softmax", q, k, v, dtype="float32", causal=True, denominator="l2")
+    assert eb.bound[0, 0, 1, 0] == math.inf
+    v_big = np.asarray([[[[1.0], [0.1455078125]]]])  # N ~ 1: a finite, small bound
+    eb = attention_error_bound("softmax", q, k, v_big, dtype="float32", causal=True,
+                               denominator="l2")  # fmt: skip
+    assert np.all(eb.bound < 1e-3), eb.bound  # output 1: a bound far below it

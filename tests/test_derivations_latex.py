@@ -306,6 +306,21 @@ def records():
     return derivations.derive_all()
 
 
+def test_records_cross_processes_unchanged(records):
+    """``attn-theory report`` derives in worker processes and pickles each record back; sympy
+    rebuilds an expression by calling its class, which evaluates what a statement keeps
+    unevaluated (D13's Eq(cosh(i pi/2), 0) came back as True). Each record must render the
+    same Markdown and JSON after the round trip."""
+    import pickle
+
+    from verify.render.derivations import render_markdown
+
+    for rec in records:
+        back = pickle.loads(pickle.dumps(rec))
+        assert render_markdown([back], []) == render_markdown([rec], []), rec.id
+        assert json.dumps(back.to_json()) == json.dumps(rec.to_json()), rec.id
+
+
 def _formulas(rec):
     for label, x in rec.statement.items():
         yield f"{rec.id} statement {label}", x

@@ -337,6 +337,28 @@ def test_favor_statistics_redrawing_callable():
     assert_pass(favor.FAVOR_VARIANCE, good, n=2)
 
 
+def test_favor_unbiased_charges_the_float32_features_rounding(monkeypatch):
+    """k = -q (s = 0): the estimate is nearly deterministic and the float32 features' own
+    rounding (D10 ``favor_feature_relative_error``) is the whole half width. Without that term
+    the correct built-in map failed at 2.9e3 x the width (found by the dev profile)."""
+    from verify.properties.support.base import RunContext
+    from verify.properties.support.common import Example
+
+    fav = variants.get("linear-favor")
+    ex = Example(None, {"q": [1.0, 0.5, -0.75], "k": [-1.0, -0.5, 0.75]})
+    obs = favor._favor_unbiased_check(fav, ex, RunContext(dtype="float32"))
+    assert len(obs) == 2 and all(o.observed <= o.bound for o in obs), obs
+    monkeypatch.setattr(favor, "_feature_rounding", lambda *a, **k: 0.0)
+    obs = favor._favor_unbiased_check(fav, ex, RunContext(dtype="float32"))
+    assert all(o.observed > 10 * o.bound for o in obs), obs  # the term is what passes it
+
+
+def test_favor_unbiased_states_a_variants_own_map_in_float64_only():
+    good = favor_variant("favor-redraw", redrawing_favor)
+    res = _checks.run(favor.FAVOR_UNBIASED, good, "float32", 2)
+    assert res.status == "skip" and "float64 only" in res.reason, res.reason
+
+
 def test_favor_unbiased_catches_the_missing_norm_term():
     bad = favor_variant("favor-no-norm", partial(redrawing_favor, drop_norm=True))
     res = assert_fail(favor.FAVOR_UNBIASED, bad, n=4)

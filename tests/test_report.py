@@ -100,8 +100,8 @@ def test_killed_run_leaves_previous_reports_intact(quick_reports):
     staging = []
     while time.monotonic() < deadline and proc.poll() is None:
         staging = [p for p in parent.iterdir() if p.name.startswith(".reports.staging-")]
-        if staging and any(staging[0].rglob("derivations.json")):
-            break  # the run is midway: part of the new set is written in the staging area
+        if staging and any(staging[0].rglob("truncation_error.png")):
+            break  # the run is midway: its first new file (a derivation figure) is staged
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be interrupted"
     assert staging, "no staging directory appeared"

@@ -18,6 +18,8 @@ mode        output                                          with ``eps``
 ``l2``, ``rms`` and ``layernorm`` (no eps, no affine parameters) are invariant to positive scaling,
 so Norm(N_t) = Norm(o_t) exactly when D_t > 0 (D7). ``layernorm`` needs d_v >= 2.
 
+Without eps, the scale-invariant modes normalize N rescaled by an exact power of two
+(``exact_unit_scale``), so a tiny N (a shifted softmax's numerator) does not square to zero.
 A row with no visible key (n = 0) returns zeros with finite gradients. Otherwise the IEEE result
 is returned (a vanishing D or ||N|| gives inf/nan) unless ``eps`` is given; no eps is ever added
 silently.
@@ -50,6 +52,23 @@ def layer_normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     """
     centred = x - x.mean(-1, keepdim=True)
     return centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + eps)
+
+
+def exact_unit_scale(x: torch.Tensor) -> torch.Tensor:
+    """``x`` times a power of two per row (last axis) that brings max|x| into [1/2, 1).
+
+    Exact (no rounding unless an element is 2^126 below its row's largest), so a
+    scale-invariant normalization of the result equals that of ``x`` in exact arithmetic and
+    rounds the same way, and its squares cannot underflow: the numerator of a shifted softmax
+    can be ~1e-37, whose square is 0 in float32 and made N / ||N|| = inf. The power is applied
+    in two halves so that neither factor overflows; a zero row is left unchanged. The factor
+    is a constant for autograd (the normalizations are scale-invariant).
+    """
+    amax = x.detach().abs().amax(-1, keepdim=True)
+    _, e = torch.frexp(amax)  # amax = m 2^e, m in [1/2, 1); amax = 0 gives e = 0
+    half = torch.div(-e, 2, rounding_mode="floor")
+    one = torch.ones_like(amax)
+    return x * torch.ldexp(one, half) * torch.ldexp(one, -e - half)
 
 
 def check_denominator(denominator: object, d_v: int) -> str:
@@ -108,6 +127,8 @@ def apply_denominator(
         if eps != 0.0 and log_shift is not None:
             eps_eff = eps * torch.exp(-2.0 * log_shift)[..., None]
         fn = {"l2": l2_normalize, "rms": rms_normalize, "layernorm": layer_normalize}[mode]
+        if eps == 0.0:  # scale-invariant: normalize an exactly rescaled N (no underflow)
+            safe = exact_unit_scale(safe)
         out = fn(safe, eps=eps_eff)
     elif mode == "sum":
         d = denominator

@@ -13,6 +13,9 @@ from verify.render.derivations import build, owned_paths
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-dir", default="reports", help="output directory (default: reports)")
     p.add_argument("--quiet", action="store_true", help="print only failures")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="processes deriving at once (default: CPU count)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     owned = owned_paths()
 
     def writer(stage: Path) -> None:
-        records.extend(build(stage, quiet=args.quiet))
+        records.extend(build(stage, quiet=args.quiet, jobs=args.jobs))
 
     staged_write(Path(args.report_dir), lambda rel: rel in owned, writer)
     failed = [r.id for r in records if r.status.value == "failed"]

@@ -88,7 +88,7 @@ def build(
     from verify.render.derivations import build as build_derivations
 
     progress("derivations")
-    records = build_derivations(stage, quiet=True)
+    records = build_derivations(stage, quiet=True, jobs=jobs)
 
     progress("verification catalogue on the built-in implementations")
     from verify.render import verification

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
             f"[{i}/{n}] {job.label:16s} {job.dtype:8s} {r.property_id:28s} {r.status}{ratio}",
             file=sys.stderr,
         )
+        if r.status in ("fail", "error"):  # what failed and on what: a rerun need not find it
+            print(f"    {r.reason}", file=sys.stderr)
+            if r.counterexample:
+                print(textwrap.indent(str(r.counterexample), "    "), file=sys.stderr)
 
     results = catalogue.run(
         jobs,

@@ -556,6 +556,15 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
     else:
         norm_low = np.maximum(np.sqrt(np.sum(N_f * N_f, axis=-1)) - ref_err, 0.0)
         rnd = np.full(norm_low.shape, d10.normalization_rounding_bound(denominator, d_v, u))
+    if not eps:
+        # the squares of a tiny N_t (shifted weights far below 1 on the nonzero values) may be
+        # subnormal: absolute error eta each, d_v eta on the sum of squares ||y||^2, relative
+        # r = d_v eta / ||y||^2, so the norm is off by <= r / (1 - r) relative and the output
+        # (norm 1, or sqrt(d_v)) by that times its norm; r >= 1: the sum may be 0 (no bound)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            r_sq = np.where(norm_low > 0, d_v * eta / np.square(norm_low), np.inf)
+            out_norm = 1.0 if denominator == "l2" else math.sqrt(d_v)
+            rnd = rnd + np.where(r_sq < 1, out_norm * r_sq / (1 - r_sq), np.inf)
     sens = vec(
         lambda e, ny: d7.normalization_sensitivity(denominator, e, ny, d_v, eps),
         err_N,

@@ -140,7 +140,39 @@ def _builtin_draws(variant, q, k, ctx, *, orthogonal: bool, seed: int):
         raise VariantError(f"favor_features raised {type(exc).__name__}: {exc}") from exc
     prod = (phi[0].to(torch.float64) * phi[1].to(torch.float64)).reshape(R, m)
     del acc
-    return (prod.sum(-1) * R).numpy(), m
+    return (prod.sum(-1) * R).numpy(), m, _feature_rounding(variant, q, k, proj, ctx)
+
+
+def _feature_rounding(variant, q, k, proj, ctx) -> float:
+    """Relative bound r on |mean of computed products - mean of exact ones| / (computed mean)
+    for the project's map in the run's dtype (D10, ``favor_feature_relative_error``).
+
+    The exact estimator uses the float64 draws; the computed one rounds each direction to the
+    dtype (one more rounding of each w_j x_j), scales x by fl(sqrt c) (two more of each x_j:
+    three per term of w.x, four per term of |x|^2), so the D10 bound is taken with d + 4
+    (gamma_{d+6} covers both). Each feature is within e of its exact value, each positive
+    product within (1 + e)^2 - 1 =: t, so the computed mean is within t of the exact one
+    relative to the exact mean, i.e. within t / (1 - t) of the computed mean. Without this
+    a nearly deterministic estimate (k = -q: s = 0, zero variance) fails on the features'
+    own rounding (float32: observed / half width up to 2.9e3)."""
+    import torch
+
+    from derivations import rounding as d10
+    from verify.exact import errors
+
+    u = d10.unit_roundoff(ctx.dtype)
+    dev = "cuda" if str(ctx.device).startswith("cuda") else "cpu"
+    lib = variant.exp_library or errors.DEFAULT_EXP_LIBRARY[dev]
+    c = _favor_moments(variant, q, k)[0]
+    P = np.abs(proj.to(torch.float64).cpu().numpy()) * (1 + u)  # |w| <= |fl(w)| (1 + u)
+    xs = np.sqrt(c) * np.abs(np.asarray([q, k], dtype=np.float64))
+    a_max = float((xs @ P.T).max())
+    sq_max = float((xs * xs).sum(-1).max())
+    e = d10.favor_feature_relative_error(
+        a_max, sq_max, len(q) + 4, u, d10.LIBRARY_EXP_ULPS[lib].value
+    )
+    t = (1 + e) ** 2 - 1
+    return t / (1 - t) if t < 1 else math.inf
 
 
 def _callable_draws(variant, q, k, ctx, *, seed: int):
@@ -178,9 +210,9 @@ def _favor_unbiased_check(variant, ex: Example, ctx) -> list[Observation]:
     for i, name in enumerate(samplers):
         if name.startswith("variant"):
             Z, m = _callable_draws(variant, q, k, ctx, seed=_seed(ex, ctx, i))
-            iid = False
+            iid, rounding = False, 0.0  # float64 only (see _unbiased_applies)
         else:
-            Z, m = _builtin_draws(
+            Z, m, rounding = _builtin_draws(
                 variant, q, k, ctx, orthogonal="orthogonal" in name, seed=_seed(ex, ctx, i)
             )
             iid = name.startswith("iid")
@@ -200,8 +232,9 @@ def _favor_unbiased_check(variant, ex: Example, ctx) -> list[Observation]:
                 d9.fourth_moment_half_width(m4_mean, ALPHA, n_tests),
             )
             how = "Chebyshev (iid variance, Thm 2) / fourth moment (convexity bound)"
-        # float64 accumulation of R m products: gamma_{R m} relative to the (positive) sum
-        width += R * m * U64 * 1.01 * abs(zbar)
+        # float64 accumulation of R m products: gamma_{R m} relative to the (positive) sum;
+        # the features' own rounding in the run's dtype (D10, _feature_rounding)
+        width += (R * m * U64 * 1.01 + rounding) * abs(zbar)
         obs.append(
             Observation(
                 abs(zbar - mean),
@@ -220,8 +253,19 @@ def _unbiased_examples(variant, ctx):
     return _favor_pairs(ctx)
 
 
+def _unbiased_applies(variant, ctx) -> str | None:
+    reason = _favor_applies(variant, ctx)
+    if reason is None and variant.feature_map is not None and ctx.dtype != "float64":
+        return (
+            "a feature map of the variant's own is checked in float64 only: how it rounds its "
+            "features is not modelled, and a nearly deterministic estimate (k = -q) would be "
+            "judged on that rounding"
+        )
+    return reason
+
+
 FAVOR_UNBIASED = declare(
-    "favor-kernel-unbiased", _favor_applies, _unbiased_examples, _favor_unbiased_check
+    "favor-kernel-unbiased", _unbiased_applies, _unbiased_examples, _favor_unbiased_check
 )
 
 
@@ -284,7 +328,7 @@ def _favor_variance_check(variant, ex: Example, ctx) -> Observation:
         Z, m = _callable_draws(variant, q, k, ctx, seed=_seed(ex, ctx, 7))
         name = "variant feature map"
     else:
-        Z, m = _builtin_draws(variant, q, k, ctx, orthogonal=True, seed=_seed(ex, ctx, 7))
+        Z, m, _ = _builtin_draws(variant, q, k, ctx, orthogonal=True, seed=_seed(ex, ctx, 7))
         name = "orthogonal blocks (favor_projection, m = d)"
     R = len(Z)
     v_hat = math.fsum(((Z - mean) ** 2).tolist()) / R
