@@ -481,7 +481,10 @@ def _claim_sensitivity(rec: Derivation) -> None:
         r"\rvert \le \lVert a - b \rVert$, so $\lVert g(b) - g(a) \rVert \le 2 \lVert b - a "
         r"\rVert / r(a)$. $\operatorname{RMS}_\varepsilon = \sqrt{d_v}\, g$ with "
         r"$e = d_v \varepsilon$; $\operatorname{LayerNorm}_\varepsilon(y) = \sqrt{d_v}\, "
-        r"g(P y)$, $P$ the centering projection ($\lVert P \rVert \le 1$)."
+        r"g(P y)$, $P$ the centering projection ($\lVert P \rVert \le 1$). The identity "
+        r"needs $r(b) > 0$: with $e = 0$ and $\lVert b - a \rVert \ge \lVert a \rVert$ the "
+        r"computed $b$ may be $0$, whose normalization is $0/0$, so no bound holds there "
+        r"(``normalization_sensitivity`` returns $\infty$)."
     )
     ra, rb = sp.symbols("r_a r_b", positive=True)
     rec.prove(

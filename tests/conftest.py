@@ -41,3 +41,53 @@ def no_shrink():
     oracle, which would take minutes per twin)."""
     with profiles.without_shrinking():
         yield
+
+
+@pytest.fixture(scope="session")
+def derived(request, tmp_path_factory):
+    """``derived(did)``: a fresh copy of derivation ``did``'s record, derived once per test run.
+
+    The xdist workers share one pickle per record under the run's base temporary directory
+    (a file lock: the first worker to need it derives it, the others wait and read it), so
+    the ~45 s of sympy work is paid once, not once per test file. Each call unpickles a new
+    copy, so a test may change it. The round trip renders the same bytes as the record
+    itself: checked here when it is derived (``_same_after_round_trip``).
+    """
+    import pickle
+
+    from filelock import FileLock
+
+    import derivations
+
+    shared = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker: the run's directory
+        shared = shared.parent
+    root = shared / "derived-records"
+    root.mkdir(exist_ok=True)
+
+    def get(derivation_id: str):
+        path = root / f"{derivation_id}.pickle"
+        with FileLock(f"{path}.lock"):
+            if not path.is_file():
+                rec = derivations.module(derivation_id).derive()
+                data = pickle.dumps(rec)
+                _same_after_round_trip(rec, pickle.loads(data))
+                part = path.with_suffix(".part")
+                part.write_bytes(data)
+                part.replace(path)
+        return pickle.loads(path.read_bytes())
+
+    return get
+
+
+def _same_after_round_trip(rec, back) -> None:
+    """``attn-theory report`` derives in worker processes and pickles each record back; sympy
+    rebuilds an expression by calling its class, which evaluates what a statement keeps
+    unevaluated (D13's Eq(cosh(i pi/2), 0) came back as True). The copy must render the
+    same Markdown and JSON as the record."""
+    import json
+
+    from verify.render.derivations import render_markdown
+
+    assert render_markdown([back], []) == render_markdown([rec], []), rec.id
+    assert json.dumps(back.to_json()) == json.dumps(rec.to_json()), rec.id

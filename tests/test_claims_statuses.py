@@ -184,8 +184,8 @@ def test_assumption_instances_in_numpy_and_torch():
 
 
 # -- D8: power attention, proved in general ---------------------------------------------------
-def test_power_attention_limit_general_and_configuration():
-    rec = separation.derive()
+def test_power_attention_limit_general_and_configuration(derived):
+    rec = derived("D8")
     power = [c for c in rec.claims if "power" in c.name]
     assert power and all(c.status is Status.PROVED for c in power)
     assert all("limit at r = 2" not in c.detail for c in power)
@@ -219,11 +219,11 @@ def test_exp_kernel_d2_counterexample_is_singular():
         assert mpmath.det(mpmath.matrix(tp.evalf(60).tolist())) > 0
 
 
-def test_claiming_exp_kernel_full_rank_in_d2_fails():
+def test_claiming_exp_kernel_full_rank_in_d2_fails(derived):
     rec = related.derive(claim_exp_full_rank_d2=True)
     assert rec.status is Status.FAILED
     assert any("(injected) exp(q_i . k_j) is full rank" in n for n in _failed(rec))
-    good = related.derive()
+    good = derived("D9")
     names = {c.name: c for c in good.claims}
     cond = [c for n, c in names.items() if n.startswith("the conditions are necessary")]
     assert cond and cond[0].status is Status.VERIFIED
@@ -293,11 +293,8 @@ def test_verdict_with_conditions():
 
 
 # -- the general rule on every record ------------------------------------------------------
-def test_every_cited_claim_has_a_source_and_every_instance_check_names_its_instances():
-    from derivations import rounding_record
-    from derivations import separation as d8
-
-    for rec in (d8.derive(), related.derive(), rounding_record.derive()):
+def test_every_cited_claim_has_a_source_and_every_instance_check_names_its_instances(derived):
+    for rec in (derived("D8"), derived("D9"), derived("D10")):
         for c in rec.claims:
             if c.status is Status.CITED:
                 assert c.source, (rec.id, c.name)
@@ -308,14 +305,12 @@ def test_every_cited_claim_has_a_source_and_every_instance_check_names_its_insta
             assert [c.status for c in hoeffding] == [Status.CITED]
 
 
-def test_d7_d8_records_say_what_is_the_papers_and_what_is_the_projects():
+def test_d7_d8_records_say_what_is_the_papers_and_what_is_the_projects(derived):
     """The record titles name the papers; each record also has a cited row saying that only the
     claim/thesis is the paper's, and that the statements and constants are this project's."""
-    from derivations import norms
-
-    for rec, author in ((norms.derive(), "Mongaras & Larson"), (separation.derive(), "Deng")):
+    for rec, author in ((derived("D7"), "Mongaras & Larson"), (derived("D8"), "Deng")):
         cited = [c for c in rec.claims if c.status is Status.CITED and author in c.source]
         assert len(cited) == 1, rec.id
         assert "this project's" in cited[0].detail
-    d8 = next(c for c in separation.derive().claims if c.status is Status.CITED)
+    d8 = next(c for c in derived("D8").claims if c.status is Status.CITED)
     assert "reformulation" in d8.detail and "not the paper's" in d8.detail

@@ -15,8 +15,8 @@ from derivations.rounding import gamma, unit_roundoff
 
 
 @pytest.fixture(scope="module")
-def record():
-    return leaks.derive()
+def record(derived):
+    return derived("D11")
 
 
 def test_record_holds(record):

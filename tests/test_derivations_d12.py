@@ -18,8 +18,8 @@ from derivations._record import Status
 
 
 @pytest.fixture(scope="module")
-def record():
-    return decay.derive()
+def record(derived):
+    return derived("D12")
 
 
 def _failed(rec):

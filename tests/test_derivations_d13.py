@@ -15,8 +15,8 @@ from derivations._record import Status
 
 
 @pytest.fixture(scope="module")
-def record():
-    return sc.derive()
+def record(derived):
+    return derived("D13")
 
 
 def _failed(rec):
@@ -189,8 +189,8 @@ def test_chebyshev_degrees_against_mpmath(record):
         sc.chebyshev_error_bound(20, 40, -1)
 
 
-def test_softcapping_credited():
-    rec = sc.derive()
+def test_softcapping_credited(record):
+    rec = record
     cite = next(c for c in rec.claims if c.name == sc.SOURCE)
     assert cite.status is Status.CITED and "Gemma 2" in cite.source
     assert "this project's" in cite.detail

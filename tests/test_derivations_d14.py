@@ -16,8 +16,8 @@ def _failed(rec):
     return [c.name for c in rec.claims if c.status is Status.FAILED]
 
 
-def test_record_holds():
-    rec = sg.derive()
+def test_record_holds(derived):
+    rec = derived("D14")
     assert rec.id == "D14" and rec.status is Status.VERIFIED and not _failed(rec)
     for name in rec.exports:
         assert hasattr(sg, name), name
@@ -58,8 +58,8 @@ def test_series_terms_needed_rejects_bad_input():
         sg.row_sum_bounds(-1.0, 0.0, 3)
 
 
-def test_poles_proved_and_radius_stated_both_ways():
-    rec = sg.derive()
+def test_poles_proved_and_radius_stated_both_ways(derived):
+    rec = derived("D14")
     pole = next(c for c in rec.claims if c.name == sg.POLE)
     assert pole.status is Status.PROVED
     radius = rec.statement["radius"].latex()

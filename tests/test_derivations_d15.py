@@ -14,8 +14,8 @@ def _failed(rec):
     return [c.name for c in rec.claims if c.status is Status.FAILED]
 
 
-def test_record_holds():
-    rec = st.derive()
+def test_record_holds(derived):
+    rec = derived("D15")
     assert rec.id == "D15" and rec.status is Status.VERIFIED and not _failed(rec)
     for name in rec.exports:
         assert hasattr(st, name), name

@@ -24,8 +24,8 @@ def _failed(rec):
 
 
 @pytest.fixture(scope="module")
-def record():
-    return d17.derive()
+def record(derived):
+    return derived("D17")
 
 
 def test_record_verifies(record):

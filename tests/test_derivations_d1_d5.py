@@ -31,8 +31,8 @@ EXPORTS_IN = {**MODULES, "D4": truncation}
 
 
 @pytest.fixture(scope="module")
-def records():
-    return {key: mod.derive() for key, mod in MODULES.items()}
+def records(derived):
+    return {key: derived(key) for key in MODULES}
 
 
 def _failed(rec):

@@ -16,10 +16,10 @@ def _failed(rec):
     return [c.name for c in rec.claims if c.status is Status.FAILED]
 
 
-def test_record_holds_and_is_registered():
+def test_record_holds_and_is_registered(derived):
     from derivations import module
 
-    rec = paths.derive()
+    rec = derived("D20")
     assert rec.id == "D20" and rec.status is Status.VERIFIED and not _failed(rec)
     assert module("D20") is paths
     for name in rec.exports:

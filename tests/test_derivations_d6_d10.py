@@ -37,8 +37,8 @@ EXPORTS_IN = {**MODULES, "D10": rounding}
 
 
 @pytest.fixture(scope="module")
-def records():
-    return {key: (mod.derive(), None) for key, mod in MODULES.items()}
+def records(derived):
+    return {key: (derived(key), None) for key in MODULES}
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -318,12 +318,18 @@ def test_normalization_sensitivity_holds_and_is_not_vacuous():
                 obs = float(_mp_dist(_mp_norm(kind, yh, eps), _mp_norm(kind, y, eps)))
                 assert obs <= bound * (1 + 1e-12)
                 worst = max(worst, obs / bound)
-    # the factor 2 is the price of the bound; a designed case reaches half of it
+    # the factor 2 is the price of the bound; a designed case (y_hat at distance r = 0.6 from
+    # y = e1, tangent: the largest angle, asin r) reaches sin(asin(r)/2)/r = 0.527 of it
     e1 = [mpmath.mpf(1), mpmath.mpf(0)]
-    flipped = [mpmath.mpf(-1), mpmath.mpf(0)]
-    obs = float(_mp_dist(_mp_norm("l2", flipped), _mp_norm("l2", e1)))
-    assert obs / norms.normalization_sensitivity("l2", 2.0, 1.0, 2) == pytest.approx(0.5)
+    tangent = [mpmath.mpf("0.64"), mpmath.mpf("0.48")]
+    obs = float(_mp_dist(_mp_norm("l2", tangent), _mp_norm("l2", e1)))
+    ratio = obs / norms.normalization_sensitivity("l2", 0.6, 1.0, 2)
+    assert ratio == pytest.approx(math.sin(math.asin(0.6) / 2) / 0.6)
     assert worst > 0.1
+    # ||y_hat - y|| >= ||y|| with eps = 0: y_hat may be 0, whose normalization is 0/0
+    assert norms.normalization_sensitivity("l2", 1.0, 1.0, 2) == math.inf
+    with pytest.raises(ZeroDivisionError):
+        _mp_norm("l2", [mpmath.mpf(0), mpmath.mpf(0)])
 
 
 def test_norms_bad_inputs():

@@ -28,8 +28,8 @@ MARGIN = 1e-3
 
 
 @pytest.fixture(scope="module")
-def record():
-    return d21.derive()
+def record(derived):
+    return derived("D21")
 
 
 def test_record_claims_and_statuses(record):

@@ -35,13 +35,8 @@ NOT_VACUOUS = 1e-3
 
 
 # ------------------------------------------------------------------------------ the record
-@functools.cache
-def record():
-    return d19.derive()
-
-
-def test_record_verifies_with_general_steps_proved():
-    rec = record()
+def test_record_verifies_with_general_steps_proved(derived):
+    rec = derived("D19")
     assert rec.id == "D19" and rec.status is Status.VERIFIED
     status = {c.name: c.status for c in rec.claims}
     for name in (

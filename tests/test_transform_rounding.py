@@ -21,8 +21,8 @@ def _failed(rec):
     return [c.name for c in rec.claims if c.status is Status.FAILED]
 
 
-def test_record_holds_and_is_tight():
-    rec = d16.derive()
+def test_record_holds_and_is_tight(derived):
+    rec = derived("D16")
     assert rec.id == "D16" and not _failed(rec)
     for name in (
         "softcap_toy",
