@@ -69,6 +69,13 @@ def test_correct_flex_attention_passes(forward, claims):
     assert ran[("flex-score-mod", "bfloat16")] == "pass", ran
     if "block_mask" in claims:
         assert ran[("flex-block-mask", "float32")] == "pass", ran
+    # the card says what the declared functions do (the probes read only the causal flag)
+    from verify.render.check import describe
+
+    text = describe(result)
+    for attr in ("score_mod", "mask_mod"):
+        if attr in claims:
+            assert f"its {attr} `{claims[attr].__name__}`" in text, text
 
 
 @pytest.mark.parametrize(

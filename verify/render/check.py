@@ -45,8 +45,25 @@ def describe(result) -> str:
     """What the variant computes: the probes' description when they identified the kernel, else
     the claims' (a claimed kernel is the claim's, the probes read only its conventions)."""
     if result.probe is not None and getattr(result.probe, "scope", "full") == "full":
-        return describe_probe(result.probe)
-    return describe_claims(result.variant)
+        text = describe_probe(result.probe)
+    else:
+        text = describe_claims(result.variant)
+    return text + _flex_words(result.variant)
+
+
+def _flex_words(v) -> str:
+    """The declared FlexAttention functions: the probes call with the causal flag, which a
+    mask_mod may ignore, so the visibility a card states is the mask_mod's."""
+    words = []
+    for attr, what, prop in (
+        ("score_mod", "scores changed by its score_mod", "flex-score-mod"),
+        ("mask_mod", "visibility set by its mask_mod", "flex-block-mask"),
+    ):
+        fn = getattr(v, attr, None)
+        if fn is not None:
+            name = getattr(fn, "__name__", type(fn).__name__)
+            words.append(f"{what} `{name}` (checked token by token: {prop})")
+    return "".join(f", {w}" for w in words)
 
 
 def to_json(result) -> dict[str, Any]:
