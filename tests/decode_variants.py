@@ -80,7 +80,7 @@ class _Cache:
         lens = torch.zeros(B, dtype=torch.long, device=q.device)
         return {"k": z(B, H, slots, k.shape[-1]), "v": z(B, H, slots, v.shape[-1]), "lens": lens}
 
-    def _attend(self, state, q, k, v, *, stepping):
+    def _attend(self, state, q, k, v, *, stepping, resumed=False):
         kc, vc, lens = state["k"], state["v"], state["lens"].clone()
         B, H, n = q.shape[:3]
         if self.fault == "batch_position" and stepping:
@@ -103,7 +103,7 @@ class _Cache:
         vis = (j <= pos[..., None]) & used
         if self.left is not None and not (self.fault == "tq1" and stepping and n == 1):
             vis &= j >= pos[..., None] - self.left
-        if self.fault == "one_block" and stepping:  # the step reads one block of the cache
+        if self.fault == "one_block" and (stepping or resumed):  # one block of the cache read
             vis &= j < ONE_BLOCK
         if self.fault == "zero_slots":
             vis |= ~used  # the unused slots are attended too
@@ -120,7 +120,7 @@ class KVCache(_Cache):
 
     def prefill(self, q, k, v, state=None, cache_seqlens=None):
         if state is not None:
-            return self._attend(state, q, k, v, stepping=False)
+            return self._attend(state, q, k, v, stepping=False, resumed=True)
         if cache_seqlens is None:
             return self._attend(self._empty(q, k, v, 0), q, k, v, stepping=False)
         lens = cache_seqlens.to(torch.long)
@@ -145,8 +145,8 @@ class StaticCache(_Cache):
 kv_cache = KVCache()
 kv_cache_off_by_one = KVCache(fault="off_by_one")
 kv_cache_batch_position = KVCache(fault="batch_position")
-#: a decode step that reads only the first 64-key block of its cache (a block table or split
-#: count that stops at one block): invisible until the cache is longer than a block
+#: a decode step or resumed prefill reading only the first 64-key block of its cache (a block
+#: table or split count that stops at one block): invisible until the cache is longer than a block
 kv_cache_one_block = KVCache(fault="one_block")
 static_cache = StaticCache()
 static_cache_zero_slots = StaticCache(fault="zero_slots")

@@ -127,14 +127,19 @@ def test_each_twin_fails_the_property_naming_its_path(name):
 
 def test_a_step_reading_one_cache_block_fails_on_a_long_example():
     """A decode step that reads only the first 64-key block of its cache agrees with the
-    forward on every short sequence; decode-steps' long examples (a cache past a block with a
-    last partial block, the last tokens stepped) catch it, and the correct cache passes them."""
-    bad = _check(dv.softmax_forward, dv.kv_cache_one_block, {}, ("decode-steps",))
+    forward on every short sequence; the long examples of decode-steps, decode-resume and
+    decode-multi-token (a cache past a block with a last partial block, the last tokens
+    stepped, resumed or decoded several at a time) catch it; the correct cache passes them."""
+    props = ("decode-steps", "decode-resume", "decode-multi-token")
+    bad = _check(dv.softmax_forward, dv.kv_cache_one_block, {}, props)
+    assert {r.property_id for r in bad.results} == set(props)
     for r in bad.results:
-        assert r.status == "fail" and r.reason.startswith("on a long example"), (r.dtype, r.reason)
-    good = _check(dv.softmax_forward, dv.kv_cache, {}, ("decode-steps",))
+        assert r.status == "fail" and r.reason.startswith("on a long example"), (
+            r.property_id, r.dtype, r.reason
+        )  # fmt: skip
+    good = _check(dv.softmax_forward, dv.kv_cache, {}, props)
     for r in good.results:
-        assert r.status == "pass" and r.examples > 4, (r.dtype, r.status, r.examples)
+        assert r.status == "pass" and r.examples > 4, (r.property_id, r.dtype, r.status)
 
 
 def test_the_ignored_scale_fails_single_steps_too():

@@ -419,3 +419,38 @@ def test_constants_are_the_cited_gradcheck_defaults():
     assert gradients.GRADCHECK_ATOL == sig["atol"].default
     assert gradients.GRADCHECK_RTOL == sig["rtol"].default
     assert np.isfinite(gradients.CALIBRATION_FACTOR) and gradients.CALIBRATION_FACTOR >= 1
+
+
+def test_long_gradient_examples_keep_feature_states_within_memory():
+    """A recurrent/chunked Taylor-N path keeps a state of D5's size per token for autograd:
+    the dev profile drew Taylor-3 at a large d and its worker was killed at 22 GB. Each such
+    path's long examples stay within LONG_GRAD_STATE_NUMBERS; the parallel form keeps d to 256."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from derivations.state_size import state_numbers
+    from verify.properties.support import grads
+    from verify.properties.support.base import RunContext
+    from verify.properties.support.common import LONG_BLOCK, LONG_VALUE_DIM
+
+    t_max = LONG_BLOCK * (grads.LONG_GRAD_BLOCKS + 1)
+    for order in (2, 3, 4, 6):
+        v = variants.get(f"taylor-{order}")
+        assert grads.long_grad_dim(v, "forward") == grads.LONG_GRAD_DIM
+        d = grads.long_grad_dim(v, "recurrent/tensor")
+        assert 4 <= d < grads.LONG_GRAD_DIM
+        used = t_max * state_numbers(order, d, LONG_VALUE_DIM, "tensor")
+        assert used <= grads.LONG_GRAD_STATE_NUMBERS or d == 4
+    v = variants.get("taylor-3")
+    cap = grads.long_grad_dim(v, "recurrent/tensor")
+    seen = []
+
+    @settings(max_examples=12, database=None, deadline=None)
+    @given(grads.long_grad_examples(v, RunContext(dtype="float64")), st.just(None))
+    def draw(ex, _):
+        seen.append((ex.choices["form"], ex.inputs.shape.d))
+        if ex.choices["form"] != "forward":
+            assert ex.inputs.shape.d <= cap
+
+    draw()
+    assert any(f != "forward" for f, _ in seen), seen

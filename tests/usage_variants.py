@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 
 import torch
@@ -54,6 +55,21 @@ def hangs(q, k, v, *, causal):
 def crashes(q, k, v, *, causal):
     """Kills its own process."""
     os._exit(7)
+
+
+def _dies_past_two_tokens(how):
+    def forward(q, k, v, *, causal):
+        if q.shape[-2] > 2:  # the 2-token call before any work returns
+            how()
+        return attention(q, k, v, causal=causal)
+
+    return forward
+
+
+#: killed by SIGKILL on every property call, as the out-of-memory killer would: inconclusive
+sigkilled = _dies_past_two_tokens(lambda: os.kill(os.getpid(), signal.SIGKILL))
+#: exits on every property call (a crash of its own): failed
+exits_past_two_tokens = _dies_past_two_tokens(lambda: os._exit(7))
 
 
 def _sentinel_softmax(q, k, v, *, causal, attn_mask=None, fill=None):

@@ -13,16 +13,18 @@ limits are the checker's, never the variant's verdict:
 * the probe job gets one more, longer, try (:data:`RETRIES`) before its reason is reported.
 
 A worker that dies fails the job it was running (a crash is the variant's), and a fresh worker
-takes the rest. Each worker runs one torch thread, loads the hypothesis profile, writes nothing
-to stdout (the variant's own prints go to stderr: ``--json -`` keeps stdout for the JSON) and
-records every warning a library issues (sent to the parent and counted, never printed);
-variants are built once per worker and loader.
+takes the rest; one killed by SIGKILL (the out-of-memory killer) leaves its job
+``inconclusive`` (:func:`killed_reason`). Each worker runs one torch thread, loads the
+hypothesis profile, writes nothing to stdout (the variant's own prints go to stderr:
+``--json -`` keeps stdout for the JSON) and records every warning a library issues (sent to
+the parent and counted, never printed); variants are built once per worker and loader.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -64,6 +66,18 @@ def _load() -> str:
     except OSError:  # pragma: no cover - not on every platform
         return "load average unavailable"
     return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def killed_reason() -> str:
+    """Why a worker killed by SIGKILL mid-job is the checker's limit: the kernel's
+    out-of-memory killer sends it (a drawn example too large for this machine's memory beside
+    the other workers), or something outside the run did; a crash of the variant's own raises
+    another signal or exits."""
+    return (
+        "inconclusive: the worker was killed by SIGKILL mid-job, most likely by the system's "
+        f"out-of-memory killer ({_load()}): the checker's limit, not the variant's failure; "
+        "rerun with fewer workers (--jobs 1) or fewer examples"
+    )
 
 
 def _worker(conn, settings: dict[str, Any]) -> None:
@@ -295,6 +309,9 @@ def run_jobs(
         why = f"the worker crashed (exit code {code})"
         if job.property_id == PROBE:
             return why
+        if code == -signal.SIGKILL:  # not ours (the watchdog's kills are handled apart)
+            return result_for(job.property_id, job.dtype, device, status="inconclusive",
+                              reason=killed_reason())  # fmt: skip
         return result_for(job.property_id, job.dtype, device, status="fail", reason=why)
 
     try:

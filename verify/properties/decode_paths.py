@@ -19,6 +19,9 @@ several tokens: speculative decoding), ``decode-batch-rows`` (each batch row as 
 rows at different cache positions when the path takes ``cache_seqlens``), ``decode-capacity``
 (the cache's unused capacity), ``decode-unused-slots`` (unused slots holding NaN, +inf or
 -inf), ``decode-window`` (a sliding-window decode across a rolling buffer's wraparound).
+``decode-steps``, ``decode-resume`` and ``decode-multi-token`` also draw long sequences
+(:func:`_long_sequences`: past a 64-key block, a last partial block), where a cache holds more
+than one block of a blocked kernel when the path reads it.
 """
 
 from __future__ import annotations
@@ -174,14 +177,12 @@ def _plain_examples(variant, ctx):
     return _sequences(variant, ctx).map(lambda x: Example(x, {}))
 
 
-def _long_examples(variant, ctx):
+def _long_sequences(variant, ctx):
     """Long causal sequences (seeded, past a 64-key block with a last partial block, up to
-    :data:`LONG_DECODE_BLOCKS` blocks) whose last 1 .. :data:`LONG_DECODE_STEPS` tokens are
-    decoded one by one: the cache holds blocks of a blocked kernel when the steps read it.
-    Scores within the claimed kernel's radius; without a claimed kernel, elements in
-    [-2, 2] (an unknown recurrence that does not stay finite there makes no statement)."""
-    from hypothesis import strategies as st
-
+    :data:`LONG_DECODE_BLOCKS` blocks): the cache holds blocks of a blocked kernel when the
+    decode path reads it. Scores within the claimed kernel's radius; without a claimed kernel,
+    elements in [-2, 2] (an unknown recurrence that does not stay finite there makes no
+    statement: :func:`_long_reference`)."""
     from verify.properties.support.common import (
         MIN_MAGNITUDE,
         long_shape_strategy,
@@ -189,7 +190,7 @@ def _long_examples(variant, ctx):
     )
     from verify.seeded import seeded_attention_inputs
 
-    seqs = seeded_attention_inputs(
+    return seeded_attention_inputs(
         long_shape_strategy(variant, causal=True, blocks=LONG_DECODE_BLOCKS),
         dtype=ctx.torch_dtype,
         device=ctx.device,
@@ -197,6 +198,15 @@ def _long_examples(variant, ctx):
         radius=radius_strategy(variant, ctx),
         min_magnitude=MIN_MAGNITUDE,
     )
+
+
+def _long_examples(variant, ctx):
+    """:func:`_long_sequences` whose last 1 .. :data:`LONG_DECODE_STEPS` tokens are decoded
+    one by one (``decode-steps``) or, with ``chunks``, in steps of several tokens
+    (``decode-multi-token``); a ``resume`` split (``decode-resume``) resumes a prefill there."""
+    from hypothesis import strategies as st
+
+    seqs = _long_sequences(variant, ctx)
 
     @st.composite
     def draw(draw_):
@@ -207,19 +217,54 @@ def _long_examples(variant, ctx):
     return draw()
 
 
-def _steps_check(variant, ex: Example, ctx):
+def _long_multi_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    seqs = _long_sequences(variant, ctx)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(seqs)
+        tail = draw_(st.integers(2, 3 * LONG_DECODE_STEPS))
+        chunks = _partition(draw_, tail, LONG_DECODE_STEPS)
+        if max(chunks) < 2:  # at least one step of several tokens
+            chunks = [2, *chunks[2:]]
+        return Example(x, {"prefill": x.shape.T - tail, "chunks": chunks})
+
+    return draw()
+
+
+def _long_resume_examples(variant, ctx):
+    from hypothesis import strategies as st
+
+    seqs = _long_sequences(variant, ctx)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(seqs)
+        return Example(x, {"resume": draw_(st.integers(1, x.shape.T - 1))})
+
+    return draw()
+
+
+def _long_reference(variant, x, ctx, ex: Example):
+    """:func:`reference`; on a long example of an unknown recurrence (a delta rule's state may
+    grow without bound on such inputs) a forward that is not finite makes no statement about
+    its decode path."""
     from verify.spec.results import NotApplicable
 
+    try:
+        return reference(variant, x, ctx)
+    except VariantError as exc:
+        if not ({"prefill", "resume"} & set(ex.choices)) or variant.parsed_kernel.known:
+            raise
+        raise NotApplicable(f"the forward on a long example: {exc}") from None
+
+
+def _steps_check(variant, ex: Example, ctx):
     x = ex.inputs
     T = x.shape.T
-    try:
-        ref, bound = reference(variant, x, ctx)
-    except VariantError as exc:
-        if "prefill" not in ex.choices or variant.parsed_kernel.known:
-            raise
-        # a long example of an unknown recurrence (a delta rule's state may grow without
-        # bound on such inputs): no finite forward, no statement about its decode path
-        raise NotApplicable(f"the forward on a long example: {exc}") from None
+    ref, bound = _long_reference(variant, x, ctx, ex)
     obs = []
     splits = [ex.choices["prefill"]] if "prefill" in ex.choices else range(T)
     for s in splits:
@@ -243,9 +288,9 @@ def _resume_check(variant, ex: Example, ctx):
 
     x = ex.inputs
     T = x.shape.T
-    ref, bound = reference(variant, x, ctx)
+    ref, bound = _long_reference(variant, x, ctx, ex)
     obs = []
-    for s in range(T):
+    for s in [ex.choices["resume"]] if "resume" in ex.choices else range(T):
         o_a, state = prefill(variant, *_cut(x, 0, s))
         o_b, _ = prefill(variant, *_cut(x, s, T), state)
         o = torch.cat([o_a, o_b], 2)
@@ -253,7 +298,9 @@ def _resume_check(variant, ex: Example, ctx):
     return obs
 
 
-DECODE_RESUME = declare("decode-resume", _applies, _plain_examples, _resume_check)
+DECODE_RESUME = declare(
+    "decode-resume", _applies, _plain_examples, _resume_check, long_examples=_long_resume_examples
+)
 
 
 def _multi_examples(variant, ctx):
@@ -273,7 +320,7 @@ def _multi_examples(variant, ctx):
 
 def _multi_check(variant, ex: Example, ctx):
     x, s, chunks = ex.inputs, ex.choices["prefill"], ex.choices["chunks"]
-    ref, bound = reference(variant, x, ctx)
+    ref, bound = _long_reference(variant, x, ctx, ex)
     o = run_chunks(variant, x, s, chunks)
     o1 = run_chunks(variant, x, s, [1] * (x.shape.T - s))
     return [
@@ -282,7 +329,13 @@ def _multi_check(variant, ex: Example, ctx):
     ]
 
 
-DECODE_MULTI_TOKEN = declare("decode-multi-token", _applies, _multi_examples, _multi_check)
+DECODE_MULTI_TOKEN = declare(
+    "decode-multi-token",
+    _applies,
+    _multi_examples,
+    _multi_check,
+    long_examples=_long_multi_examples,
+)
 
 
 # --------------------------------------------------------------------------- per-row caches

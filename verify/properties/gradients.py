@@ -74,6 +74,7 @@ from verify.properties.support.grads import (
     backward_grads,
     grad_call,
     grad_inputs,
+    long_grad_examples,
     masked_strategy,
     max_abs,
     reference_gradients,
@@ -654,33 +655,9 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     return obs
 
 
-#: long gradient examples: keys past 64 with a last partial block up to LONG_GRAD_BLOCKS
-#: blocks, head dimensions up to 256, random, low-rank and near-duplicate keys (the regimes
-#: where released backward kernels hid their bugs)
-LONG_GRAD_BLOCKS = 4
-LONG_GRAD_DIM = 256
-
-
-def _long_examples(variant, ctx):
-    from hypothesis import strategies as st
-
-    from verify.properties.support.common import long_inputs_strategy
-    from verify.seeded import KEY_STRUCTURES
-
-    heads = None
-    if variant.kv_heads is not None and variant.kernel_family == "softmax":
-        heads = (2 * variant.kv_heads, 2 * variant.kv_heads)
-    inputs = long_inputs_strategy(
-        variant, ctx, beyond_overflow=False, keys=KEY_STRUCTURES, blocks=LONG_GRAD_BLOCKS,
-        max_dim=LONG_GRAD_DIM, heads=heads,
-    )  # fmt: skip
-    return with_grad_output(inputs, form=st.sampled_from(path_names(variant)),
-                            denominator=st.sampled_from(modes(variant)))  # fmt: skip
-
-
 GRADIENTS_VS_REFERENCE = declare(
     "gradients-vs-reference", _reference_applies, _reference_examples, _reference_check,
-    long_examples=_long_examples,
+    long_examples=long_grad_examples,
 )  # fmt: skip
 
 

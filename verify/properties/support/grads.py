@@ -267,3 +267,72 @@ def with_grad_output(inputs, **choices):
 def upstream_of(ex: Example):
     """The upstream gradient of a :func:`with_grad_output` example."""
     return upstream_gradient(ex.inputs.q, ex.inputs.v, ex.choices["g_seed"])
+
+
+#: long gradient examples: keys past 64 with a last partial block up to LONG_GRAD_BLOCKS
+#: blocks, head dimensions up to 256, random, low-rank and near-duplicate keys (the regimes
+#: where released backward kernels hid their bugs)
+LONG_GRAD_BLOCKS = 4
+LONG_GRAD_DIM = 256
+#: numbers autograd may keep of a feature-form path's states on a long example (T states of
+#: D5's size): 2^25 float64 numbers, 256 MiB; Taylor-3 at d = 100 would keep 2.7e9 (the dev
+#: profile's worker was killed for memory at 22 GB)
+LONG_GRAD_STATE_NUMBERS = 2**25
+
+
+def long_grad_dim(variant, form: str) -> int:
+    """The largest head dimension of a long gradient example on path ``form``.
+
+    The parallel form and the maps with m = d features keep O(T S) or O(T d d_v) numbers:
+    :data:`LONG_GRAD_DIM`. A recurrent or chunked form of Taylor-N keeps, for autograd, a
+    state of D5's ``state_numbers(N, d, d_v)`` (tensor basis: the larger) per token: d is the
+    largest with T_max times that within :data:`LONG_GRAD_STATE_NUMBERS` (at least 4).
+    """
+    from derivations.state_size import state_numbers
+    from verify.properties.support.common import LONG_BLOCK, LONG_VALUE_DIM
+    from verify.properties.support.paths import FORWARD
+
+    order = variant.order
+    if form == FORWARD or variant.kernel_family != "taylor" or not order or order < 2:
+        return LONG_GRAD_DIM
+    t_max = LONG_BLOCK * (LONG_GRAD_BLOCKS + 1)
+    d = LONG_GRAD_DIM
+    while d > 4 and t_max * state_numbers(order, d, LONG_VALUE_DIM, "tensor") > (
+        LONG_GRAD_STATE_NUMBERS
+    ):
+        d -= 1
+    return d
+
+
+def long_grad_examples(variant, ctx):
+    """``gradients-vs-reference``'s long examples: :func:`~verify.properties.support.common.
+    long_inputs_strategy` with the key structures and :data:`LONG_GRAD_BLOCKS`, a drawn path
+    and denominator; head dimensions up to :func:`long_grad_dim` of the drawn path."""
+    from hypothesis import strategies as st
+
+    from verify.properties.support.common import long_inputs_strategy
+    from verify.properties.support.paths import modes, path_names
+    from verify.seeded import KEY_STRUCTURES
+
+    heads = None
+    if variant.kv_heads is not None and variant.kernel_family == "softmax":
+        heads = (2 * variant.kv_heads, 2 * variant.kv_heads)
+
+    def inputs(max_dim):
+        return long_inputs_strategy(
+            variant, ctx, beyond_overflow=False, keys=KEY_STRUCTURES, blocks=LONG_GRAD_BLOCKS,
+            max_dim=max_dim, heads=heads,
+        )  # fmt: skip
+
+    modes_st = st.sampled_from(modes(variant))
+    forms = path_names(variant)
+    dims = {form: long_grad_dim(variant, form) for form in forms}
+    if set(dims.values()) == {LONG_GRAD_DIM}:
+        return with_grad_output(inputs(LONG_GRAD_DIM), form=st.sampled_from(forms),
+                                denominator=modes_st)  # fmt: skip
+    # a form whose states grow with d draws its own (smaller) head dimensions
+    per_form = {
+        form: with_grad_output(inputs(dims[form]), form=st.just(form), denominator=modes_st)
+        for form in forms
+    }
+    return st.sampled_from(forms).flatmap(per_form.__getitem__)
