@@ -191,3 +191,42 @@ def test_command_line_options_claim_the_specs():
     claims = claims_from(lambda dest: getattr(args, dest))
     assert claims["score_mod_spec"] == "m:f" and claims["mask_mod_spec"] == "m:g"
     assert claims["score_mod_roundings"] == 5
+
+
+def test_structural_bound_of_a_flex_call_covers_retiled_scores(monkeypatch):
+    """Eager flex at two lengths (a prefix) computes the same rows' scores under other tilings;
+    at scores near -1e5 (the extreme-scores case, |q_0| = |k_0| = 447.2) each rounds by ~1e-11,
+    so the rows differ by ~4e-12 where the kernel-free threshold (identical weights) allows
+    1.2e-14: the default check failed this correct call (prefix-invariance, ratio 294). The
+    structural bound now takes flex-score-mod's model (D10 with the mask_mod's visibility)."""
+    import torch
+
+    from verify.adapters.flex import document_window_variant
+    from verify.properties import dependence
+    from verify.properties.support import structure
+    from verify.properties.support.base import RunContext
+    from verify.properties.support.common import Example
+    from verify.strategies import AttentionInputs, Shape
+
+    gen = torch.Generator().manual_seed(3)
+    B, H, T, d = 2, 2, 10, 4
+    q, k = (torch.randn(B, H, T, d, generator=gen, dtype=torch.float64) for _ in range(2))
+    q[..., 0], k[..., 0] = 447.21359549995793, -447.21359549995793
+    v = torch.randn(B, H, T, 1, generator=gen, dtype=torch.float64)
+    x = AttentionInputs(
+        q=q,
+        k=k,
+        v=v,
+        causal=True,
+        scale=None,
+        radius=None,
+        shape=Shape(B=B, H=H, T=T, S=T, d=d, d_v=1),
+        case="extreme_scores",
+    )
+    ex = Example(x, {"prefix": 8, "path": "forward", "denominator": "sum"})
+    variant, ctx = document_window_variant(), RunContext(dtype="float64")
+    obs = dependence._prefix_check(variant, ex, ctx)
+    assert obs.observed <= obs.bound, obs
+    monkeypatch.setattr(structure, "_flex_model_bound", lambda *a, **kw: None)
+    obs = dependence._prefix_check(variant, ex, ctx)
+    assert obs.observed > obs.bound, obs  # the kernel-free threshold alone fails it

@@ -152,7 +152,10 @@ def model_bound(variant, x, ctx, *, mode: str, form: str, factor: float = 2.0):
             (both reasons).
     """
     from verify.properties.support.common import exact_and_bound
+    from verify.spec.flex import has_flex
 
+    if has_flex(variant):
+        return _flex_model_bound(variant, x, ctx, mode=mode, factor=factor)
     try:
         _, eb = exact_and_bound(variant, x, ctx, denominator=mode, form=form)
     except NotApplicable as exc:
@@ -160,6 +163,26 @@ def model_bound(variant, x, ctx, *, mode: str, form: str, factor: float = 2.0):
             raise NotApplicable(f"{exc}; {gap}") from exc
         return None
     return factor * eb.bound
+
+
+def _flex_model_bound(variant, x, ctx, *, mode: str, factor: float):
+    """``factor`` times flex-score-mod's bound (D10 with D16's score map, softmax over the
+    mask_mod's visibility, against the float64 reference with its own bound) on ``x``, or None
+    where it has none. Two evaluations of a FlexAttention call at other lengths tile their
+    scores differently (a prefix, another batch size): each score rounds by up to
+    gamma_d c sum |q_i k_i|, which at scores near 1e5 moves a weight by 1e-11 relative, while
+    the kernel-free threshold assumes both evaluations computed the same weights. Rows with no
+    visible key are left to that threshold (0 here)."""
+    from verify.properties.flex_checks import flex_bound, flex_visible
+
+    if mode != "sum" or variant.eps or x.k.shape[1] != x.q.shape[1]:
+        return None
+    vis = flex_visible(variant, x)
+    try:
+        eb = flex_bound(variant, x, ctx, None, vis)
+    except NotApplicable:
+        return None
+    return np.where(vis.any(-1)[..., None], factor * eb.bound, 0.0)
 
 
 def weights_bound(fn, x, kw: dict, *, causal: bool, mode: str, dtype: str, o):
