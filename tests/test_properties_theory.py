@@ -411,3 +411,24 @@ def test_catalogue_collects_the_theory_group():
             *favor.PROPERTIES,
         )
     } <= ids
+
+
+def test_favor_features_that_underflow_are_outside_the_model():
+    """q = (0, 0, 2, 215.8) at c = 1/2: every FAVOR+ feature of q is exp(-11638 + ...), 0 even
+    in float64, so the computed N / D is 0 / 0 although the exact ratio is finite. The dev
+    profile failed claimed-scale on the built-in map there ("output has NaN/inf"); D10's
+    standard model does not cover these inputs (a positive feature that is 0 underflowed), so
+    the example makes no statement."""
+    from verify.builtins import favor_projection_for
+    from verify.exact.errors import outside_model
+
+    q = torch.tensor([[[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 215.76473879256253]]]])
+    k = torch.tensor([[[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0]]]])
+    v = torch.ones(1, 1, 2, 3)
+    proj = favor_projection_for(4, torch.float64, "cpu")
+    why = outside_model("linear:favor", q, k, v, dtype="float64", scale=0.5, projection=proj)
+    assert why and why.startswith("phi(q) has an entry (positive in exact arithmetic) 0 below")
+    q[..., 3] = 2.0  # features of a moderate |q| are normal numbers: inside the model
+    assert (
+        outside_model("linear:favor", q, k, v, dtype="float64", scale=0.5, projection=proj) is None
+    )

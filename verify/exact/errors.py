@@ -162,10 +162,16 @@ def outside_model(
             with np.errstate(over="ignore", under="ignore"):
                 arrays.append((name, np.exp(z @ P.T - sq / 2) / math.sqrt(P.shape[0])))
     for name, arr in arrays:
-        nz = np.abs(arr[arr != 0])
+        # a FAVOR+ feature is positive: one that is 0 here underflowed float64 too
+        nz = np.abs(arr) if name.startswith("phi") else np.abs(arr[arr != 0])
         if nz.size and float(nz.min()) < level:
+            what = (
+                "an entry (positive in exact arithmetic)"
+                if name.startswith("phi")
+                else ("a nonzero entry")
+            )
             return (
-                f"{name} has a nonzero entry {float(nz.min()):.3g} below {level:.3g}: degree-{deg} "
+                f"{name} has {what} {float(nz.min()):.3g} below {level:.3g}: degree-{deg} "
                 f"products may underflow in {acc} (outside the D10 standard model)"
             )
     return None
