@@ -200,20 +200,22 @@ def test_time_limit_is_inconclusive_not_the_variants_failure(tmp_path):
     assert "--timeout 12" in proc.stdout and "--max-examples" in proc.stdout
 
 
-def test_a_worker_killed_by_sigkill_is_inconclusive_a_crash_fails(tmp_path):
+def test_a_worker_killed_by_sigkill_is_inconclusive_a_crash_fails():
     """SIGKILL mid-job is what the out-of-memory killer sends (the dev profile's Taylor-3
     gradient example took 22 GB): the checker's limit, inconclusive; a variant that exits on
-    its own is its failure."""
-    for name, status, words in (
-        ("sigkilled", "inconclusive", "killed by SIGKILL"),
-        ("exits_past_two_tokens", "fail", "the worker crashed (exit code 7)"),
+    its own is its failure. (Worker processes, as the command line runs them.)"""
+    import usage_variants as uv
+
+    from verify.engine.check import check
+
+    for fn, status, words in (
+        (uv.sigkilled, "inconclusive", "killed by SIGKILL"),
+        (uv.exits_past_two_tokens, "fail", "the worker crashed (exit code 7)"),
     ):
-        out = tmp_path / f"{name}.json"
-        proc = run_cli(f"{U}:{name}", "--kernel", "softmax", "--select", "causality",
-                       "--dtype", "float64", "--json", str(out))  # fmt: skip
-        results = json.loads(out.read_text())["results"]
-        (r,) = [r for r in results if r["property_id"] == "causality"]
-        assert r["status"] == status and words in r["reason"], (name, r, proc.stderr[-2000:])
+        res = check(fn, kernel="softmax", select=["causality"], dtypes=("float64",),
+                    isolate=True, probe=False)  # fmt: skip
+        (r,) = [r for r in res.results if r.property_id == "causality"]
+        assert r.status == status and words in r.reason, (fn, r.status, r.reason)
 
 
 # -- 3. the summary ---------------------------------------------------------------------------

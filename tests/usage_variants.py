@@ -57,19 +57,19 @@ def crashes(q, k, v, *, causal):
     os._exit(7)
 
 
-def _dies_past_two_tokens(how):
-    def forward(q, k, v, *, causal):
-        if q.shape[-2] > 2:  # the 2-token call before any work returns
-            how()
-        return attention(q, k, v, causal=causal)
+def sigkilled(q, k, v, *, causal):
+    """Killed by SIGKILL on every property call past the 2-token one, as the out-of-memory
+    killer would kill it: inconclusive."""
+    if q.shape[-2] > 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return attention(q, k, v, causal=causal)
 
-    return forward
 
-
-#: killed by SIGKILL on every property call, as the out-of-memory killer would: inconclusive
-sigkilled = _dies_past_two_tokens(lambda: os.kill(os.getpid(), signal.SIGKILL))
-#: exits on every property call (a crash of its own): failed
-exits_past_two_tokens = _dies_past_two_tokens(lambda: os._exit(7))
+def exits_past_two_tokens(q, k, v, *, causal):
+    """Exits on every property call past the 2-token one (a crash of its own): failed."""
+    if q.shape[-2] > 2:
+        os._exit(7)
+    return attention(q, k, v, causal=causal)
 
 
 def _sentinel_softmax(q, k, v, *, causal, attn_mask=None, fill=None):
