@@ -165,3 +165,25 @@ def test_no_bound_where_the_computed_numerator_may_vanish():
     eb = attention_error_bound("softmax", q, k, v_big, dtype="float32", causal=True,
                                denominator="l2")  # fmt: skip
     assert np.all(eb.bound < 1e-3), eb.bound  # output 1: a bound far below it
+
+
+def test_count_mode_bound_carries_a_subnormal_weight_times_a_huge_value():
+    """Count mode scales the shifted weights back by e^m. A shifted weight e^(-745 + 14.5) is
+    subnormal (absolute error up to 2^-1075); times e^m = e^-14.5 alone that underflows float64
+    to 0, but times |v| = 5e38 it is 1e-293, the size of the error the dev profile observed
+    (5.2e-293 against a bound of 6.8e-298). The term is evaluated in the log domain."""
+    import numpy as np
+
+    from verify.exact import oracle
+    from verify.exact.errors import attention_error_bound
+
+    q = torch.tensor([[[[0.0], [1.0]]]], dtype=torch.float64)
+    k = torch.tensor([[[[-745.0], [-14.5]]]], dtype=torch.float64)
+    v = torch.tensor([[[[-5e38], [0.0]]]], dtype=torch.float64)
+    kw = dict(causal=True, scale=1.0, denominator="count")
+    o = softmax_attention(q, k, v, **kw).numpy()
+    ref = oracle.reference(q, k, v, kernel="softmax", **kw)
+    eb = attention_error_bound("softmax", q, k, v, dtype="float64", exact=ref, **kw)
+    err = np.abs(o - np.asarray(ref.float64))
+    assert err[0, 0, 1, 0] > 1e-300  # the subnormal weight's rounding shows
+    assert np.all(err <= eb.bound), (err, eb.bound)

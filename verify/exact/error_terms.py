@@ -486,9 +486,12 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
     # (..., T): eta in the output's units (see _terms); from log2(eta), which for float64
     # (2^-1075) is below the smallest subnormal and would round to 0 before the scaling
     eta = 2.0**eta_log2
-    with np.errstate(over="ignore", under="ignore"):
-        eta_rows = np.exp(uf_log + math.log(2.0) * eta_log2)
-    uf_N = (n_vis * eta_rows)[..., None] * (vmax + 1.0)  # subnormal results (see the docstring)
+    log_eta = uf_log + math.log(2.0) * eta_log2  # (..., T)
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        eta_rows = np.exp(log_eta)
+        # times |v| in the log domain: eta e^m alone underflows float64 where eta e^m |v| does
+        # not (e^m = e^-14.5, |v| = 6.5e38: the dev profile's count-mode row, float64)
+        uf_N = n_vis[..., None] * np.exp(log_eta[..., None] + np.log(vmax + 1.0))
     uf_D = n_vis * eta_rows
     if o_abs is None:
         o_abs = output_majorant(st)
@@ -526,7 +529,9 @@ def core_bound(st: dict, *, u: float, eta_log2: int, o_abs):
         # n_t |v|max (1 + num_rel); the product may round subnormally too (one more eta)
         tiny_log = (eta_log2 - math.log2(u)) * math.log(2.0)  # ln of the smallest normal
         scaled_back = np.where(uf_log < tiny_log, n_vis * (1 + num_rel), 0.0)
-        uf_N = uf_N + scaled_back[..., None] * vmax * eta + eta
+        with np.errstate(divide="ignore", under="ignore"):
+            eta_v = np.exp(np.log(vmax) + math.log(2.0) * eta_log2)  # eta |v|max, as above
+        uf_N = uf_N + scaled_back[..., None] * eta_v + eta
     if denominator == "none":
         bound = num_rel[..., None] * A + uf_N
         return bound, cond, f"{how}; numerator only: num_rel * A (D10)"
