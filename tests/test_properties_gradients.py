@@ -454,3 +454,25 @@ def test_long_gradient_examples_keep_feature_states_within_memory():
 
     draw()
     assert any(f != "forward" for f, _ in seen), seen
+
+
+def test_a_sum_too_long_for_gamma_makes_no_statement():
+    """Taylor-4 at d = 64 sums 64^4 = 1.7e7 features: n u >= 1 in float32 accumulation, where
+    gamma_n has no value. The dev profile's long example raised an internal error there; it is
+    outside the D10 model, so the example makes no statement."""
+    import torch
+
+    from verify.properties import gradients
+    from verify.properties.support.base import RunContext
+    from verify.properties.support.grads import GradExample
+    from verify.spec.results import NotApplicable
+    from verify.strategies import AttentionInputs, Shape
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = (0.1 * torch.randn(1, 1, 2, 64, generator=gen) for _ in range(2))
+    v = torch.randn(1, 1, 2, 2, generator=gen)
+    x = AttentionInputs(q=q.half(), k=k.half(), v=v.half(), causal=True, scale=None,
+                        radius=None, shape=Shape(B=1, H=1, T=2, S=2, d=64, d_v=2))  # fmt: skip
+    ex = GradExample(x, {"form": "forward", "denominator": "sum", "g_seed": 1})
+    with pytest.raises(NotApplicable, match="no gamma_n"):
+        gradients._reference_check(variants.get("taylor-4"), ex, RunContext(dtype="float16"))

@@ -432,3 +432,19 @@ def test_favor_features_that_underflow_are_outside_the_model():
     assert (
         outside_model("linear:favor", q, k, v, dtype="float64", scale=0.5, projection=proj) is None
     )
+
+
+def test_taylor_feature_overflow_is_outside_the_model():
+    """Taylor-6 through features at q = (0, 0, 5.9e76), k = 0: q's degree-6 monomials overflow
+    float64 and the chunked form returned inf * 0 = NaN where the exact output is 0 (the dev
+    profile failed accepts-inputs there). The feature forms are outside D10's model at such
+    inputs; the parallel form (kappa on the scores) is not."""
+    from verify.exact.errors import outside_model
+
+    q = torch.tensor([[[[0.0, 0.0, 5.928464803467068e76]]]], dtype=torch.float64)
+    k = torch.zeros(1, 1, 1, 3, dtype=torch.float64)
+    v = torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    why = outside_model("taylor:6", q, k, v, dtype="float64", form="chunked")
+    assert why and "features of q" in why and "overflows" in why
+    assert outside_model("taylor:6", q, k, v, dtype="float64", form="parallel") is None
+    assert outside_model("taylor:6", q / 1e30, k, v, dtype="float64", form="chunked") is None

@@ -114,6 +114,9 @@ def _parse_kernel(kernel: str) -> tuple[str, int | None, str | None]:
 #: headroom (in powers of two) kept above the smallest normal number for the products of a
 #: term: Taylor coefficients 1/sqrt(alpha!) >= 2^-5 for N <= 6, the scale, sums of terms
 UNDERFLOW_HEADROOM_BITS = 40
+#: headroom (in powers of two) kept below the largest finite number for a feature monomial
+#: (sums of up to C(N + d, N) of them times values)
+OVERFLOW_HEADROOM_BITS = 40
 
 
 def outside_model(
@@ -126,6 +129,7 @@ def outside_model(
     scale: float | None = None,
     denominator: str = "sum",
     projection: Any = None,
+    form: str = "any",
 ) -> str | None:
     """Why the D10 model does not cover these inputs (or None when it does).
 
@@ -136,8 +140,14 @@ def outside_model(
     entry has magnitude >= L with L^deg >= tiny * 2^UNDERFLOW_HEADROOM_BITS (tiny = the smallest
     normal number of the accumulation dtype), no such term reaches the subnormal range.
 
+    Taylor-N through features (a ``recurrent``/``chunked`` form, or ``any`` form that may be
+    one, or a ``linear:taylor:N`` map): the degree-N monomials of each scaled q and k are
+    factors of the terms too, and the model has no overflow: |x~|_max^N must stay a factor
+    2^OVERFLOW_HEADROOM_BITS below the largest finite number (a query of 5.9e76 at N = 6 gave
+    inf * 0 = NaN at a key of 0, where the exact output is finite).
+
     Returns:
-        A reason string when some nonzero entry is below L, else None.
+        A reason string when some nonzero entry is below L, or a feature overflows, else None.
     """
     import torch
 
@@ -161,6 +171,16 @@ def outside_model(
             sq = np.sum(z * z, axis=-1, keepdims=True)
             with np.errstate(over="ignore", under="ignore"):
                 arrays.append((name, np.exp(z @ P.T - sq / 2) / math.sqrt(P.shape[0])))
+    feature_form = family == "taylor-features" or (family == "taylor" and form != "parallel")
+    if order and feature_form:
+        top = float(torch.finfo(getattr(torch, acc)).max) * 2.0**-OVERFLOW_HEADROOM_BITS
+        for name, z in (("q", scaled[0]), ("k", scaled[1])):
+            big = float(np.max(np.abs(z), initial=0.0))
+            if big > 1 and order * math.log(big) > math.log(top):
+                return (
+                    f"the degree-{order} features of {name} reach {big:.3g}^{order}, past "
+                    f"{top:.3g} in {acc}: the feature form overflows (outside the D10 model)"
+                )
     for name, arr in arrays:
         # a FAVOR+ feature is positive: one that is 0 here underflowed float64 too
         nz = np.abs(arr) if name.startswith("phi") else np.abs(arr[arr != 0])

@@ -630,7 +630,13 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
     scales = term_scale(variant, x, mode, g)
     u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
-    floor = gamma(sum_length(variant, x), u_a)
+    n_sum = sum_length(variant, x)
+    if n_sum * u_a >= 1:  # gamma_n has no value: a sum this long is outside the D10 model
+        raise NotApplicable(
+            f"sums of {n_sum} terms (feature count included) in {ACCUMULATION[ctx.model_dtype]}: "
+            "n u >= 1, no gamma_n (outside the D10 standard model)"
+        )
+    floor = gamma(n_sum, u_a)
     bounds = [
         CALIBRATION_FACTOR * (e + floor * M) + u_c * max_abs(t)
         for e, M, t in zip(errs, scales, ref[1:])
@@ -728,7 +734,13 @@ def _single_key_check(variant, ex: Example, ctx) -> list[Observation]:
     if not (math.isfinite(M_q) and math.isfinite(M_k)):
         raise NoStatement("the kernel weight vanishes: the single-key output is not defined")
     u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
-    floor = gamma(sum_length(variant, x), u_a)
+    n_sum = sum_length(variant, x)
+    if n_sum * u_a >= 1:  # gamma_n has no value: a sum this long is outside the D10 model
+        raise NotApplicable(
+            f"sums of {n_sum} terms (feature count included) in {ACCUMULATION[ctx.model_dtype]}: "
+            "n u >= 1, no gamma_n (outside the D10 standard model)"
+        )
+    floor = gamma(n_sum, u_a)
     bounds = [CALIBRATION_FACTOR * (e + floor * M) * (1 + u_c) for e, M in zip(errs, (M_q, M_k))]
     _, dq, dk, _ = variant_gradients(variant, form, x, mode, g)
     obs = []

@@ -402,6 +402,7 @@ def exact_and_bound(
         scale=kw["scale"],
         denominator=denominator,
         projection=kw.get("projection"),
+        form=form,
     )
     if why:
         raise NotApplicable(why)
