@@ -476,3 +476,20 @@ def test_a_sum_too_long_for_gamma_makes_no_statement():
     ex = GradExample(x, {"form": "forward", "denominator": "sum", "g_seed": 1})
     with pytest.raises(NotApplicable, match="no gamma_n"):
         gradients._reference_check(variants.get("taylor-4"), ex, RunContext(dtype="float16"))
+
+
+def test_a_form_path_reads_the_variants_claims():
+    """calls.call on a form (FormView) asks for the kernel and the scale (the unnormalized
+    modes' overflow rule): the dev profile's edge-cases on a Taylor-6 form raised
+    AttributeError 'FormView' object has no attribute 'kernel_family'."""
+    import torch
+
+    from verify.properties.support.calls import call
+    from verify.properties.support.paths import FormView
+
+    v = variants.get("taylor-6")
+    view = FormView(v, "chunked/symmetric/C=1")
+    assert view.kernel_family == v.kernel_family and view.score_scale(4) == v.score_scale(4)
+    x = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    o = call(view, x, x, x, causal=True, denominator="count")
+    assert o.shape == (1, 1, 3, 4)

@@ -18,11 +18,19 @@ FORWARD = "forward"
 
 
 class FormView:
-    """One of ``variant.forms`` presented with the variant's layout, for ``calls.call``."""
+    """One of ``variant.forms`` presented with the variant's layout, for ``calls.call``; every
+    other attribute is the variant's (its claims: ``calls.unrepresentable`` reads the kernel
+    and the scale)."""
 
     def __init__(self, variant, form: str) -> None:
+        self._variant = variant
         self.forward = variant.forms[form]
         self.layout = variant.layout
+
+    def __getattr__(self, name: str):
+        if name == "_variant":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self._variant, name)
 
 
 def path_names(variant) -> tuple[str, ...]:
