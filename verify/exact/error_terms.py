@@ -279,9 +279,8 @@ def _terms(
         w = np.where(vis, (pq @ np.swapaxes(pk, -1, -2)), 0.0)
         W = np.where(vis, inflate((np.abs(pq) @ np.swapaxes(np.abs(pk), -1, -2)), d + 2), 0.0)
         if fmap == "elu1":
-            # the exp branch's error grows like u / e^x: the most negative argument decides
-            xneg = float(max(-np.min(qs, initial=0.0), -np.min(k, initial=0.0), 0.0))
-            e_phi = d10.elu1_feature_relative_error(xneg, u, exp_ulps)
+            xmax = float(max(np.max(np.abs(qs), initial=0.0), np.max(np.abs(k), initial=0.0)))
+            e_phi = d10.elu1_feature_relative_error(xmax, u, exp_ulps)
         else:
             e_phi = u  # the scale product on q (relu and the identity are exact)
         m = d

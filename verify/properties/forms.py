@@ -82,7 +82,7 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
         a, e_phi = ak, 0.0
     elif kern == "elu1":
         a = (np.maximum(k, 0.0) + 1.0) * (1 + d10.gamma(1, u64))  # one float64 addition
-        e_phi = d10.elu1_feature_relative_error(float(np.max(-k, initial=0.0)), u, exp_ulps)
+        e_phi = d10.elu1_feature_relative_error(float(ak.max(initial=0.0)), u, exp_ulps)
     elif kern == "favor" and state.projection is not None:
         P = np.abs(state.projection.detach().cpu().double().numpy())  # (M, d)
         kt = math.sqrt(state.scale) * ak
