@@ -51,11 +51,12 @@ def derived(request, tmp_path_factory):
     (a file lock: the first worker to need it derives it, the others wait and read it), so
     the ~45 s of sympy work is paid once, not once per test file. Each call unpickles a new
     copy, so a test may change it. The round trip renders the same bytes as the record
-    itself: checked here when it is derived (``_same_after_round_trip``).
+    itself: checked here when it is derived (``record_roundtrip.same_after_round_trip``).
     """
     import pickle
 
     from filelock import FileLock
+    from record_roundtrip import same_after_round_trip
 
     import derivations
 
@@ -71,23 +72,10 @@ def derived(request, tmp_path_factory):
             if not path.is_file():
                 rec = derivations.module(derivation_id).derive()
                 data = pickle.dumps(rec)
-                _same_after_round_trip(rec, pickle.loads(data))
+                same_after_round_trip(rec, pickle.loads(data))
                 part = path.with_suffix(".part")
                 part.write_bytes(data)
                 part.replace(path)
         return pickle.loads(path.read_bytes())
 
     return get
-
-
-def _same_after_round_trip(rec, back) -> None:
-    """``attn-theory report`` derives in worker processes and pickles each record back; sympy
-    rebuilds an expression by calling its class, which evaluates what a statement keeps
-    unevaluated (D13's Eq(cosh(i pi/2), 0) came back as True). The copy must render the
-    same Markdown and JSON as the record."""
-    import json
-
-    from verify.render.derivations import render_markdown
-
-    assert render_markdown([back], []) == render_markdown([rec], []), rec.id
-    assert json.dumps(back.to_json()) == json.dumps(rec.to_json()), rec.id

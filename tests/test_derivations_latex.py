@@ -308,20 +308,20 @@ def records(derived):
 
 
 def test_records_cross_processes_unchanged():
-    """The check of every record's pickle round trip (conftest ``_same_after_round_trip``)
+    """The check of every record's pickle round trip (``record_roundtrip.same_after_round_trip``)
     catches a statement that evaluates when rebuilt: D13's, as it was."""
     import sympy
-    from conftest import _same_after_round_trip
+    from record_roundtrip import same_after_round_trip
 
     rec = derivations.module("D20").derive()
     back = pickle.loads(pickle.dumps(rec))
-    _same_after_round_trip(rec, back)
+    same_after_round_trip(rec, back)
     label = next(iter(rec.statement))
     rec.statement[label] = sympy.Eq(
         sympy.cosh(sympy.I * sympy.pi / 2, evaluate=False), sympy.Integer(0), evaluate=False
     )
     with pytest.raises(AssertionError, match="D20"):
-        _same_after_round_trip(rec, pickle.loads(pickle.dumps(rec)))
+        same_after_round_trip(rec, pickle.loads(pickle.dumps(rec)))
 
 
 def _formulas(rec):

@@ -173,7 +173,7 @@ def _flex_model_bound(variant, x, ctx, *, mode: str, factor: float):
     gamma_d c sum |q_i k_i|, which at scores near 1e5 moves a weight by 1e-11 relative, while
     the kernel-free threshold assumes both evaluations computed the same weights. Rows with no
     visible key are left to that threshold (0 here)."""
-    from verify.properties.flex_checks import flex_bound, flex_visible
+    from verify.properties.support.flex_model import flex_bound, flex_visible
 
     if mode != "sum" or variant.eps or x.k.shape[1] != x.q.shape[1]:
         return None
