@@ -654,18 +654,42 @@ def weighted_sum_relative_bound(
 
 
 def elu1_feature_relative_error(x_abs_max: float, u: float, exp_ulps: float) -> float:
-    """Relative error of fl(elu(x_hat) + 1) with x_hat = fl(scale x) (one rounding); the elu+1
-    feature map of Katharopoulos et al. 2020 (eq. 7).
+    """Relative part e of the error of the elu+1 feature map of Katharopoulos et al. 2020
+    (eq. 7) as code computes it, fl(fl(elu(x_hat)) + 1), x_hat = fl(scale x) (one rounding):
+    |phi_hat(x) - phi(x)| <= e phi(x) + a, a = ``elu1_feature_absolute_error`` (x <= 0 only).
 
-    x > 0: (x_hat + 1) rounded: (1 + u)^2 - 1; x <= 0: exp(x_hat), |x_hat - x| <= u |x|:
-    ``exp_relative_bound(u |x|_max, u, exp_ulps)``. The larger of the two.
+    x > 0: fl(x_hat + 1) = (x + 1)(1 + t)(1 + t'), |t| <= u x/(x + 1) <= u: (1 + u)^2 - 1.
+    x <= 0, E = fl-free e^{x_hat} = e^x e^{x_hat - x}: elu(x_hat) by expm1 (within r = 2 ulps
+    u of E - 1) gives phi_hat = (E + t1 (E - 1))(1 + t2); by exp then a subtraction, phi_hat =
+    (E(1 + te) + ts (E_hat - 1))(1 + t2). The terms proportional to E are relative: (1 +
+    ``exp_relative_bound(u |x|_max, u, exp_ulps)``)(1 + u) - 1; the rest, t1 (E - 1) or ts
+    (E_hat - 1) with |E - 1| <= 1, is absolute (``elu1_feature_absolute_error``): adding 1
+    cancels elu(x) back to e^x, so the feature of x near -15 in float32 (e^x = 3e-7) is off by
+    up to 9 % relative, which no relative bound of exp alone covers. The larger of the two
+    branches' relative parts.
 
     Raises:
         TypeError, ValueError: bad arguments.
     """
     uu = _unit(u)
     xm = check_real("x_abs_max", x_abs_max, nonneg=True)
-    return max((1.0 + uu) ** 2 - 1.0, exp_relative_bound(uu * xm, uu, exp_ulps))
+    e_exp = exp_relative_bound(uu * xm, uu, exp_ulps)
+    return max((1.0 + uu) ** 2 - 1.0, (1.0 + e_exp) * (1.0 + uu) - 1.0)
+
+
+def elu1_feature_absolute_error(u: float, exp_ulps: float) -> float:
+    """Absolute part a of the elu+1 feature error (``elu1_feature_relative_error``) for x <= 0:
+    the rounding of elu(x_hat) = e^x - 1 (expm1: r = 2 ulps u of |E - 1| <= 1; exp then the
+    subtraction: u |E_hat - 1| <= u), carried through the final rounding: max(r, u)(1 + u).
+    Zero for x > 0 (that branch has no cancellation). The cited ulps of exp are taken for
+    expm1 too (the same library: SLEEF's expm1 and exp are both 1.0-ulp functions).
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+    """
+    uu = _unit(u)
+    r = ulps_to_relative(exp_ulps, uu)
+    return max(r, uu) * (1.0 + uu)
 
 
 def favor_feature_relative_error(
@@ -877,6 +901,7 @@ EXPORTS = (
     "feature_form_relative_bound",
     "weighted_sum_relative_bound",
     "elu1_feature_relative_error",
+    "elu1_feature_absolute_error",
     "favor_feature_relative_error",
     "division_relative_bound",
     "ratio_relative_bound",

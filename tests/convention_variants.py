@@ -2,8 +2,10 @@
 
 * ``hf_eager_float32``: Hugging Face's eager attention pattern, scores, softmax and P.V in
   float32 whatever the input dtype (``softmax(..., dtype=torch.float32)``), the output cast back:
-  correct softmax computed in float32. ``hf_eager_float32_claimed_float64`` declares
-  ``compute_dtype="float64"``: its own claim, which the probes' finding must not excuse.
+  correct softmax computed in float32; ``hf_llama_eager`` computes only the softmax in float32
+  (its outputs are float64 numbers, its weights float32 ones).
+  ``hf_eager_float32_claimed_float64`` declares ``compute_dtype="float64"``: its own claim,
+  which the probes' finding must not excuse.
 * ``even_head_dim_softmax``: softmax written for an even head dimension (it raises for odd d).
 * ``clamped_linear``: elu+1 linear attention whose denominator is clamped at ``EPS``
   (``D.clamp(min=eps)``, as linear-attention-transformer writes it): N/max(D, eps).
@@ -38,6 +40,14 @@ def hf_eager_float32(q, k, v, *, causal):
     s = _causal(qf @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5, causal)
     p = torch.softmax(s, -1, dtype=torch.float32)
     return (p @ vf).to(q.dtype)
+
+
+def hf_llama_eager(q, k, v, *, causal):
+    """Hugging Face's eager attention as its Llama code writes it: scores and P.V in the input
+    dtype, only the softmax in float32 (``softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)``):
+    for float64 inputs the outputs are float64 numbers, the weights float32 ones."""
+    s = _causal(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, causal)
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 
 def hf_eager_float32_claimed_float64() -> AttentionVariant:

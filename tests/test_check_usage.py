@@ -120,6 +120,37 @@ def test_tiny_call_tells_usage_from_what_the_battery_judges():
     assert note["status"] == "note" and "ValueError: d must be a multiple of 4" in note["message"]
 
 
+def test_tiny_call_checks_the_decode_protocol():
+    """A decode step written for one token without its sequence axis (B, H, d) is a usage
+    error naming the protocol's (B, H, n, d) and the wrapper, found by calling it both ways; a
+    step whose output lacks the axis is one too; the protocol's own twin is ok."""
+    import usage_variants as uv
+
+    from verify.engine.preflight import tiny_call
+    from verify.spec.target import as_variant
+
+    def with_decode(obj):
+        return as_variant(uv.attention).with_claims(decode=obj, causal="yes")
+
+    tokenwise = tiny_call(with_decode(uv.TokenwiseDecode()), "float32")
+    assert tokenwise["status"] == "usage", tokenwise
+    assert "WITHOUT its sequence axis" in tokenwise["message"]
+    assert "(B, H, n, d)" in tokenwise["message"] and "torch.stack(outs, 2)" in tokenwise["message"]
+    squeezed = tiny_call(with_decode(uv.SqueezedStepOutput()), "float32")
+    assert squeezed["status"] == "usage", squeezed
+    assert "output shape (1, 1, 2), expected (1, 1, 1, 2)" in squeezed["message"]
+    ok = tiny_call(with_decode(uv.ProtocolDecode()), "float32")
+    assert ok["status"] == "ok", ok
+
+
+def test_decode_step_without_sequence_axis_exits_2():
+    """Was exit 1 with 'RuntimeError: Tensors must have same number of dimensions' blamed on
+    the variant (a new user's KV cache); now exit 2 before the battery."""
+    proc = run_cli(f"{U}:attention", "--decode", f"{U}:TokenwiseDecode", "--select", "decode-steps")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "WITHOUT its sequence axis" in proc.stderr
+
+
 def test_sdpa_signature_exits_2_before_any_work():
     """f(q, k, v, *, is_causal=False) ran the whole battery (475 s) to a false counterexample;
     now it is told in under 5 CPU seconds, naming causal against is_causal."""

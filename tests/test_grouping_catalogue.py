@@ -79,11 +79,13 @@ TWINS = (
         "cumsum(dim=1)",
         core=True,
     ),
+    # a causal-only variant: causal=True is every call's, no need (a draw whose gradcheck
+    # example did not shrink dropped it, one that did kept it)
     Twin(
         f"{FV}:fault05_key_sum_detached",
         "gradcheck",
         ("gradcheck", "gradients-vs-reference"),
-        ("causal",),
+        (),
         "torch.no_grad()",
     ),
     Twin(
@@ -404,6 +406,8 @@ def test_needs_are_read_from_a_minimal_counterexample_only():
     assert needs(_failure("head-independence", H=2)) == ("heads",)
     assert needs(_failure("dtype-agreement", stopped, causal=True, H=2)) == ()
     assert needs(_failure("oracle-agreement", "on a long example: x", causal=True)) == ()
+    # a flag every call has (a causal-only variant) tells nothing apart
+    assert needs(_failure("oracle-agreement", causal=True, T=1, S=2), ("causal",)) == ("cross",)
 
 
 def test_a_wrong_constant_is_not_rooted_at_the_causal_alignment():

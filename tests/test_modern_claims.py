@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 
 import tests.modern_variants as mv
 from verify.cli.options import add_claim_options, claims_from
@@ -171,3 +172,30 @@ def test_command_line_rejects_bad_structural_claims(argv, capsys):
     with pytest.raises(SystemExit):
         _parse(argv)
     assert argv[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("cap", "claimed", "said"), [(8.0, 5.0, "a softcap C = 8"), (None, 5.0, "no softcap")]
+)
+def test_wrong_softcap_constant_is_fitted_and_the_hint_names_it(cap, claimed, said):
+    """A kernel capping at C = 8 (or not at all) claimed as --softcap 5 fails oracle-agreement;
+    its reason states the cap the counterexample's outputs fit within that cap's own D16 bound
+    (found by search, not from a list of guesses), and the hint says it first. The correct
+    claim's run states no fit."""
+    from verify.render.check import look_at
+
+    def forward(q, k, v, *, causal):
+        s = mv._scores(q, k)
+        s = s if cap is None else cap * torch.tanh(s / cap)
+        return torch.softmax(mv._causal(s, causal), -1) @ v
+
+    wrong = AttentionVariant("cap", forward, kernel="softmax", softcap=claimed)
+    res = run_property(get("oracle-agreement"), wrong, RunContext(dtype="float64", max_examples=50))
+    assert res.status == "fail", (res.status, res.reason)
+    assert f"fit {said}" in res.reason, res.reason
+    hint = look_at("oracle-agreement", wrong, (res.reason,))
+    first = "the softcap constant: the outputs fit C = 8" if cap else "the outputs fit no softcap"
+    assert first in hint and hint.index(first) < hint.index("the score scale"), hint
+    right = wrong.with_claims(softcap=cap)
+    ok = run_property(get("oracle-agreement"), right, RunContext(dtype="float64", max_examples=10))
+    assert ok.status == "pass" and "fit" not in (ok.reason or ""), ok.reason

@@ -78,6 +78,34 @@ def test_float32_internal_softmax_fails_the_float64_bound_without_the_probes():
     assert statuses(res)["oracle-agreement"] == {"fail"}
 
 
+WEIGHTS_FINDING = "computes in float32 for float64 inputs"
+
+
+def test_softmax_computed_in_float32_alone_is_found_from_its_weights():
+    """Llama's eager pattern (only the softmax in float32, its outputs float64 numbers): the
+    outputs cannot tell it, the weights read with V = I can; with the finding it passes the
+    float64 output properties, without the probes it fails them (was: 10 failed runs by
+    default); the float64 softmax's weights are not called float32."""
+    report = probe(as_variant(cv.hf_llama_eager), seed=0)
+    assert report.restrictions.get("compute_dtype") == "float32", report.notes
+    assert any("every attention weight is a float32 number" in n for n in report.notes)
+    plain = probe(as_variant(cv.hf_llama_eager).with_claims(kernel="softmax"), seed=0,
+                  identify=False)  # fmt: skip
+    assert plain.restrictions.get("compute_dtype") == "float32"
+
+    def float64_softmax(q, k, v, *, causal):
+        s = cv._causal(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, causal)
+        return torch.softmax(s, dim=-1) @ v
+
+    exact = probe(as_variant(float64_softmax), seed=0)
+    assert "compute_dtype" not in exact.restrictions, exact.notes
+    kw = dict(kernel="softmax", select=OUTPUT, dtypes=("float64",), **FAST)
+    res = check(cv.hf_llama_eager, **kw)
+    assert res.exit_code == 0 and res.variant.compute_dtype == "float32", summary_text(res)
+    assert any(f.startswith(WEIGHTS_FINDING) for f in res.findings), res.findings
+    assert check(cv.hf_llama_eager, probe=False, **kw).exit_code == 1
+
+
 def test_a_declared_compute_dtype_is_not_excused_by_the_probes():
     """Declaring compute_dtype float64 while computing in float32 fails: the probes' finding
     is stated, not applied."""

@@ -127,3 +127,36 @@ def kv_cache_step_without_own_key() -> AttentionVariant:
     return v.with_claims(
         name="kv-cache-step-without-own-key", state_api=StateAPI(v.state_api.prefill, step)
     )
+
+
+class TokenwiseDecode:
+    """A correct KV cache whose ``step`` takes ONE token without its sequence axis,
+    ``(B, H, d)`` (the StateAPI's spelling), where the decode protocol passes ``(B, H, n, d)``:
+    a usage error of the 2-token call, not a defect."""
+
+    def prefill(self, q, k, v, state=None):
+        if state is not None:
+            k, v = torch.cat([state[0], k], 2), torch.cat([state[1], v], 2)
+        T, S = q.shape[2], k.shape[2]
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        seen = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        return torch.softmax(s.masked_fill(~seen, -math.inf), -1) @ v, (k, v)
+
+    def step(self, state, q_t, k_t, v_t):
+        o, state = self.prefill(q_t.unsqueeze(2), k_t.unsqueeze(2), v_t.unsqueeze(2), state)
+        return o[:, :, 0], state
+
+
+class SqueezedStepOutput(TokenwiseDecode):
+    """Takes the protocol's ``(B, H, n, d)`` tokens but returns ``o_new`` without the axis."""
+
+    def step(self, state, q_new, k_new, v_new):
+        o, state = self.prefill(q_new, k_new, v_new, state)
+        return o[:, :, 0], state
+
+
+class ProtocolDecode(TokenwiseDecode):
+    """The correct twin: ``step`` is a prefill resumed from the state."""
+
+    def step(self, state, q_new, k_new, v_new):
+        return self.prefill(q_new, k_new, v_new, state)

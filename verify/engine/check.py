@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify.engine import preflight
-from verify.engine.groups import FailureGroup, group_failures
+from verify.engine.groups import FailureGroup, given_needs, group_failures
 from verify.engine.jobs import PRECALL, PROBE, Job, ObjectLoader, SpecLoader, battery
 from verify.engine.pool import DEFAULT_TIMEOUT, Workers, run_jobs
 from verify.spec.results import STATUSES, PropertyResult
@@ -123,7 +123,7 @@ class CheckResult:
         """The failures grouped by root cause (``verify.engine.groups``: the rule), roots in
         dependency order."""
         order = list(dict.fromkeys(r.property_id for r in self.results))
-        return group_failures(self.failed, order)
+        return group_failures(self.failed, order, given_needs(self.variant))
 
     @property
     def skips(self) -> list[tuple[str, list[PropertyResult]]]:

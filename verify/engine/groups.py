@@ -25,7 +25,10 @@ The rule (README, "Reading the result"):
      a group that explains every later one, below);
    * T != S is a need only with causal=True: without the causal mask a query row sees every
      key whatever T is (shrinking lowers T first, so T = 1 < S = 2 is what a failure needing
-     two keys shrinks to).
+     two keys shrinks to);
+   * a flag every call of the variant has (``given``: causal=True for a variant that takes
+     only causal calls) is no need: it tells no counterexample apart, and a draw that did not
+     shrink would drop it where one that did keeps it.
 
 3. A structural property's *cause* is what it tests (:data:`STRUCTURAL`: causality and
    prefix-invariance ``causal``, causal-alignment ``causal`` and ``cross``, masks ``mask``,
@@ -196,9 +199,10 @@ def minimal(r) -> bool:
     )
 
 
-def needs(r) -> tuple[str, ...]:
+def needs(r, given: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What failure ``r`` needs (rule 2); a features dict (read as a minimal counterexample of
-    a property other than batch and head independence) is accepted too."""
+    a property other than batch and head independence) is accepted too. ``given``: the needs
+    every call of the variant has (``given_needs``), never a need."""
     if isinstance(r, dict):
         features, pid, exact = r, "", True
     else:
@@ -210,7 +214,14 @@ def needs(r) -> tuple[str, ...]:
         out -= {"batch", "heads"}
     if "causal" not in out:
         out.discard("cross")
+    out -= set(given)
     return tuple(n for n in NEEDS if n in out)
+
+
+def given_needs(variant: Any) -> tuple[str, ...]:
+    """The needs every call of ``variant`` has (rule 2): ``causal`` when it takes only causal
+    calls (``AttentionVariant.causal == "yes"``); none for anything else."""
+    return ("causal",) if getattr(variant, "causal", None) == "yes" else ()
 
 
 def size(features: dict[str, Any]) -> tuple[int, ...]:
@@ -327,9 +338,12 @@ def explains(group: FailureGroup, r) -> bool:
     return set(group.cause) <= present
 
 
-def group_failures(failures: list[Any], catalogue_order: list[str] | None = None) -> list[Any]:
+def group_failures(
+    failures: list[Any], catalogue_order: list[str] | None = None, given: tuple[str, ...] = ()
+) -> list[Any]:
     """The failing runs (``PropertyResult`` objects with status ``fail``) in groups by root
-    cause, groups in specificity order of their roots (module docstring)."""
+    cause, groups in specificity order of their roots (module docstring); ``given``: the needs
+    every call has (:func:`given_needs`)."""
     order = rank(catalogue_order or list(dict.fromkeys(r.property_id for r in failures)))
     pending = sorted(enumerate(failures), key=lambda ir: (place(ir[1], order), ir[0]))
     groups: list[FailureGroup] = []
@@ -347,7 +361,7 @@ def group_failures(failures: list[Any], catalogue_order: list[str] | None = None
         home = next((g for g in ours if g.root.property_id == r.property_id), None)
         home = home or next((g for g in ours if explains(g, r)), None)
         if home is None:
-            cause = STRUCTURAL.get(r.property_id, needs(r))
+            cause = STRUCTURAL.get(r.property_id, needs(r, given))
             groups.append(FailureGroup(root=r, cause=tuple(cause), members=[r]))
         else:
             home.members.append(r)

@@ -209,7 +209,71 @@ def tiny_call(variant, dtype: str, device: str = "cpu", seed: int = 0) -> dict[s
         )
     if out.dtype != q.dtype:
         return _said("note", f"{what} returned {out.dtype} for {q.dtype} inputs", start)
+    if getattr(variant, "decode", None) is not None and (bad := tiny_decode(variant, q, k, v)):
+        return _said("usage", bad, start)
     return _said("ok", f"{what} returned in {time.perf_counter() - start:.3g} s", start)
+
+
+#: the wrapper told to a decode step written for one token without its sequence axis
+_STEP_WRAPPER = (
+    "wrap it: def step(state, q, k, v): outs = []; for t in range(q.shape[2]): "
+    "(o, state) = my_step(state, q[:, :, t], k[:, :, t], v[:, :, t]); outs.append(o); "
+    "return torch.stack(outs, 2), state"
+)
+
+
+def tiny_decode(variant, q, k, v) -> str | None:
+    """The decode protocol's tiny call (``verify.spec.decode``): ``prefill`` of the first T - 1
+    tokens, then ``step`` with the last one, every tensor with its sequence axis (canonical
+    ``(B, H, n, d)`` inputs, passed in the variant's layout).
+
+    Returns:
+        None when both calls return (output, state) of the protocol's shapes, or when they fail
+        in a way the battery judges; otherwise why the path does not follow the protocol, with
+        the fix: a step that works only on tokens WITHOUT their sequence axis (tried once
+        more that way, so the diagnosis is observed, not guessed) or returns its output without
+        that axis.
+    """
+    from verify.properties.decode_paths import prefill, step
+    from verify.properties.support.calls import to_layout
+    from verify.spec.results import VariantError
+
+    T = q.shape[2]
+    cut = [(x[:, :, : T - 1], x[:, :, T - 1 :]) for x in (q, k, v)]
+    try:
+        _, state = prefill(variant, *(a for a, _ in cut))
+    except VariantError:
+        return None  # the battery judges a prefill that fails (decode-steps names it)
+    try:
+        step(variant, state, *(b for _, b in cut))
+        return None
+    except VariantError as exc:
+        said = str(exc)
+    try:  # the same token without its sequence axis
+        _, state = prefill(variant, *(a for a, _ in cut))
+        lay = variant.layout
+        axis = 2 if lay == "BHTD" else 1
+        res = variant.decode.step(state, *(to_layout(b, lay).squeeze(axis) for _, b in cut))
+    except Exception:  # noqa: BLE001 - not a protocol mismatch: the battery judges it
+        res = None
+    protocol = (
+        "the decode protocol passes new tokens with their sequence axis, q_new "
+        + ("(B, H, n, d)" if variant.layout == "BHTD" else "(B, n, H, d)")
+        + " with n >= 1 (n > 1: speculative decoding), and takes o_new back in that shape"
+    )
+    if isinstance(res, tuple) and len(res) == 2:
+        return (
+            f"decode.step of one token: {said}; it returns when the token is passed WITHOUT "
+            f"its sequence axis: {protocol}; {_STEP_WRAPPER}"
+        )
+    try:  # an output without its sequence axis
+        _, state = prefill(variant, *(a for a, _ in cut))
+        o = variant.decode.step(state, *(to_layout(b, variant.layout) for _, b in cut))[0]
+    except Exception:  # noqa: BLE001 - the battery judges it
+        return None
+    if getattr(o, "ndim", None) == 3:
+        return f"decode.step of one token: {said}: {protocol}"
+    return None
 
 
 def _said(status: str, message: str, start: float) -> dict[str, Any]:

@@ -278,9 +278,11 @@ def _terms(
         pq, pk = phi(qs), phi(k)
         w = np.where(vis, (pq @ np.swapaxes(pk, -1, -2)), 0.0)
         W = np.where(vis, inflate((np.abs(pq) @ np.swapaxes(np.abs(pk), -1, -2)), d + 2), 0.0)
+        shift = np.zeros(vis.shape[:-1])  # per row: the absolute feature error's share rho
         if fmap == "elu1":
             xmax = float(max(np.max(np.abs(qs), initial=0.0), np.max(np.abs(k), initial=0.0)))
             e_phi = d10.elu1_feature_relative_error(xmax, u, exp_ulps)
+            W, shift = _elu1_absolute(pq, pk, qs, k, vis, W, e_phi, u, exp_ulps)
         else:
             e_phi = u  # the scale product on q (relu and the identity are exact)
         m = d
@@ -318,7 +320,41 @@ def _terms(
         return w, W, inf, inf, f"{fmap} features (m = {m}): feature error bound not finite", uf_log
     num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, True), n_keys)
     den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, False), n_keys)
+    if fmap in ("identity", "relu", "elu1"):
+        num_rel, den_rel = num_rel + shift, den_rel + shift
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
+
+
+def _elu1_absolute(pq, pk, qs, k, vis, W, e_phi: float, u: float, exp_ulps: float):
+    """The elu+1 features' absolute error (``elu1_feature_absolute_error`` a, x <= 0 only) as a
+    majorant and a per-row relative share.
+
+    phi_hat = phi (1 + t) + alpha, |t| <= e_phi, |alpha| <= a [x <= 0], reads phi_hat = phi'
+    (1 + t) with |phi' - phi| <= a' = a / (1 - e_phi): the relative model (D10's feature-form
+    bound) holds for phi', whose majorant is W' = (|phi(q)| + a'[q <= 0]) . (|phi(k)| +
+    a'[k <= 0]), and the exact sums of phi' and phi differ by dW = W' - |phi(q)|.|phi(k)|
+    (every elu+1 feature is positive) per key, <= rho_t W'_ts with rho_t the row's largest
+    dW/W'. So |N_hat - N| <= (num_rel + rho_t) sum_s W'_ts |v_s| (and the denominator alike).
+    Where features are O(1), rho is a few u; where a row's features are all far below a,
+    rho tends to 1: no digit of such a row is certain. Returns (W', rho (..., T)).
+    """
+    from derivations import rounding as d10
+
+    if e_phi >= 1.0:
+        return W, np.full(vis.shape[:-1], math.inf)
+    a = d10.elu1_feature_absolute_error(u, exp_ulps) / (1.0 - e_phi)
+    mq, mk = (qs <= 0).astype(np.float64) * a, (k <= 0).astype(np.float64) * a
+    aq, ak = np.abs(pq), np.abs(pk)
+
+    def dot(x, y):
+        return x @ np.swapaxes(y, -1, -2)
+
+    d = pq.shape[-1]
+    dW = np.where(vis, inflate(dot(mq, ak) + dot(aq, mk) + dot(mq, mk), d + 2), 0.0)
+    W2 = np.where(vis, W + dW, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(vis & (W2 > 0), dW / W2, 0.0)
+    return W2, np.minimum(1.0, inflate(np.max(ratio, axis=-1, initial=0.0), 1))
 
 
 def normalized_scores(q: np.ndarray, k: np.ndarray, c: float, u: float):

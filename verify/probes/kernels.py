@@ -216,7 +216,7 @@ def candidate_ratio(
             obs = np.abs(A[t, cols] / A[t, ref] - W[t, cols] / W[t, ref])
         else:
             beta, obs = b[t, cols], np.abs(A[t, cols] - W[t, cols])
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             r = np.where(beta > 0, obs / beta, np.where(obs == 0, 0.0, np.inf))
         checked += len(cols)
         j = int(np.argmax(r))

@@ -148,13 +148,47 @@ def probe_precision(run: Runner, report: ProbeReport, T: int) -> None:
     if o is None:
         return
     for name in _COARSER[run.dtype]:
-        coarse = torch.from_numpy(o).to(getattr(torch, name)).double().numpy()
-        if np.array_equal(coarse, o):
+        if _all_in(o, name):
             report.output_precision = name
             run.bound_dtype = name
             report.notes.append(f"every output is a {name} number: bounds use {name}")
             report.restrictions["compute_dtype"] = name
             return
+    w = None
+    for flag in (False, True):  # the weights alone (V = I): softmax(s, dtype=float32).to(s.dtype)
+        try:
+            w = run.weights(q, k, flag, T)
+            break
+        except VariantError:
+            continue
+    if w is None:
+        return
+    generic = (w != 0) & (w != 1)  # 0 and 1 are numbers of every dtype
+    if generic.sum() < MIN_GENERIC_WEIGHTS:
+        return
+    for name in _COARSER[run.dtype]:
+        if _all_in(w[generic], name):
+            run.bound_dtype = name
+            report.notes.append(
+                f"every attention weight is a {name} number (read with V = I; the outputs are "
+                f"{run.dtype}): the weights are computed in {name} (a softmax with dtype={name}"
+                f"), bounds use {name}"
+            )
+            report.restrictions["compute_dtype"] = name
+            return
+
+
+#: generic weights (not 0 or 1) that must all be numbers of a coarser dtype before the weights
+#: are called computed in it: a genuine float64 weight is a float32 number with probability
+#: ~2^-29, so 8 of them leave a chance below 2^-200
+MIN_GENERIC_WEIGHTS = 8
+
+
+def _all_in(x: np.ndarray, name: str) -> bool:
+    """Every element of float64 ``x`` is a number of the dtype ``name``."""
+    import torch
+
+    return bool(np.array_equal(torch.from_numpy(x).to(getattr(torch, name)).double().numpy(), x))
 
 
 # -- cross lengths and alignment -------------------------------------------------------------

@@ -50,14 +50,16 @@ def _is_project_state(*states) -> bool:
 
 
 def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
-    """(A_num (B, H, m, d_v), A_den (B, H, m), e_phi) with A_num >= sum_s |phi_m(k_s)||v_sj|
-    and A_den >= sum_s |phi_m(k_s)|; None for kernels whose features are not modelled.
+    """(A_num (B, H, m, d_v), A_den (B, H, m), e_phi, u, X_num, X_den) with A_num >= sum_s
+    |phi_m(k_s)||v_sj| and A_den >= sum_s |phi_m(k_s)|, and X the absolute feature error's
+    sums (elu+1: sum over k_s <= 0 of a'|v_s|, a' = D10's absolute part; 0 for the other
+    maps); None for kernels whose features are not modelled.
 
     Taylor blocks (both bases): |phi_alpha(k~)| = |k~^alpha| / sqrt(alpha!) <= max_i|k~_i|^n and
     |k~^{(x)n}|/sqrt(n!) <= max_i|k~_i|^n for order n, k~ = sqrt(c) k (D1); identity and relu:
-    |phi_i(k)| <= |k_i|; elu1: elu(k_i) + 1 <= max(k_i, 0) + 1; FAVOR+: exp(w_m . k~ -
-    |k~|^2/2)/sqrt(M) <= exp(max_m sum_i |w_mi k~_i| - |k~|^2/2)/sqrt(M). Float64 evaluations
-    are inflated by their own rounding bound.
+    |phi_i(k)| <= |k_i|; elu1: elu(k_i) + 1 <= max(k_i, 0) + 1 (and its absolute error);
+    FAVOR+: exp(w_m . k~ - |k~|^2/2)/sqrt(M) <= exp(max_m sum_i |w_mi k~_i| - |k~|^2/2)/sqrt(M).
+    Float64 evaluations are inflated by their own rounding bound.
     """
     from derivations import rounding as d10
 
@@ -81,8 +83,15 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
     elif kern in ("identity", "relu"):
         a, e_phi = ak, 0.0
     elif kern == "elu1":
-        a = (np.maximum(k, 0.0) + 1.0) * (1 + d10.gamma(1, u64))  # one float64 addition
         e_phi = d10.elu1_feature_relative_error(float(ak.max(initial=0.0)), u, exp_ulps)
+        if e_phi >= 1.0:
+            return None
+        # phi(k) <= max(k, 0) + 1 (one float64 addition); the cancelling elu(k) + 1 of k <= 0
+        # has an absolute error a' = a / (1 - e_phi) besides (D10, verify.exact.error_terms):
+        # phi' = phi + alpha/(1 + t) carries the relative model, |phi' - phi| <= a'
+        a_abs = d10.elu1_feature_absolute_error(u, exp_ulps) / (1.0 - e_phi)
+        extra = np.where(k <= 0, a_abs, 0.0) * (1 + d10.gamma(1, u64))
+        a = (np.maximum(k, 0.0) + 1.0) * (1 + d10.gamma(1, u64)) + extra
     elif kern == "favor" and state.projection is not None:
         P = np.abs(state.projection.detach().cpu().double().numpy())  # (M, d)
         kt = math.sqrt(state.scale) * ak
@@ -100,7 +109,11 @@ def _state_majorants(state, k: np.ndarray, v: np.ndarray, exp_ulps: float):
         return None
     A_num = np.einsum("bhtm,bhtj->bhmj", a, np.abs(v)) * (1 + d10.gamma(T + 1, u64))
     A_den = a.sum(axis=2) * (1 + d10.gamma(T, u64))
-    return A_num, A_den, e_phi, u
+    if kern != "elu1":
+        return A_num, A_den, e_phi, u, 0.0, 0.0
+    X_num = np.einsum("bhtm,bhtj->bhmj", extra, np.abs(v)) * (1 + d10.gamma(T + 1, u64))
+    X_den = extra.sum(axis=2) * (1 + d10.gamma(T, u64))
+    return A_num, A_den, e_phi, u, X_num, X_den
 
 
 def state_observations(s1, s2, x, variant, ctx, what: str) -> list[Observation]:
@@ -140,13 +153,16 @@ def state_observations(s1, s2, x, variant, ctx, what: str) -> list[Observation]:
     maj = _state_majorants(s1, np64(x.k), np64(x.v), d10.LIBRARY_EXP_ULPS[lib].value)
     if maj is None:
         return obs
-    A_num, A_den, e_phi, u = maj
+    A_num, A_den, e_phi, u, X_num, X_den = maj
     T = x.shape.T
     # one product and at most T - 1 additions per term in any summation order, plus at most one
     # join per chunk or segment boundary (<= T): n_terms = 2T
     rel_num = d10.weighted_sum_relative_bound(2 * T, e_phi, u, True)
     rel_den = d10.weighted_sum_relative_bound(2 * T, e_phi, u, False)
-    for name, rel, A in (("numerator", rel_num, A_num), ("denominator", rel_den, A_den)):
+    # each state is within rel A of the exact state of phi' (features with the absolute part
+    # of their error moved out), and phi' within X of phi: 2 (rel A + X) between two states
+    terms = (("numerator", rel_num, A_num, X_num), ("denominator", rel_den, A_den, X_den))
+    for name, rel, A, X in terms:
         a, b = np64(getattr(s1, name)), np64(getattr(s2, name))
         if a.shape != b.shape or a.shape != A.shape:
             obs.append(
@@ -159,7 +175,8 @@ def state_observations(s1, s2, x, variant, ctx, what: str) -> list[Observation]:
                 )
             )
             continue
-        obs.append(array_observation(diff(a, b), 2.0 * rel * A, what=f"{what}: state {name}"))
+        bound = 2.0 * (rel * A + X)
+        obs.append(array_observation(diff(a, b), bound, what=f"{what}: state {name}"))
     return obs
 
 

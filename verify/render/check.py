@@ -169,12 +169,15 @@ LOOK_AT = {
     "(gamma^n, not gamma^(n+1)) and keep padding out of its state",
     "state-step": "the streaming state: step must continue prefill exactly: a KV cache "
     "appends the new key and value before the new query attends (not after: reading the cache "
-    "first drops the query's own key); a recurrent state takes no padded or zero key and its "
-    "normalizer is updated with the step's key",
+    "first drops the query's own key) and keeps every earlier entry (a buffer that drops or "
+    "overwrites its oldest keys is a window: claim it with --window); a recurrent state takes "
+    "no padded or zero key and its normalizer is updated with the step's key",
     "decode-steps": "decoding must continue prefill exactly: append the new keys and values to "
     "the cache before the new queries attend (reading it first drops their own keys), write "
-    "them at the row's current length (not a fixed slot), scale and mask as the forward does "
-    "(a decode query is the last row: bottom-right alignment)",
+    "them at the row's current length (not a fixed slot), keep every earlier key (a cache "
+    "that drops or overwrites its oldest entries, a fixed buffer written at position % size, "
+    "is a window: claim it with --window), scale and mask as the forward does (a decode query "
+    "is the last row: bottom-right alignment)",
     "decode-resume": "a cache resumed after any split must hold every earlier key: prefill "
     "writes all T of its keys (an empty prefill included) and the length advances by each "
     "step's tokens",
@@ -328,7 +331,9 @@ def look_at(
     if property_id == "rounding-bias" and "exceeds its max-error bound" in said:
         return BIAS_BEYOND_BOUND
     if property_id == "oracle-agreement" and variant is not None:
-        return f"{text}: {'; '.join(_constants(variant, narrower(said), ran))}"
+        return f"{text}: {'; '.join(_constants(variant, narrower(said), ran, said))}"
+    if (fit := _fitted_cap(said)) and property_id != "causality":
+        return f"{fit}; else {text}"
     if property_id == "causality" and getattr(variant, "softcap", None) is not None:
         return (  # a claimed softcap: the cap applied after the mask fill comes first
             f"the softcap (C = {variant.softcap:g}) applied after the mask: C tanh(-inf / C) = "
@@ -375,7 +380,24 @@ def _scale_source(variant, ran: frozenset[str] | None = None) -> str:
     return f"claimed-scale does not run here ({why}); --scale VALUE states another"
 
 
-def _constants(variant, narrow: str = "", ran: frozenset[str] | None = None) -> list[str]:
+def _fitted_cap(said: str) -> str:
+    """The sentence for a failure whose reason found the softcap its outputs fit ('' if
+    none): the constant to fix or to claim."""
+    from verify.properties.support.base import SOFTCAP_FIT_SAYS
+
+    m = re.search(re.escape(SOFTCAP_FIT_SAYS) + r" (no softcap|a softcap C = ([0-9.e+-]+))", said)
+    if not m:
+        return ""
+    if m.group(2) is None:
+        return "the outputs fit no softcap at all: apply C tanh(s / C) to the scaled scores"
+    c = m.group(2)
+    return (f"the softcap constant: the outputs fit C = {c}: fix the constant, or claim "
+            f"--softcap {c} if that is the one meant")  # fmt: skip
+
+
+def _constants(
+    variant, narrow: str = "", ran: frozenset[str] | None = None, said: str = ""
+) -> list[str]:
     """The constants and steps a wrong output of ``variant`` may come from, its claims named
     (``narrow``: the sentence of :func:`narrower` first, when it applies)."""
     scale = "1/sqrt(d)" if variant.scale == "default" else str(variant.scale)
@@ -384,6 +406,8 @@ def _constants(variant, narrow: str = "", ran: frozenset[str] | None = None) -> 
     if getattr(variant, "softcap", None) is not None:
         out.append(f"the softcap C tanh(s / C) with C = {variant.softcap:g} on the scaled "
                    "scores, the exponent's scale after the cap")  # fmt: skip
+        if fit := _fitted_cap(said):  # measured on the counterexample: it comes first
+            out.insert(0, fit)
     if getattr(variant, "alibi_slopes", None) is not None:
         out.append("the ALiBi bias -m_h |t' - s| (its sign, the slopes' head order, m_h not "
                    "divided or multiplied by the scale)")  # fmt: skip

@@ -472,6 +472,13 @@ def _stopped(
     return res
 
 
+#: properties whose failure under a softcap claim states the cap the outputs fit
+#: (``verify.properties.support.diagnose.fitted_softcap``), and how the reason says it (read
+#: by the hint of ``verify.render.check``)
+SOFTCAP_FITTED = frozenset({"oracle-agreement", "edge-cases", "weights-vs-reference"})
+SOFTCAP_FIT_SAYS = "the outputs on this counterexample fit"
+
+
 def _describe_example(res: PropertyResult, example: Any, variant: Any = None, ctx=None) -> None:
     """Fill ``res``'s counterexample, reproducer snippet and features from ``example``; for a
     failure (``variant`` given) also ``features["vs_reference"]``: what its reproducer shows,
@@ -481,11 +488,19 @@ def _describe_example(res: PropertyResult, example: Any, variant: Any = None, ct
     res.snippet = example.snippet() if hasattr(example, "snippet") else ""
     res.features = example_features(example)
     if variant is not None and res.features:
-        from verify.properties.support.diagnose import reference_ratio
+        from verify.properties.support.diagnose import fitted_softcap, reference_ratio
 
         ratio = reference_ratio(variant, example, ctx)
         if ratio is not None:
             res.features["vs_reference"] = ratio
+        if res.property_id in SOFTCAP_FITTED and (fit := fitted_softcap(variant, example, ctx)):
+            c, r = fit
+            cap = "no softcap" if c is None else f"a softcap C = {c:.6g}"
+            res.reason += (
+                f"; {SOFTCAP_FIT_SAYS} {cap} (ratio {r:.2g} of that claim's bound; claimed C = "
+                f"{variant.softcap:g})"
+            )
+            res.features["fitted_softcap"] = c
 
 
 def example_features(example: Any) -> dict[str, Any]:

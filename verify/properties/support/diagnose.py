@@ -176,3 +176,64 @@ def precision_verdict(
         + SUGGESTS.format(model=inside[0])
         + " if the kernel computes that way"
     )
+
+
+#: the softcap constants :func:`fitted_softcap` tries first (log-spaced, 0.25 to 4096), before
+#: refining around the best; "no cap" is tried beside them
+SOFTCAP_GRID = tuple(0.25 * 2.0 ** (i / 4) for i in range(57))
+
+
+def fitted_softcap(variant, example, ctx) -> tuple[float | None, float] | None:
+    """The softcap C that the variant's output on ``example`` fits, for a failure under a
+    softcap claim: (C, max |o - reference_C| / bound_C), C = None meaning no cap, when some C
+    (or none) puts the output within its own D16 bound and the claimed C does not; None
+    otherwise (no softcap claimed, no attention inputs, more than :data:`RATIO_SCORES` scores,
+    nothing fits). The search: :data:`SOFTCAP_GRID`, then a golden-section refinement of log C
+    around the best grid point (the output is smooth in C)."""
+    import math
+
+    from verify.properties.support.calls import call
+    from verify.properties.support.common import exact_and_bound
+    from verify.properties.support.paths import call_kwargs, convention_mode
+    from verify.strategies import AttentionInputs
+
+    claimed = getattr(variant, "softcap", None)
+    x = getattr(example, "inputs", example)
+    if claimed is None or not isinstance(x, AttentionInputs):
+        return None
+    s = x.shape
+    if s.B * s.H * s.T * s.S > RATIO_SCORES:
+        return None
+    mode = getattr(example, "choices", {}).get("denominator") or convention_mode(variant)
+    try:
+        from verify.exact.errors import compare
+
+        o = call(
+            variant, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True,
+            **call_kwargs(variant, mode, x.attn_mask),
+        )  # fmt: skip
+
+        def ratio(c: float | None) -> float:
+            ref, eb = exact_and_bound(variant.with_claims(softcap=c), x, ctx, denominator=mode)
+            return float(compare(o, eb, ref).ratio)
+
+        if ratio(claimed) <= 1.0:
+            return None
+        tried = {None: ratio(None)} | {c: ratio(c) for c in SOFTCAP_GRID}
+        best = min(tried, key=lambda c: tried[c])
+        if best is not None:  # golden section on log C between the grid neighbours
+            step = 2.0**0.25
+            lo, hi = math.log(best / step), math.log(best * step)
+            g = (math.sqrt(5) - 1) / 2
+            for _ in range(80):  # to a relative 1e-16 of C: a float64 bound is that tight
+                a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+                if ratio(math.exp(a)) < ratio(math.exp(b)):
+                    hi = b
+                else:
+                    lo = a
+            c = math.exp((lo + hi) / 2)
+            if (r := ratio(c)) < tried[best]:
+                best, tried[best] = c, r
+        return (best, tried[best]) if tried[best] <= 1.0 else None
+    except Exception:  # noqa: BLE001 - a diagnosis only
+        return None
