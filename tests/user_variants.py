@@ -6,9 +6,10 @@ Importable as ``tests.user_variants:<name>`` for ``attn-theory check``. Tensors 
   wrong constant, in float32 arithmetic with P rounded to the input type before P V and the
   causal mask bottom-right aligned; ``softcap_20`` is its correct twin.
 * ``weights_float32`` computes the softmax weights in float32 in a float64 call (its outputs
-  are not float32 numbers, so the compute-dtype probe cannot name it): the forward carries
-  float32 roundings and gradcheck's finite differences of it are noise; its twin is the
-  built-in softmax.
+  are not float32 numbers; the compute-dtype probe finds it from the weights, read with
+  V = I): declared to compute in float64 (``compute_dtype="float64"``) the forward carries
+  float32 roundings beyond that claim and gradcheck's finite differences of it are noise; its
+  twin is the built-in softmax.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def softcap_20(q, k, v, *, causal):
 def weights_float32(q, k, v, *, causal):
     """Softmax weights computed in float32 whatever the input, then P V in the input dtype: a
     float64 call carries float32 roundings although its outputs are not float32 numbers (the
-    compute-dtype probe cannot see it)."""
+    compute-dtype probe finds it from the weights)."""
     s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
     if causal:
         T, S = s.shape[-2:]
