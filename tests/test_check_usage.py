@@ -489,3 +489,14 @@ def test_x_transformers_bfloat16_passes_masks(tmp_path):
     seen = doc["probe"]["cross"]["empty_rows_by_dtype"]
     assert seen["float64"]["causal"] == "nan" and seen["bfloat16"]["causal"] == "uniform"
     assert seen["bfloat16"]["mask"] == "zeros" and doc["claims"]["empty_rows"] == "other"
+
+
+def test_a_causal_alignment_counterexample_is_shown_as_the_causal_call_it_was():
+    """causal-alignment's example holds the aligned visibility as the reference's mask
+    (causal=False in the example) but calls the variant with causal=True: the summary's
+    counterexample line says causal, as its reproducer does (a user read 'non-causal')."""
+    from verify.render.check import shape_words
+
+    f = dict(B=1, H=1, T=1, S=6, d=1, d_v=1, causal=False, mask=False)
+    assert shape_words(f, "causal-alignment") == "B=1 H=1 T=1 S=6 d=1 d_v=1, causal"
+    assert shape_words(f, "oracle-agreement").endswith(", non-causal")

@@ -481,11 +481,19 @@ def _indent(text: str, pad: str, limit: int | None = None) -> list[str]:
     return out
 
 
-def shape_words(features: dict) -> str:
-    """'B=1 H=1 T=2 S=2 d=1 d_v=1, causal' from a counterexample's features."""
+#: properties whose call is causal=True although their example holds the causal visibility as
+#: a mask (``causal=False``: the reference's form); their reproducer sets causal = True
+CAUSAL_CALLS = frozenset({"causal-alignment"})
+
+
+def shape_words(features: dict, property_id: str | None = None) -> str:
+    """'B=1 H=1 T=2 S=2 d=1 d_v=1, causal' from a counterexample's features (the call's causal
+    flag: True for :data:`CAUSAL_CALLS`, whatever the example holds)."""
     if not features:
         return "no attention shape"
     sizes = " ".join(f"{k}={features[k]}" for k in ("B", "H", "T", "S", "d", "d_v"))
+    if property_id in CAUSAL_CALLS:
+        features = {**features, "causal": True}
     flags = [f for f in ("causal", "mask") if features.get(f)]
     return sizes + (", " + ", ".join(flags) if flags else ", non-causal")
 
@@ -662,7 +670,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
         if ex.counterexample:
             out.append(
                 f"    minimal counterexample ({ex.property_id}, {ex.dtype}): "
-                f"{shape_words(ex.features)}"
+                f"{shape_words(ex.features, ex.property_id)}"
             )
             out += _indent(ex.counterexample, "      ", None if verbose else 8)
         if hint := group_look_at(g, result.variant, ran_ids(result)):
