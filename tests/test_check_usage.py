@@ -500,3 +500,35 @@ def test_a_causal_alignment_counterexample_is_shown_as_the_causal_call_it_was():
     f = dict(B=1, H=1, T=1, S=6, d=1, d_v=1, causal=False, mask=False)
     assert shape_words(f, "causal-alignment") == "B=1 H=1 T=1 S=6 d=1 d_v=1, causal"
     assert shape_words(f, "oracle-agreement").endswith(", non-causal")
+
+
+def test_a_slow_first_call_is_no_internal_error_under_hypothesis_default_deadline():
+    """Under a caller's hypothesis profile with the default 200 ms deadline (a user's project,
+    the plugin), a first call slower than it (imports, compilation) was DeadlineExceeded, then
+    passed on replay: FlakyFailure, an internal error. A property run sets no deadline."""
+    import time
+
+    import usage_variants as uv
+    from hypothesis import settings
+
+    from verify.properties import get
+    from verify.properties.support.base import RunContext, run_property
+    from verify.spec.variant import AttentionVariant
+
+    calls = []
+
+    def slow_first(q, k, v, *, causal):
+        if not calls:
+            time.sleep(0.5)
+        calls.append(1)
+        return uv.attention(q, k, v, causal=causal)
+
+    previous = settings._current_profile
+    settings.register_profile("deadline-200ms", deadline=200)
+    settings.load_profile("deadline-200ms")
+    try:
+        variant = AttentionVariant("slow-first", slow_first, kernel="softmax")
+        res = run_property(get("oracle-agreement"), variant, RunContext(max_examples=5))
+    finally:
+        settings.load_profile(previous)
+    assert res.status == "pass", res.reason[-500:]

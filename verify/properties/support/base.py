@@ -327,7 +327,10 @@ def _run_once(prop: Property, variant: Any, ctx: RunContext) -> PropertyResult:
             state["failure"] = (example, worst, _fail_message(worst))
             raise AssertionError(_fail_message(worst))
 
-    overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False}
+    # no hypothesis deadline whatever profile the caller loaded (hypothesis' default is 200 ms):
+    # a first call that imports or compiles exceeds it, passes on replay, and the run would end
+    # in a FlakyFailure, an internal error; time limits are the engine's (``OutOfTime``)
+    overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False, "deadline": None}
     limit = prop.max_examples
     if ctx.max_examples is not None:
         limit = min(limit, ctx.max_examples) if limit else ctx.max_examples
