@@ -532,3 +532,49 @@ def test_a_slow_first_call_is_no_internal_error_under_hypothesis_default_deadlin
     finally:
         settings.load_profile(previous)
     assert res.status == "pass", res.reason[-500:]
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("kv_cache_step_without_own_key", "every key but its own"),
+        ("kv_cache_dropping_oldest", "only the last 3 of its"),
+    ],
+)
+def test_a_kv_cache_defect_is_named_by_the_keys_its_step_reads(name, said):
+    """state-step's failure says which keys the stepped token's output reads, measured
+    against the reference over each candidate key set within its own D10 bound: a step that
+    reads the cache before appending, a cache that drops its oldest entries; the hint says it
+    first. The README's cache passes with nothing said."""
+    import usage_variants as uv
+    from state_api_example import kv_cache
+
+    from verify.properties import get
+    from verify.properties.support.base import RunContext, run_property
+    from verify.render.check import look_at
+
+    bad = getattr(uv, name)()
+    res = run_property(get("state-step"), bad, RunContext(dtype="float64", max_examples=50))
+    assert res.status == "fail", res.reason
+    assert f"the stepped token reads {said}" in res.reason, res.reason
+    hint = look_at("state-step", bad, (res.reason,))
+    assert hint.startswith(f"the stepped token reads {said}"), hint
+    ok = run_property(get("state-step"), kv_cache(), RunContext(dtype="float64", max_examples=10))
+    assert ok.status == "pass", ok.reason
+
+
+def test_a_decode_step_reading_before_its_append_is_named_on_the_decode_path():
+    """The same diagnosis on the decode protocol (decode-steps), the empty cache included: a
+    KV cache whose step's query position is read before the append (decode_variants' off-by-one
+    twin) is told as reading every key but its own."""
+    import decode_variants as dv
+
+    from verify.properties import get
+    from verify.properties.support.base import RunContext, run_property
+    from verify.spec.variant import AttentionVariant
+
+    bad = AttentionVariant("off-by-one", dv.softmax_forward, kernel="softmax", causal="yes",
+                           decode=dv.KVCache(fault="off_by_one"))  # fmt: skip
+    res = run_property(get("decode-steps"), bad, RunContext(dtype="float64", max_examples=30))
+    assert res.status == "fail", res.reason
+    assert "the stepped token reads every key but its own" in res.reason, res.reason

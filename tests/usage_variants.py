@@ -160,3 +160,27 @@ class ProtocolDecode(TokenwiseDecode):
 
     def step(self, state, q_new, k_new, v_new):
         return self.prefill(q_new, k_new, v_new, state)
+
+
+#: the capacity of the KV cache that drops its oldest entries (``kv_cache_dropping_oldest``)
+DROP_CAPACITY = 3
+
+
+def kv_cache_dropping_oldest() -> AttentionVariant:
+    """The README's KV cache whose ``step`` keeps only the newest ``DROP_CAPACITY`` entries
+    after appending (a fixed buffer rolled over, as a user wrote it): past that length the
+    decoded token no longer sees the oldest keys, while the forward sees them all."""
+    from tests.state_api_example import kv_cache, prefill
+
+    def step(state, q_t, k_t, v_t):
+        k, v = (torch.cat([c, n[:, :, None]], 2)[:, :, -DROP_CAPACITY:]
+                for c, n in zip(state, (k_t, v_t)))  # fmt: skip
+        o, _ = prefill(
+            q_t[:, :, None], k_t[:, :, None], v_t[:, :, None], (k[:, :, :-1], v[:, :, :-1])
+        )
+        return o[:, :, 0], (k, v)
+
+    v = kv_cache()
+    return v.with_claims(
+        name="kv-cache-dropping-oldest", state_api=StateAPI(v.state_api.prefill, step)
+    )

@@ -310,7 +310,7 @@ def look_at(
     from (``variant``'s claims), and for a low-precision failure what its reasons (the root's
     failure messages) measured: a ``--precision`` claim is named only where a failure found
     the error within that model's bound (``verify.properties.support.diagnose``)."""
-    from verify.properties.support.diagnose import SUGGESTS
+    from verify.properties.support.diagnose import STEP_FIT_SAYS, STEP_FITTED, SUGGESTS
 
     text = LOOK_AT.get(property_id, "")
     said = " ".join(reasons)
@@ -332,6 +332,9 @@ def look_at(
         return BIAS_BEYOND_BOUND
     if property_id == "oracle-agreement" and variant is not None:
         return f"{text}: {'; '.join(_constants(variant, narrower(said), ran, said))}"
+    if property_id in STEP_FITTED and STEP_FIT_SAYS in said:  # measured on the counterexample
+        fit = said.split(STEP_FIT_SAYS, 1)[1]  # the reason's last sentence (``base``)
+        return f"{STEP_FIT_SAYS}{fit}; else {text}"
     if (fit := _fitted_cap(said)) and property_id != "causality":
         return f"{fit}; else {text}"
     if property_id == "causality" and getattr(variant, "softcap", None) is not None:

@@ -491,11 +491,20 @@ def _describe_example(res: PropertyResult, example: Any, variant: Any = None, ct
     res.snippet = example.snippet() if hasattr(example, "snippet") else ""
     res.features = example_features(example)
     if variant is not None and res.features:
-        from verify.properties.support.diagnose import fitted_softcap, reference_ratio
+        from verify.properties.support.diagnose import (
+            STEP_FITTED,
+            fitted_softcap,
+            reference_ratio,
+            step_key_fit,
+        )
 
         ratio = reference_ratio(variant, example, ctx)
         if ratio is not None:
             res.features["vs_reference"] = ratio
+        if res.property_id in STEP_FITTED and (
+            said := step_key_fit(variant, example, ctx, res.property_id)
+        ):
+            res.reason += f"; {said}"
         if res.property_id in SOFTCAP_FITTED and (fit := fitted_softcap(variant, example, ctx)):
             c, r = fit
             cap = "no softcap" if c is None else f"a softcap C = {c:.6g}"

@@ -237,3 +237,79 @@ def fitted_softcap(variant, example, ctx) -> tuple[float | None, float] | None:
         return (best, tried[best]) if tried[best] <= 1.0 else None
     except Exception:  # noqa: BLE001 - a diagnosis only
         return None
+
+
+#: properties whose failure states which keys the stepped token reads (:func:`step_key_fit`)
+STEP_FITTED = frozenset({"state-step", "decode-steps"})
+#: how the reason says it (read by the hint of ``verify.render.check``)
+STEP_FIT_SAYS = "the stepped token reads"
+
+
+def _stepped_output(variant, x, property_id: str):
+    """The last token's output after prefill of the first T - 1 tokens and one step, canonical
+    (B, H, 1, d_v), through the state API (state-step) or the decode path (decode-steps)."""
+    T = x.shape.T
+    first = [t[:, :, : T - 1] for t in (x.q, x.k, x.v)]
+    last = [t[:, :, T - 1 : T] for t in (x.q, x.k, x.v)]
+    if property_id == "state-step":
+        from verify.properties.support.calls import prefill, step
+
+        _, st = prefill(variant, *first, allow_nonfinite=True)
+        o, _ = step(variant, st, *(t[:, :, 0] for t in last), allow_nonfinite=True)
+        return o[:, :, None]
+    from verify.properties import decode_paths
+
+    _, st = decode_paths.prefill(variant, *first)  # T = 1: the empty cache
+    return decode_paths.step(variant, st, *last)[0]
+
+
+def step_key_fit(variant, example, ctx, property_id: str) -> str | None:
+    """Which of its T causal keys the stepped token's output reads, for a failure of
+    ``property_id`` (:data:`STEP_FITTED`): the output of prefill(T - 1) + one step is compared
+    with the claimed kernel over each candidate key set of the last query, within that
+    reference's own D10 bound: every key (then None: the defect is elsewhere), every key but
+    its own (the step reads the cache before appending), the last W < T keys (the cache
+    dropped its oldest entries), the first W < T keys (the cache stopped storing new ones).
+    The sentence for the first set that fits; None when none does or there is nothing to
+    compare (no attention inputs, T < 2 (T < 1 on a decode path), more than :data:`RATIO_SCORES` scores, no reference
+    for the claims, the path raising)."""
+    import torch
+
+    from verify.properties.support.reproduce import reference
+    from verify.strategies import AttentionInputs
+
+    x = getattr(example, "inputs", example)
+    if not isinstance(x, AttentionInputs) or not variant.parsed_kernel.known:
+        return None
+    B, H, T = x.shape.B, x.shape.H, x.shape.T
+    shortest = 1 if property_id == "decode-steps" else 2  # the decode protocol's empty prefill
+    if T < shortest or B * H * T * T > RATIO_SCORES:
+        return None
+    try:
+        o = _stepped_output(variant, x, property_id).detach().cpu().to(torch.float64)
+
+        def fits(keys: list[int]) -> bool:
+            mask = torch.zeros(1, 1, 1, T, dtype=torch.bool)
+            mask[..., keys] = True
+            ref = reference(variant, x.q[:, :, T - 1 :], x.k, x.v, causal=False, attn_mask=mask)
+            return ref.exact is not None and bool(((o - ref.exact).abs() <= ref.bound).all())
+
+        if fits(list(range(T))):
+            return None
+        cands = [(list(range(T - 1)), "every key but its own: the step attends over the cache "
+                  "before appending its own key and value (append first)")]  # fmt: skip
+        for w in range(T - 1, 0, -1):
+            cands.append((list(range(T - w, T)), (
+                f"only the last {w} of its {T} keys: the cache dropped its oldest {T - w} "
+                f"(a buffer of {w} slots overwritten or rolled); keep every entry, or, if a "
+                f"window of {w} keys is meant, the forward must apply it too (--window "
+                f"{w - 1},0 claims it for both)")))  # fmt: skip
+            cands.append((list(range(w)), (
+                f"only the first {w} of its {T} keys: the cache stopped storing new keys "
+                f"after {w} (its own dropped too): append every new key and value")))  # fmt: skip
+        for keys, said in cands:
+            if fits(keys):
+                return f"{STEP_FIT_SAYS} {said}"
+        return None
+    except Exception:  # noqa: BLE001 - a diagnosis only
+        return None
