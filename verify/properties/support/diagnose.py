@@ -271,8 +271,8 @@ def step_key_fit(variant, example, ctx, property_id: str) -> str | None:
     its own (the step reads the cache before appending), the last W < T keys (the cache
     dropped its oldest entries), the first W < T keys (the cache stopped storing new ones).
     The sentence for the first set that fits; None when none does or there is nothing to
-    compare (no attention inputs, T < 2 (T < 1 on a decode path), more than :data:`RATIO_SCORES` scores, no reference
-    for the claims, the path raising)."""
+    compare (no attention inputs, T < 2 (T < 1 on a decode path), more than
+    :data:`RATIO_SCORES` scores, no reference for the claims, the path raising)."""
     import torch
 
     from verify.properties.support.reproduce import reference
