@@ -493,3 +493,41 @@ def test_a_form_path_reads_the_variants_claims():
     x = torch.randn(1, 1, 3, 4, dtype=torch.float64)
     o = call(view, x, x, x, causal=True, denominator="count")
     assert o.shape == (1, 1, 3, 4)
+
+
+def test_an_exact_gradient_beyond_the_dtype_range_makes_no_statement():
+    """The dev-profile failure: linear-identity in float16 on a long low-rank example (T = 233,
+    d = 239) returned dq with inf where the exact dq reaches 3.6e5, beyond float16's 65504: the
+    dtype's range, not a defect (the D10 model assumes no overflow). The twin: a dq made inf
+    where the exact dq fits still fails."""
+    from verify.properties.support.common import Example
+    from verify.seeded import seeded_inputs
+    from verify.spec.results import NoStatement, VariantError
+    from verify.spec.shape import Shape
+
+    x = seeded_inputs(661, Shape(B=1, H=2, T=233, S=233, d=239, d_v=2), dtype=torch.float16,
+                      causal=True, radius=None, scale=None, keys="low-rank")  # fmt: skip
+    ex = Example(x, {"form": "forward", "denominator": "sum", "g_seed": 0})
+    ctx = RunContext(dtype="float16")
+    variant = variants.get("linear-identity")
+    with pytest.raises(NoStatement, match="exceed float16's largest finite number"):
+        gradients._reference_check(variant, ex, ctx)
+
+    small = seeded_inputs(3, Shape(B=1, H=1, T=4, S=4, d=2, d_v=2), dtype=torch.float16,
+                          causal=True, radius=None, scale=None)  # fmt: skip
+    inf_dq = dataclasses.replace(variant, forward=_inf_dq(variant.forward), name="inf-dq")
+    with pytest.raises(VariantError, match="dq .* has NaN/inf"):
+        gradients._reference_check(inf_dq, Example(small, dict(ex.choices)), ctx)
+
+
+def _inf_dq(forward):
+    class InfDq(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            return q.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.full_like(g, math.inf)
+
+    return lambda q, k, v, *, causal, **kw: forward(InfDq.apply(q), k, v, causal=causal, **kw)

@@ -627,6 +627,12 @@ def _reference_check(variant, ex: Example, ctx) -> list[Observation]:
     ref = reference_gradients(variant, x, mode, g, torch.float64)
     if not all(bool(torch.isfinite(t).all()) for t in ref):  # decided by floats
         raise NoStatement("the float64 reference is not finite here (a vanishing denominator)")
+    top = torch.finfo(getattr(torch, ctx.dtype)).max
+    if over := [n for n, t in zip(("dq", "dk", "dv"), ref[1:]) if float(t.abs().max()) > top]:
+        raise NoStatement(  # the D10 model assumes no overflow; the exact value cannot fit
+            f"the exact {', '.join(over)} exceed {ctx.dtype}'s largest finite number "
+            f"({top:.5g}): an inf there is the dtype's range, not the variant's"
+        )
     errs = _reference_error(variant, x, mode, g, ctx, ref[1:])
     scales = term_scale(variant, x, mode, g)
     u_a, u_c = unit_roundoff(ACCUMULATION[ctx.model_dtype]), unit_roundoff(ctx.model_dtype)
