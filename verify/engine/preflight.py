@@ -234,8 +234,8 @@ def tiny_decode(variant, q, k, v) -> str | None:
         more that way, so the diagnosis is observed, not guessed) or returns its output without
         that axis.
     """
-    from verify.properties.decode_paths import prefill, step
     from verify.properties.support.calls import to_layout
+    from verify.properties.support.decode_calls import prefill, step
     from verify.spec.results import VariantError
 
     T = q.shape[2]

@@ -257,10 +257,11 @@ def _stepped_output(variant, x, property_id: str):
         _, st = prefill(variant, *first, allow_nonfinite=True)
         o, _ = step(variant, st, *(t[:, :, 0] for t in last), allow_nonfinite=True)
         return o[:, :, None]
-    from verify.properties import decode_paths
+    from verify.properties.support.decode_calls import prefill as decode_prefill
+    from verify.properties.support.decode_calls import step as decode_step
 
-    _, st = decode_paths.prefill(variant, *first)  # T = 1: the empty cache
-    return decode_paths.step(variant, st, *last)[0]
+    _, st = decode_prefill(variant, *first)  # T = 1: the empty cache
+    return decode_step(variant, st, *last)[0]
 
 
 def step_key_fit(variant, example, ctx, property_id: str) -> str | None:
@@ -273,9 +274,13 @@ def step_key_fit(variant, example, ctx, property_id: str) -> str | None:
     The sentence for the first set that fits; None when none does or there is nothing to
     compare (no attention inputs, T < 2 (T < 1 on a decode path), more than
     :data:`RATIO_SCORES` scores, no reference for the claims, the path raising)."""
+    import dataclasses
+
     import torch
 
-    from verify.properties.support.reproduce import reference
+    from verify.exact.errors import compare
+    from verify.properties.support.common import exact_and_bound
+    from verify.properties.support.paths import convention_mode
     from verify.strategies import AttentionInputs
 
     x = getattr(example, "inputs", example)
@@ -288,11 +293,16 @@ def step_key_fit(variant, example, ctx, property_id: str) -> str | None:
     try:
         o = _stepped_output(variant, x, property_id).detach().cpu().to(torch.float64)
 
+        mode = convention_mode(variant)
+
         def fits(keys: list[int]) -> bool:
             mask = torch.zeros(1, 1, 1, T, dtype=torch.bool)
             mask[..., keys] = True
-            ref = reference(variant, x.q[:, :, T - 1 :], x.k, x.v, causal=False, attn_mask=mask)
-            return ref.exact is not None and bool(((o - ref.exact).abs() <= ref.bound).all())
+            shape = dataclasses.replace(x.shape, T=1)
+            xi = dataclasses.replace(x, q=x.q[:, :, T - 1 :], causal=False, attn_mask=mask,
+                                     shape=shape)  # fmt: skip
+            result, eb = exact_and_bound(variant, xi, ctx, denominator=mode)
+            return float(compare(o, eb, result).ratio) <= 1.0
 
         if fits(list(range(T))):
             return None
