@@ -50,6 +50,18 @@ def hf_llama_eager(q, k, v, *, causal):
     return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 
+def hf_llama_eager_min_mask(q, k, v, *, causal):
+    """``hf_llama_eager`` with Llama's additive causal mask of ``finfo(dtype).min`` (bottom-right):
+    an emptied row is NaN in float64 (min + score overflows to -inf in the float32 softmax) and
+    uniform in float32, so the empty-row convention differs by dtype."""
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        T, S = s.shape[-2:]
+        keep = torch.ones(T, S, dtype=torch.bool, device=s.device).tril(S - T)
+        s = s + torch.zeros(T, S, dtype=s.dtype).masked_fill(~keep, torch.finfo(s.dtype).min)
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+
 def hf_eager_float32_claimed_float64() -> AttentionVariant:
     """``hf_eager_float32`` declaring that it computes in float64 (it does not)."""
     return AttentionVariant(

@@ -106,6 +106,41 @@ def test_softmax_computed_in_float32_alone_is_found_from_its_weights():
     assert check(cv.hf_llama_eager, probe=False, **kw).exit_code == 1
 
 
+def test_every_dtype_runs_with_the_claims_found_when_conventions_differ_by_dtype():
+    """Llama's eager code with its finfo.min mask: the empty-row convention differs by dtype, so
+    each dtype gets its own variant after the probes. The float64 one got a stale loader of
+    the pre-probe variant (a freed variant's id reused), lost compute_dtype = float32, and
+    failed gradcheck and convex-combination on the float64 bound (a new user's false failure).
+    Now both dtypes run with what was found, and the correct code passes."""
+    res = check("tests.convention_variants:hf_llama_eager_min_mask",
+                select=["gradcheck", "convex-combination"], profile="ci")  # fmt: skip
+    assert set(res.empty_rows_by_dtype.values()) == {"nan", "uniform"}, res.empty_rows_by_dtype
+    assert res.exit_code == 0, summary_text(res)
+    skipped = {r.dtype: r.reason for r in res.results if r.property_id == "gradcheck"}
+    assert "computes in float32" in skipped["float64"], skipped
+
+
+def test_a_variant_with_a_loader_is_kept_alive_so_its_id_is_never_reused():
+    """The cause of the stale claims above, held deterministically: the loaders are cached by
+    ``id``, so a variant that was given one must stay alive (else a later variant allocated at
+    its address, e.g. the per-dtype one after the probes' merge, gets its loader and claims);
+    and each live variant gets a loader with its own claims."""
+    import gc
+    import weakref
+
+    from verify.engine.jobs import Loaders
+
+    loaders = Loaders("tests.convention_variants:hf_llama_eager")
+    first = AttentionVariant("x", cv.hf_llama_eager)
+    alive = weakref.ref(first)
+    assert dict(loaders(first).claims)["compute_dtype"] is None
+    del first
+    gc.collect()
+    assert alive() is not None
+    later = AttentionVariant("x", cv.hf_llama_eager).with_found(compute_dtype="float32")
+    assert dict(loaders(later).claims)["compute_dtype"] == "float32"
+
+
 def test_a_declared_compute_dtype_is_not_excused_by_the_probes():
     """Declaring compute_dtype float64 while computing in float32 fails: the probes' finding
     is stated, not applied."""

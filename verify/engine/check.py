@@ -33,7 +33,7 @@ from typing import Any
 
 from verify.engine import preflight
 from verify.engine.groups import FailureGroup, given_needs, group_failures
-from verify.engine.jobs import PRECALL, PROBE, Job, ObjectLoader, SpecLoader, battery
+from verify.engine.jobs import PRECALL, PROBE, Job, Loaders, battery
 from verify.engine.pool import DEFAULT_TIMEOUT, Workers, run_jobs
 from verify.spec.results import STATUSES, PropertyResult
 from verify.spec.target import TargetError, apply_claims, as_variant
@@ -251,13 +251,7 @@ def _check(
     plan = battery(None, dtypes=dtypes, select=select)  # validates ``select`` before any work
     caught: Counter = Counter()
     by_dtype: dict[str, AttentionVariant] = {}  # per-dtype claims (the empty-row convention)
-    loaders: dict[int, Any] = {}
-
-    def loader_of(v: AttentionVariant):
-        if id(v) not in loaders:
-            given = tuple(sorted(claim_fields(v).items()))
-            loaders[id(v)] = SpecLoader(spec, given) if spec else ObjectLoader(v)
-        return loaders[id(v)]
+    loader_of = Loaders(spec)
 
     def run(jobs: list[Job], tick=None, n: int | None = workers, stop=None) -> list[Any]:
         if not isolate:

@@ -49,6 +49,27 @@ class ObjectLoader:
         return self.variant
 
 
+class Loaders:
+    """One loader per variant object of a check: :class:`SpecLoader` with the variant's claim
+    fields when the target is an import spec, else :class:`ObjectLoader`. Each variant is kept
+    beside its loader: the cache is keyed by ``id``, and a freed variant's id is reused by a
+    later object (the per-dtype variant built after the probes' merge), which would get the
+    stale loader and lose the claims found since."""
+
+    def __init__(self, spec: str | None):
+        self.spec = spec
+        self._by_id: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, v):
+        from verify.spec.variant import claim_fields
+
+        if id(v) not in self._by_id:
+            given = tuple(sorted(claim_fields(v).items()))
+            loader = SpecLoader(self.spec, given) if self.spec else ObjectLoader(v)
+            self._by_id[id(v)] = (v, loader)
+        return self._by_id[id(v)][1]
+
+
 @dataclass(frozen=True)
 class Job:
     """One property (``property_id``, or :data:`PROBE`) in one dtype on the variant ``loader``
