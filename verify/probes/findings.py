@@ -76,8 +76,9 @@ def sentences(m: Merge, said: tuple[str, ...] = ()) -> list[str]:
     if "compute_dtype" in a:
         c = a["compute_dtype"]
         out.append(
-            f"computes in {c} for float64 inputs: judged against the {c} bound (every output of "
-            f"a float64 call is a {c} number; --compute-dtype {c} states it)"
+            f"computes in {c} for float64 inputs: judged against the {c} bound (every output, or "
+            f"every weight read with V = I, of a float64 call is a {c} number; --compute-dtype "
+            f"{c} states it)"
         )
     if a.get("dv_equals_d"):
         out.append(
@@ -133,8 +134,8 @@ def sentences(m: Merge, said: tuple[str, ...] = ()) -> list[str]:
     for k, (declared, found) in m.kept.items():
         if k == "compute_dtype":
             out.append(
-                f"every output of a float64 call is a {found} number, but compute_dtype = "
-                f"{declared!r} is declared: judged against the "
+                f"every output (or weight) of a float64 call is a {found} number, but "
+                f"compute_dtype = {declared!r} is declared: judged against the "
                 + (f"declared {declared} bound" if declared else "input dtype's bound")
             )
         elif k in v.declared:
