@@ -199,3 +199,30 @@ def test_wrong_softcap_constant_is_fitted_and_the_hint_names_it(cap, claimed, sa
     right = wrong.with_claims(softcap=cap)
     ok = run_property(get("oracle-agreement"), right, RunContext(dtype="float64", max_examples=10))
     assert ok.status == "pass" and "fit" not in (ok.reason or ""), ok.reason
+
+
+def test_a_softcap_claim_without_a_kernel_is_checked_against_softmax_under_that_cap():
+    """`--softcap 30` without --kernel passed a cap of 50 (no kernel identified: the kernel fit
+    on raw scores cannot name exp(C tanh(x / C))). The cap probe's exact fit on normalized
+    rows now names softmax, so oracle-agreement compares with the claimed cap and the fitted C
+    comes first in the hint; the correct cap passes it; a float32 step is not suggested for an
+    error far below a float32 rounding."""
+    from verify.engine.check import check
+    from verify.render.check import group_look_at, narrower
+
+    def capped(cap):
+        def forward(q, k, v, *, causal):
+            s = mv._scores(q, k)
+            return torch.softmax(mv._causal(cap * torch.tanh(s / cap), causal), -1) @ v
+
+        return forward
+
+    kw = dict(softcap=30.0, select=["oracle-agreement"], dtypes=("float64",), isolate=False,
+              max_examples=30)  # fmt: skip
+    bad = check(capped(50.0), **kw)
+    assert bad.variant.kernel == "softmax" and bad.exit_code == 1
+    hint = group_look_at(bad.groups[0], bad.variant)
+    assert "the outputs fit C = 50" in hint and "float32" not in hint, hint
+    assert check(capped(30.0), **kw).exit_code == 0
+    assert narrower("x (4.04e+06 u of float64 relative to |o|)") == ""  # 4.5e-10 relative
+    assert narrower("x (4.04e+08 u of float64 relative to |o|)") != ""  # 4.5e-8: a float32 step

@@ -302,6 +302,11 @@ def suggested_claims(report: ProbeReport) -> dict[str, Any]:
         if report.restrictions.get(name) is not None:
             claims[name] = report.restrictions[name]
     claims.update(positional_claims(report.positional))
+    if claims["kernel"] == "unknown" and "softcap" in claims and norm == "sum":
+        # the cap probe's exact fit: log(w_1 / w_0) = C tanh(x / C), i.e. kappa(x) =
+        # exp(C tanh(x / C)) on normalized rows: softmax under a softcap (D16), which the
+        # kernel fit on raw scores cannot name
+        claims["kernel"] = "softmax"
     return claims
 
 

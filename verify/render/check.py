@@ -252,6 +252,9 @@ LOOK_AT = {
 }
 #: float32 units of relative error up to which a float64 run's error reads as float32 rounding
 FLOAT32_LEVEL = 4096
+#: ... and from which: an error far below one float32 rounding (a 4.5e-10 relative error of a
+#: wrong softcap constant) is no float32 step
+FLOAT32_FLOOR = 1 / 16
 #: the rounding-bias failure of one head beyond its max-error bound: a defect of the arithmetic
 BIAS_BEYOND_BOUND = (
     "a head's output exceeds its max-error bound on 128-key rows, beyond any rounding: a "
@@ -347,13 +350,13 @@ def look_at(
 
 def narrower(reason: str) -> str:
     """The sentence for an output of a float64 run off by about a float32 rounding (the
-    reason's error relative to |o| below :data:`FLOAT32_LEVEL` float32 units): a step computed
-    in float32; '' otherwise."""
+    reason's error relative to |o| between :data:`FLOAT32_FLOOR` and :data:`FLOAT32_LEVEL`
+    float32 units): a step computed in float32; '' otherwise."""
     m = re.search(r"([0-9.e+-]+) u of float64 relative to \|o\|", reason)
     if not m:
         return ""
     rel = float(m.group(1)) * 2.0**-53
-    if not 0 < rel <= FLOAT32_LEVEL * 2.0**-24:
+    if not FLOAT32_FLOOR * 2.0**-24 <= rel <= FLOAT32_LEVEL * 2.0**-24:
         return ""
     return (
         f"a step computed in float32 (the error, {rel:.2g} relative to |o|, is a float32 "
@@ -404,7 +407,7 @@ def _constants(
     """The constants and steps a wrong output of ``variant`` may come from, its claims named
     (``narrow``: the sentence of :func:`narrower` first, when it applies)."""
     scale = "1/sqrt(d)" if variant.scale == "default" else str(variant.scale)
-    out = [narrow] if narrow else []
+    out = [narrow] if narrow and not _fitted_cap(said) else []
     out.append(f"the score scale (claimed {scale}; {_scale_source(variant, ran)})")
     if getattr(variant, "softcap", None) is not None:
         out.append(f"the softcap C tanh(s / C) with C = {variant.softcap:g} on the scaled "
