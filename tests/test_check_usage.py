@@ -578,3 +578,21 @@ def test_a_decode_step_reading_before_its_append_is_named_on_the_decode_path():
     res = run_property(get("decode-steps"), bad, RunContext(dtype="float64", max_examples=30))
     assert res.status == "fail", res.reason
     assert "the stepped token reads every key but its own" in res.reason, res.reason
+
+
+def test_the_summary_says_plainly_when_no_output_was_compared_with_a_reference():
+    """A window-only claim with no kernel (the kernel unknown): the structural properties pass,
+    oracle-agreement skips in every dtype; the summary says NOT CHECKED with the reason (a new
+    user read a pass of 10 structural properties as a pass). With the kernel claimed, no line."""
+    import usage_variants as uv
+
+    from verify.engine.check import check
+    from verify.render.check import summary_text
+
+    kw = dict(select=["oracle-agreement", "determinism"], dtypes=("float64",), isolate=False,
+              max_examples=5, probe=False)  # fmt: skip
+    unknown = summary_text(check(uv.attention, **kw))
+    assert (
+        "NOT CHECKED: the outputs against a reference (oracle-agreement ran in no dtype" in unknown
+    )
+    assert "NOT CHECKED" not in summary_text(check(uv.attention, kernel="softmax", **kw))

@@ -580,6 +580,27 @@ def _header(result) -> list[str]:
         f"{c['fail']} failed, {c['skip']} skipped, {c.get('inconclusive', 0)} inconclusive, "
         f"{c['error']} internal errors"
     )
+    out += _not_checked_lines(result.results)
+    return out
+
+
+#: the comparisons with a reference whose absence the summary states plainly (what they cover)
+REFERENCE_CHECKS = (
+    ("oracle-agreement", "the outputs against a reference"),
+    ("gradients-vs-reference", "the gradients against a reference"),
+)
+
+
+def _not_checked_lines(results) -> list[str]:
+    """'NOT CHECKED: the outputs against a reference (oracle-agreement skipped: ...)' for each
+    comparison of :data:`REFERENCE_CHECKS` that was in the battery and ran in no dtype: a pass
+    of the rest says nothing of the values (a skipped check is not a pass)."""
+    out = []
+    for pid, what in REFERENCE_CHECKS:
+        rows = [r for r in results if r.property_id == pid]
+        if rows and all(r.status == "skip" for r in rows):
+            why = _one_line((rows[0].reason or "").split("\n")[0], 120)
+            out += _wrap(f"NOT CHECKED: {what} ({pid} ran in no dtype: {why})", "  ")
     return out
 
 
