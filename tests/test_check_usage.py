@@ -143,12 +143,16 @@ def test_tiny_call_checks_the_decode_protocol():
     assert ok["status"] == "ok", ok
 
 
-def test_decode_step_without_sequence_axis_exits_2():
+def test_decode_step_without_sequence_axis_exits_2(tmp_path):
     """Was exit 1 with 'RuntimeError: Tensors must have same number of dimensions' blamed on
-    the variant (a new user's KV cache); now exit 2 before the battery."""
-    proc = run_cli(f"{U}:attention", "--decode", f"{U}:TokenwiseDecode", "--select", "decode-steps")
+    the variant (a new user's KV cache); now exit 2 before the battery, and --json says so."""
+    out = tmp_path / "r.json"
+    proc = run_cli(f"{U}:attention", "--decode", f"{U}:TokenwiseDecode", "--select",
+                   "decode-steps", "--json", str(out))  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "WITHOUT its sequence axis" in proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["exit_code"] == 2 and "WITHOUT its sequence axis" in doc["usage_error"]
 
 
 def test_sdpa_signature_exits_2_before_any_work():
@@ -209,7 +213,7 @@ def test_summary_counts_inconclusive_apart_and_says_what_to_raise():
     why = "the time limit (8 s per property, --timeout) ran out: 130 examples passed before it"
     res = _result("inconclusive", "pass", reason=why)
     text = summary_text(res)
-    assert "1 runs passed, 0 failed, 0 skipped, 1 inconclusive, 0 internal errors" in text
+    assert "1 run passed, 0 failed, 0 skipped, 1 inconclusive, 0 internal errors" in text
     assert "INCONCLUSIVE: 1 run of 1 property" in text and "FAILED" not in text
     assert "130 examples passed before it" in text and "--timeout 16" in text
     assert "output differs from the claimed kernel" not in text

@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
             **claims,
         )
     except (TargetError, ValueError, TypeError) as exc:
+        if args.json:  # the JSON a script waits for says what stopped the check
+            doc = dumps({"target": args.target, "exit_code": 2, "usage_error": str(exc)})
+            _write_json(args.json, doc)
         return _usage(str(exc))
     finally:
         progress.close()
@@ -187,10 +190,14 @@ def run(args: argparse.Namespace) -> int:
         md_path, _ = card.write(result, args.report_dir)
         print(f"report card: {md_path}", file=out)
     if args.json:
-        doc = dumps(text.to_json(result))
-        if args.json == "-":
-            print(doc)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(doc + "\n")
+        _write_json(args.json, dumps(text.to_json(result)))
     return result.exit_code
+
+
+def _write_json(where: str, doc: str) -> None:
+    """``doc`` to stdout (``-``) or to the file ``where``."""
+    if where == "-":
+        print(doc)
+    else:
+        with open(where, "w") as fh:
+            fh.write(doc + "\n")

@@ -562,13 +562,27 @@ def _claim_word(name: str, value: Any) -> str:
     return f"{name}={value}"
 
 
+def _example_label(r) -> str:
+    """'minimal counterexample', or 'counterexample (shrinking stopped early)' when the run's
+    shrinking ran out of its budget (the reason says so): smaller ones may exist."""
+    if "[shrinking stopped" in (r.reason or ""):
+        return "counterexample (shrinking stopped early)"
+    return "minimal counterexample"
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    """'1 run', '2 runs' ('1 property', '2 properties' with ``many``)."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def _header(result) -> list[str]:
     out = [f"{result.name}: {describe(result)}", *_wrap(claims_line(result), "  ")]
     out += [f"  found: {f}" for f in getattr(result, "findings", [])]
     out += [f"  note: {n}" for n in result.notes]
     if caught := getattr(result, "warnings", None):
         out.append(
-            f"  note: {sum(caught.values())} warnings of libraries ({len(caught)} kinds) were "
+            f"  note: {sum(caught.values())} warnings ({len(caught)} kinds, of libraries or of "
+            "the checker's own arithmetic on extreme inputs) were "
             "captured during the check, none printed: --verbose or the JSON's warnings list them"
         )
     c = result.counts
@@ -576,7 +590,8 @@ def _header(result) -> list[str]:
     ran = [i for i in ids if any(r.property_id == i and r.status != "skip" for r in result.results)]
     dtypes = ", ".join(dict.fromkeys(r.dtype for r in result.results)) or "no dtype"
     out.append(
-        f"ran {len(ran)} of {len(ids)} properties ({dtypes}): {c['pass']} runs passed, "
+        f"ran {len(ran)} of {_n(len(ids), 'property', 'properties')} ({dtypes}): "
+        f"{_n(c['pass'], 'run')} passed, "
         f"{c['fail']} failed, {c['skip']} skipped, {c.get('inconclusive', 0)} inconclusive, "
         f"{c['error']} internal errors"
     )
@@ -664,8 +679,8 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
     n_props = sum(len(g.property_ids) for g in groups)
     out = [
         "",
-        f"FAILED: {n_runs} runs of {n_props} properties, {len(groups)} root "
-        f"cause{'s' if len(groups) != 1 else ''} (grouping: README, Reading the result)",
+        f"FAILED: {_n(n_runs, 'run')} of {_n(n_props, 'property', 'properties')}, "
+        f"{_n(len(groups), 'root cause')} (grouping: README, Reading the result)",
     ]
     for i, g in enumerate(groups, 1):
         root = g.root
@@ -696,7 +711,7 @@ def _group_lines(result, *, verbose: bool) -> list[str]:
         ex = g.example
         if ex.counterexample:
             out.append(
-                f"    minimal counterexample ({ex.property_id}, {ex.dtype}): "
+                f"    {_example_label(ex)} ({ex.property_id}, {ex.dtype}): "
                 f"{shape_words(ex.features, ex.property_id)}"
             )
             out += _indent(ex.counterexample, "      ", None if verbose else 8)
@@ -722,7 +737,8 @@ def _skip_lines(result) -> list[str]:
         i for i in _ids(result.results)
         if all(r.status == "skip" for r in result.results if r.property_id == i)
     }  # fmt: skip
-    out = [f"skipped {n} runs ({len(never)} properties never ran), by reason:"]
+    out = [f"skipped {_n(n, 'run')} ({_n(len(never), 'property', 'properties')} never ran), "
+           "by reason:"]  # fmt: skip
     out += [f"  {len(rs):4d}  {why}" for why, rs in skips]
     return out
 
@@ -782,7 +798,7 @@ def summary_text(result, *, verbose: bool = False) -> str:
         else:  # the message, wrapped; its traceback is --verbose's and the JSON's
             out += ["", *_wrap(f"{head} {r.reason.strip().split(chr(10))[0]}", "", "    ")]
     if verbose and (caught := getattr(result, "warnings", None)):
-        out += ["", "warnings of libraries captured during the check (count: warning):"]
+        out += ["", "warnings captured during the check (count: warning):"]
         out += [f"  {n:4d}: {w}" for w, n in sorted(caught.items(), key=lambda kv: -kv[1])]
     out += ["", *_skip_lines(result), *_next_lines(result, verbose=verbose)]
     return "\n".join(out)
