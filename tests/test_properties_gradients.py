@@ -135,18 +135,10 @@ def test_gradcheck_reports_only_reliable_entries():
 def test_gradcheck_still_fails_a_wrong_gradient_beside_a_kink():
     """The same kink example with a gradient scaled by 2 at the reliable entries still fails."""
 
-    class Doubled(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, o):
-            return o.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            return 2 * g
-
+    doubled = _identity_with_backward(lambda g: 2 * g)
     base = variants.get("linear-relu")
     wrong = dataclasses.replace(
-        base, forward=lambda q, k, v, **kw: Doubled.apply(base.forward(q, k, v, **kw))
+        base, forward=lambda q, k, v, **kw: doubled(base.forward(q, k, v, **kw))
     )
     obs = gradients._gradcheck_check(wrong, _kink_example(2), RunContext())
     assert obs.ratio > 1.0
@@ -521,13 +513,20 @@ def test_an_exact_gradient_beyond_the_dtype_range_makes_no_statement():
 
 
 def _inf_dq(forward):
-    class InfDq(torch.autograd.Function):
+    inf = _identity_with_backward(lambda g: torch.full_like(g, math.inf))
+    return lambda q, k, v, *, causal, **kw: forward(inf(q), k, v, causal=causal, **kw)
+
+
+def _identity_with_backward(grad):
+    """x -> x whose backward returns grad(g) in place of g (a planted wrong gradient)."""
+
+    class Planted(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q):
-            return q.clone()
+        def forward(ctx, x):
+            return x.clone()
 
         @staticmethod
         def backward(ctx, g):
-            return torch.full_like(g, math.inf)
+            return grad(g)
 
-    return lambda q, k, v, *, causal, **kw: forward(InfDq.apply(q), k, v, causal=causal, **kw)
+    return Planted.apply

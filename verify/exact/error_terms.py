@@ -320,7 +320,7 @@ def _terms(
         return w, W, inf, inf, f"{fmap} features (m = {m}): feature error bound not finite", uf_log
     num_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, True), n_keys)
     den_rel = vec(lambda n: d10.feature_form_relative_bound(e_phi, m, count(n), u, False), n_keys)
-    if fmap in ("identity", "relu", "elu1"):
+    if fmap == "elu1":  # the absolute feature error's per-row share (``_elu1_absolute``)
         num_rel, den_rel = num_rel + shift, den_rel + shift
     return w, W, num_rel, den_rel, f"{fmap} features (m = {m})", uf_log
 

@@ -4,20 +4,8 @@ properties (``verify.properties.decode_paths``), the diagnoses and the checker's
 
 from __future__ import annotations
 
-from verify.properties.support.calls import from_layout, to_layout
+from verify.properties.support.calls import _check_output, _pair, from_layout, to_layout
 from verify.spec.results import VariantError
-
-
-def _validate(o, expected, dtype, what: str):
-    import torch
-
-    if not isinstance(o, torch.Tensor):
-        raise VariantError(f"{what} returned {type(o).__name__} as output, expected a tensor")
-    if tuple(o.shape) != tuple(expected):
-        raise VariantError(f"{what} output shape {tuple(o.shape)}, expected {tuple(expected)}")
-    if o.dtype != dtype:
-        raise VariantError(f"{what} output dtype {o.dtype}, expected the input dtype {dtype}")
-    return o
 
 
 def _invoke(variant, fn, what: str, q, k, v, *args, **kw):
@@ -26,11 +14,11 @@ def _invoke(variant, fn, what: str, q, k, v, *args, **kw):
         res = fn(*args, to_layout(q, lay), to_layout(k, lay), to_layout(v, lay), **kw)
     except Exception as exc:
         raise VariantError(f"{what} raised {type(exc).__name__}: {exc}") from exc
-    if not (isinstance(res, tuple) and len(res) == 2):
-        raise VariantError(f"{what} returned {type(res).__name__}, expected (output, state)")
-    o, state = res
+    o, state = _pair(res, what)
     o = from_layout(o, lay) if hasattr(o, "transpose") else o
-    return _validate(o, (*q.shape[:-1], v.shape[-1]), q.dtype, what), state
+    # NaN/inf are judged by the caller, on the rows that carry a bound
+    _check_output(o, (*q.shape[:-1], v.shape[-1]), q.dtype, what, allow_nonfinite=True)
+    return o, state
 
 
 def prefill(variant, q, k, v, state=None, **kw):
