@@ -363,6 +363,28 @@ def score_gradient_bound(p, p_rel, p_abs, resid, resid_err, rho):
     return pert * (1.0 + rho) + rho * p * resid
 
 
+# -- perturbed weights: the centred bound ---------------------------------------------------------
+def perturbed_weights_deviation(w, rel, dev):
+    """Bound on |sum_s w_hat_s v_s / sum_s w_hat_s - o| for weights w_hat_s = w_s (1 + theta_s),
+    |theta_s| <= r_s, o = sum_s w_s v_s / sum_s w_s (derived; numpy arrays, keys on the last
+    axis; ``dev`` >= |v_s - o| per key, broadcast against ``w``):
+
+        sum_s w_s r_s |v_s - o| / sum_s w_s max(0, 1 - r_s).
+
+    Since sum_s w_s (v_s - o) = 0, the perturbed combination minus o is
+    sum_s w_s theta_s (v_s - o) / sum_s w_hat_s: the values enter centred on the output and each
+    key with its own r_s, where D10's linear form charges every key the row's largest weight
+    error twice (numerator and sum) on |v_s|. inf where no key keeps a positive lower weight.
+    No validation: the caller's arrays are non-negative.
+    """
+    import numpy as np
+
+    num = np.sum(w * rel * dev, axis=-1)
+    den = np.sum(w * np.maximum(0.0, 1.0 - rel), axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
+
+
 # -- elementwise forms (numpy arrays) of the D10 output lemmas ----------------------------------
 def output_bound_elementwise(num_rel, den_rel, abs_numerator, abs_denominator, denominator,
                              output_abs, div_rel):  # fmt: skip
@@ -426,4 +448,5 @@ EXPORTS = (
     "hoeffding_half_width",
     "output_bound_elementwise",
     "low_precision_elementwise",
+    "perturbed_weights_deviation",
 )

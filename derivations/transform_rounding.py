@@ -84,22 +84,27 @@ def softcap_score_abs_error(
     argument_roundings: int = 1,
     tanh_rel: float | None = None,
     product_rounded: bool = True,
+    score_low=None,
 ):
     """Bound on |C tanh_lib(y_hat) - C tanh(x / C)| for the capped score, given |x_hat - x| <= e_x
     (D16; floats or numpy arrays, elementwise).
 
     The argument y_hat = x_hat / C is computed with ``argument_roundings`` k roundings (1: a
     division; 2: a product with fl(1/C), or FlashAttention-2's raw score times fl(c / C)), so
-    |y_hat - x_hat / C| <= gamma_k |x_hat| / C; tanh is 1-Lipschitz; the library's tanh has
-    relative error r (``tanh_rel``, else 2 ``tanh_ulps`` u); the product by C rounds once more
-    unless it is folded into the exponent's scale (``product_rounded=False``):
+    |y_hat - x / C| <= delta = (e_x + gamma_k (|x| + e_x)) / C. tanh' = sech^2 is even and
+    decreasing in |y|, so by the mean value theorem |tanh y_hat - tanh(x / C)| <= delta
+    sech^2(max(0, l / C - delta)) for any l <= |x| (``score_low``; none: l = 0, sech^2 = 1, the
+    1-Lipschitz bound). A saturated cap thus carries almost none of the argument's error. The
+    library's tanh has relative error r (``tanh_rel``, else 2 ``tanh_ulps`` u); the product by
+    C rounds once more unless it is folded into the exponent's scale (``product_rounded=False``):
 
-        e_x + gamma_k (|x| + e_x) + C t ((1 + r)(1 + u)^[product] - 1),
-        t = min(1, (|x| + e_x)(1 + gamma_k) / C).
+        (e_x + gamma_k (|x| + e_x)) sech^2(max(0, l / C - delta))
+            + C t ((1 + r)(1 + u)^[product] - 1),   t = min(1, (|x| + e_x)(1 + gamma_k) / C).
 
     Args:
         score_abs_error: e_x >= 0. score_abs: a bound on |x|. cap: C > 0. u: unit roundoff of
-            the arithmetic. tanh_ulps: the library's ulps from the exact result.
+            the arithmetic. tanh_ulps: the library's ulps from the exact result. score_low: a
+            lower bound l >= 0 on the exact |x| (None: 0).
 
     Raises:
         TypeError, ValueError: bad arguments.
@@ -116,7 +121,22 @@ def softcap_score_abs_error(
         r = check_real("tanh_rel", tanh_rel, nonneg=True)
     tanh_abs = np.minimum(1.0, (a + e) * (1.0 + g) / c)
     prod = (1.0 + u) if product_rounded else 1.0
-    return _result(e + g * (a + e) + c * tanh_abs * ((1.0 + r) * prod - 1.0))
+    arg = e + g * (a + e)
+    if score_low is not None:
+        low = check_real("score_low", score_low, nonneg=True, array_ok=True)
+        arg = arg * sech2_upper(np.maximum(0.0, low / c - arg / c))
+    return _result(arg + c * tanh_abs * ((1.0 + r) * prod - 1.0))
+
+
+def sech2_upper(z):
+    """An upper bound on sech^2(z) = 1 - tanh(z)^2 for z >= 0 (floats or arrays): 1 / cosh(z)^2
+    evaluated in float64 and raised by 16 units of float64 for its own rounding; never below
+    the smallest normal float64 (where cosh overflows the true value is below 1e-300, which
+    the tanh term's C u dominates)."""
+    with np.errstate(over="ignore"):
+        ch = np.cosh(np.asarray(z, dtype=np.float64))
+    out = np.maximum((1.0 + 16 * 2.0**-53) / (ch * ch), np.finfo(np.float64).tiny)
+    return np.minimum(out, 1.0) if out.ndim else float(min(out, 1.0))
 
 
 def alibi_score_abs_error(score_abs_error, score_abs, bias_abs, u: float, *, bias_roundings=1):
@@ -371,6 +391,62 @@ def _check_softcap_flash(rec, f) -> None:
     )
 
 
+def _saturated_twin(e_x, a, cap, u, ulps):
+    """The faulty twin: tanh's slope taken at |x| / C, not at the interval's inner end."""
+    g = gamma(1, u)
+    arg = (e_x + g * (a + e_x)) * sech2_upper(a / cap)
+    t = min(1.0, (a + e_x) * (1.0 + g) / cap)
+    return arg + cap * t * ((1.0 + ulps_to_relative(ulps, u)) * (1.0 + u) - 1.0)
+
+
+def _check_softcap_saturated(rec, f) -> None:
+    """The local Lipschitz constant: |x| up to 8C, argument errors up to C/4, the computed
+    score moved toward 0 (where tanh is steeper) or away."""
+    import mpmath
+    import sympy as sp
+
+    y = sp.Symbol("y", real=True)
+    rec.prove(
+        SOFTCAP_SLOPE,
+        lambda: sp.simplify(sp.diff(sp.tanh(y), y) - (1 - sp.tanh(y) ** 2)) == 0
+        and sp.simplify(sp.diff(1 - sp.tanh(y) ** 2, y) + 2 * sp.tanh(y) * (1 - sp.tanh(y) ** 2))
+        == 0,
+        "symbolic: tanh' = 1 - tanh^2 = sech^2 (even), (sech^2)' = -2 tanh sech^2 <= 0 for "
+        "y >= 0, so sech^2 is largest at the point of an interval nearest 0",
+    )
+    rng = random.Random(163)
+    ratios, ok, twin_exceeded = [], True, False
+    for cap in (Fraction(5), Fraction(30), Fraction(50)):
+        for _ in range(300):
+            x = Fraction(rng.uniform(-8, 8)) * cap
+            shift = Fraction(rng.uniform(0, 0.25)) * cap * (-1 if rng.random() < 0.7 else 1)
+            x_hat = _rnd(x - shift if x > 0 else x + shift)  # toward 0 mostly
+            e_x = float(abs(x_hat - x)) * (1 + 1e-12)
+            got = _rnd(cap * _lib(math.tanh, _rnd(x_hat / cap)))
+            with mpmath.workdps(40):
+                err = float(abs(_mp(got) - cap * mpmath.tanh(_mp(x) / float(cap))))
+            a = float(abs(x))
+            low = a * (1 - 2.0**-52)  # a lower bound on |x| (float(|x|) may round up)
+            bound = f["softcap"](e_x, a, float(cap), U_TOY, TOY_ULPS, score_low=low)
+            ok = ok and err <= bound
+            ratios.append(err / bound if bound else 0.0)
+            twin_exceeded = twin_exceeded or err > _saturated_twin(
+                e_x, a, float(cap), U_TOY, TOY_ULPS
+            )
+    worst = max(ratios)
+    rec.tables["softcap_saturated_toy"] = (
+        ["instances", "max observed/bound", "slope at |x|/C: exceeded"],
+        [[len(ratios), worst, twin_exceeded]],
+    )
+    rec.verify(
+        SOFTCAP_SATURATED,
+        lambda: ok and worst > 0.05 and twin_exceeded,
+        f"{len(ratios)} instances, C in (5, 30, 50), |x| <= 8C, |x_hat - x| <= C/4 (70% toward "
+        f"0), score_low = |x|; max observed/bound {worst:.3f}; the twin with the slope taken at "
+        f"|x|/C is exceeded: {twin_exceeded}",
+    )
+
+
 def _check_alibi(rec, f) -> None:
     rng = random.Random(12)
     ratios = []
@@ -567,6 +643,8 @@ def _check_normalized(rec, f) -> None:
 
 SOFTCAP = "softcap score error bound (toy format, p = 11)"
 SOFTCAP_PRODUCT = "softcap bound, argument fl(x_hat fl(1/C)) with k = 2 (toy format, p = 11)"
+SOFTCAP_SLOPE = "tanh's slope sech^2 is even and decreasing in |y|"
+SOFTCAP_SATURATED = "softcap bound with a lower bound on |x|: the local slope (toy format, p = 11)"
 SOFTCAP_FLASH = "softcap bound, FlashAttention-2's argument, tanh.approx, cap folded (toy)"
 NORMALIZED = "normalized q, k score error bound (toy format, p = 11)"
 ALIBI = "ALiBi score error bound (toy format, p = 11)"
@@ -580,15 +658,18 @@ def _statements(rec) -> None:
 
     lower, overflow = sigmoid_limits("float32")
     rec.statement["softcap"] = tex(
-        r"|\widehat{\operatorname{cap}} - C\tanh(x/C)| \le e_x + \gamma_k(|x| + e_x) + "
+        r"|\widehat{\operatorname{cap}} - C\tanh(x/C)| \le (e_x + \gamma_k(|x| + e_x))\,"
+        r"\operatorname{sech}^2\!\bigl(\max(0, \tfrac{\ell - e_x - \gamma_k(|x| + e_x)}{C})"
+        r"\bigr) + "
         r"C \min\!\bigl(1, \tfrac{(|x|+e_x)(1+\gamma_k)}{C}\bigr)\bigl((1+r)(1+u)^{\pi} - 1"
         r"\bigr) \qquad \bigl(\lvert \hat x - x \rvert \le e_x,\ C > 0,\ u \text{ the unit "
         r"roundoff},\ k \text{ roundings of the argument } \hat x / C\ (1\text{: a division; "
         r"2: a product with } \mathrm{fl}(1/C) \text{ or } \mathrm{fl}(c/C)),\ r \text{ the "
         r"tanh's relative error } (2 n u \text{ within } n \text{ ulps}),\ \pi = 1 \text{ if "
         r"the product by } C \text{ is rounded, } 0 \text{ if folded into the exponent's "
-        r"scale}\bigr)",
-        claim=SOFTCAP_PRODUCT,
+        r"scale},\ \ell \le |x| \text{ a lower bound } (0\text{: the 1-Lipschitz bound})"
+        r"\bigr)",
+        claim=SOFTCAP_SATURATED,
     )
     rec.statement["alibi"] = tex(
         r"|\hat y - (x \pm b)| \le e_x + \gamma_k b + u\,(|x| + e_x + b(1+\gamma_k)),\quad "
@@ -623,8 +704,13 @@ def _steps(rec) -> None:
         r"softcap: the argument $y = (\hat x / C)(1 + \theta_k)$, $|\theta_k| \le \gamma_k$ "
         r"(one rounding for $\mathrm{fl}(\hat x / C)$; two for $\mathrm{fl}(\hat x\,"
         r"\mathrm{fl}(1/C))$ and for FlashAttention-2's raw score times $\mathrm{fl}(c/C)$), "
-        r"is within $(e_x + \gamma_k |\hat x|)/C$ of $x/C$; $\tanh$ is 1-Lipschitz, so "
-        r"$C |\tanh y - \tanh(x/C)| \le e_x + \gamma_k (|x| + e_x)$; the tanh's relative error "
+        r"is within $\delta = (e_x + \gamma_k (|x| + e_x))/C$ of $x/C$; $\tanh' = "
+        r"\operatorname{sech}^2$ is even and decreasing in $|y|$, so by the mean value theorem "
+        r"$C |\tanh y - \tanh(x/C)| \le C\delta\,\operatorname{sech}^2(\max(0, \ell/C - "
+        r"\delta))$ for any $\ell \le |x|$ ($\ell = 0$: the 1-Lipschitz bound; a saturated "
+        r"cap, $|x| \gg C$, passes almost none of the argument's error on; with the slope "
+        r"taken at $|x|/C$ the bound is exceeded, table softcap_saturated_toy); the tanh's "
+        r"relative error "
         r"$r$ and the product by $C$ (when it is rounded) add $C |\tanh y| ((1 + r)(1 + u) - 1)$ "
         r"with $|\tanh y| \le \min(1, |y|)$. With $k = 1$ in place of 2 the bound is "
         r"exceeded (table softcap_product_toy)."
@@ -701,6 +787,7 @@ def derive(**wrong) -> Derivation:
     _check_softcap(rec, f)
     _check_softcap_product(rec, f)
     _check_softcap_flash(rec, f)
+    _check_softcap_saturated(rec, f)
     _check_alibi(rec, f)
     _check_alibi_flash(rec, f)
     _check_sigmoid(rec, f)

@@ -400,13 +400,17 @@ def transformed_scores(
     if cap is not None:
         k_arg = ka.SOFTCAP_ARGUMENT_ROUNDINGS[arith.softcap_argument]
         r_tanh = tanh_rel if tanh_rel is not None else ka.tanh_relative(arith, u)
+        # |x| - e_x is a lower bound on the exact |x|: e_x also covers the float64
+        # evaluation of x (a bound at u_acc >= u_64 on the same sum), so the saturated cap's
+        # small slope applies (D16's local Lipschitz constant)
         e_x = vec(
-            lambda ex, xa: d16.softcap_score_abs_error(
+            lambda ex, xa, lo: d16.softcap_score_abs_error(
                 ex, xa, cap, u, d16.TANH_ULPS.value, argument_roundings=k_arg,
-                tanh_rel=r_tanh, product_rounded=arith.softcap_product,
+                tanh_rel=r_tanh, product_rounded=arith.softcap_product, score_low=lo,
             ),
             e_x,
             np.abs(x),
+            np.maximum(np.abs(x) - e_x, 0.0),
         )  # fmt: skip
         x = cap * np.tanh(x / cap)
     given = transform.get("bias")

@@ -138,7 +138,9 @@ def _row_terms(st, model, dtype, acc, arith, vis):
         k_sub = 1 if arith.exp_argument == "subtract" else 3
         resc = vec(lambda r: pm.online_rescale_rel(n_blocks, r, u_a, exp_ulps, k_sub), score_range)
         e_w = (1 + e_w) * (1 + resc) - 1
+        rel = (1 + rel) * (1 + resc[..., None]) - 1
     return dict(
+        rel_key=np.where(vis, rel, 0.0),
         w=w, A=A, B=B, D_low=D_low, e_w=e_w, m=m[..., 0], u_a=u_a, u_in=u_in,
         e_x_max=np.max(np.where(vis, e_x, 0.0), axis=-1, initial=0.0), x=x, e_x=e_x,
         exp_ulps=exp_ulps,
@@ -156,17 +158,84 @@ def _division_rel(arith: ka.KernelArithmetic, u_a: float, div_ulps: float) -> fl
     return d10.division_relative_bound(u_a, ulps)
 
 
+#: rows whose largest weight error is below this keep D10's linear form alone (the centred
+#: bound's gain is second order there; a cost rule, not a bound)
+CENTRED_FROM = 2.0**-12
+#: elements per block of the centred bound's (rows, keys, value columns) deviations
+_CENTRED_BLOCK = 1 << 22
+
+
+def _centred(st, model, dtype, acc, o_abs, arith, vis, r, div_rel, vmax):
+    """The centred alternative (``pm.perturbed_weights_deviation``), elementwise, or None where
+    no row needs it: |o_tilde - o| for the exact combination o_tilde of the perturbed weights
+    w_s (1 + theta_s), |theta_s| <= the key's own weight error, plus the model's arithmetic on
+    those weights (the same recipe with no weight error, on their sums)."""
+    rows = r["e_w"] >= CENTRED_FROM
+    if not rows.any():
+        return None
+    w, rel = r["w"], r["rel_key"]
+    v = np.broadcast_to(st["v"], w.shape[:-2] + st["v"].shape[-2:])
+    S = w.shape[-1]
+    D = w.sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        o = np.where(D[..., None] > 0, (w @ v) / np.where(D > 0, D, 1.0)[..., None], 0.0)
+        # |o - o_f64|: the float64 combination's own rounding (2 S + 8 roundings of A / D)
+        eta = d10.gamma(2 * S + 8, _U64) * r["A"] / np.where(D > 0, D, 1.0)[..., None]
+    dev_sum = np.zeros(o.shape)
+    wr = w * rel
+    flat_wr, flat_v, flat_o = wr.reshape(-1, *wr.shape[-2:]), v.reshape(-1, *v.shape[-2:]), o
+    flat_o = o.reshape(-1, *o.shape[-2:])
+    flat_rows = np.broadcast_to(rows, w.shape[:-1]).reshape(-1, w.shape[-2])
+    out = dev_sum.reshape(-1, *dev_sum.shape[-2:])
+    step = max(1, _CENTRED_BLOCK // max(1, S * v.shape[-1]))
+    for i in range(flat_wr.shape[0]):
+        idx = np.nonzero(flat_rows[i])[0]
+        for j in range(0, idx.size, step):
+            t = idx[j : j + step]
+            dev = np.abs(flat_v[i][None, :, :] - flat_o[i][t][:, None, :])  # (t, S, d_v)
+            out[i, t] = np.einsum("ts,tsd->td", flat_wr[i][t], dev)
+    den = np.sum(w * np.maximum(0.0, 1.0 - rel), axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t_c = (out.reshape(o.shape) + eta * wr.sum(-1)[..., None]) / den[..., None]
+    t_c = np.where(rows[..., None] & (den[..., None] > 0), inflate(t_c, S + 8), np.inf)
+    # the same arithmetic on the perturbed weights: their sums bound A, B, D
+    up = w * (1.0 + rel)
+    r2 = dict(r, e_w=np.zeros_like(r["e_w"]), A=inflate(up @ np.abs(v), S + 1),
+              B=inflate(up.sum(-1), S),
+              D_low=np.maximum(den * (1.0 - d10.gamma(max(S, 1), _U64)), 0.0))  # fmt: skip
+    o2 = None if o_abs is None else o_abs + t_c
+    post, _ = _recipe(st, model, acc, o2, arith, vis, r2, div_rel, vmax)
+    return post + t_c
+
+
 def _single(st, model, dtype, acc, o_abs, arith, vis):
     """(bound before the output's rounding, description, row terms) of one evaluation over the
-    keys ``vis`` (steps 1-4 and the accumulation's subnormal term of step 6)."""
+    keys ``vis`` (steps 1-4 and the accumulation's subnormal term of step 6): D10's linear form,
+    or the centred one where smaller (``_centred``)."""
     r = _row_terms(st, model, dtype, acc, arith, vis)
-    A, B, D_low, e_w, u_a, u_in = r["A"], r["B"], r["D_low"], r["e_w"], r["u_a"], r["u_in"]
     v = st["v"]
     n_vis = vis.sum(-1)
-    n_keys = np.maximum(n_vis, 1)
-    div_rel = _division_rel(arith, u_a, st["div_ulps"])
+    div_rel = _division_rel(arith, r["u_a"], st["div_ulps"])
     keys = np.broadcast_to(vis.any(-2), v.shape[:-1])  # keys some row of this evaluation sees
     vmax = np.max(np.where(keys[..., None], np.abs(v), 0.0), axis=-2, keepdims=True)
+    bound, how = _recipe(st, model, acc, o_abs, arith, vis, r, div_rel, vmax)
+    alt = _centred(st, model, dtype, acc, o_abs, arith, vis, r, div_rel, vmax)
+    if alt is not None:
+        bound = np.minimum(bound, np.where(np.isnan(alt), np.inf, alt))
+    if o_abs is None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            D_low = r["D_low"][..., None]
+            o_abs = np.where(D_low > 0, r["A"] / D_low, np.inf)
+    o_abs = np.minimum(o_abs, 1e300)
+    u_a, u_in = r["u_a"], r["u_in"]
+    return _finish(bound, how, r, model, arith, acc, n_vis, vmax, o_abs, u_a, u_in)
+
+
+def _recipe(st, model, acc, o_abs, arith, vis, r, div_rel, vmax):
+    """(bound, description) of steps 3-4 for the row terms ``r``; sets r["den_rel"]."""
+    A, B, D_low, e_w, u_a, u_in = r["A"], r["B"], r["D_low"], r["e_w"], r["u_a"], r["u_in"]
+    n_vis = vis.sum(-1)
+    n_keys = np.maximum(n_vis, 1)
     uf = n_vis[..., None] * r["eta_in"] * vmax  # weights rounded to the input type's subnormals
     if o_abs is None:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -221,6 +290,12 @@ def _single(st, model, dtype, acc, o_abs, arith, vis):
         r["den_rel"] = den_rel
     if r["eager"]:
         r["den_rel"] = den_rel
+    return bound, how
+
+
+def _finish(bound, how, r, model, arith, acc, n_vis, vmax, o_abs, u_a, u_in):
+    """Step 6's subnormal terms and the convex-combination cap on ``bound``."""
+    n_keys = np.maximum(n_vis, 1)
     # subnormal (or, under flush-to-zero, flushed) results of the accumulation and the division
     # each weight (and the division's result) may round in the subnormal range: an absolute
     # eta (half the subnormal spacing; under flush-to-zero the smallest normal number), which a
