@@ -226,3 +226,49 @@ def test_a_softcap_claim_without_a_kernel_is_checked_against_softmax_under_that_
     assert check(capped(30.0), **kw).exit_code == 0
     assert narrower("x (4.04e+06 u of float64 relative to |o|)") == ""  # 4.5e-10 relative
     assert narrower("x (4.04e+08 u of float64 relative to |o|)") != ""  # 4.5e-8: a float32 step
+
+
+def _eager_capped(cap):
+    """Gemma's eager order in the input type: s / C, tanh, * C, softmax, P V (each op rounds)."""
+
+    def forward(q, k, v, *, causal):
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        s = torch.tanh(s / cap) * cap
+        return torch.softmax(mv._causal(s, causal), -1) @ v
+
+    return forward
+
+
+def test_a_wrong_softcap_in_bfloat16_fails_oracle_agreement():
+    """A bf16 kernel capping at 50 claimed as --softcap 30 passed: its outputs match no emulated
+    order, and the envelope's bound (tanh 1-Lipschitz, the row's largest weight error charged to
+    every key twice) was 2.0 on outputs in [0, 1]. With the saturated cap's slope (D16) and the
+    centred bound on perturbed weights (D10) it fails oracle-agreement; the correct cap passes."""
+    from verify.engine.check import check
+
+    kw = dict(kernel="softmax", softcap=30.0, select=["oracle-agreement"],
+              dtypes=("bfloat16",), isolate=False, max_examples=40)  # fmt: skip
+    bad = check(_eager_capped(50.0), **kw)
+    assert bad.exit_code == 1, [(r.property_id, r.status, r.reason) for r in bad.results]
+    assert {r.property_id for r in bad.results if r.status == "fail"} == {"oracle-agreement"}
+    good = check(_eager_capped(30.0), **kw)
+    assert good.exit_code == 0, [(r.property_id, r.status, r.reason) for r in good.results]
+
+
+def test_the_bfloat16_softcap_bound_separates_the_claimed_cap_from_another():
+    """One row, keys at raw scores 90 and 200 (3C and 6.7C for C = 30, both saturated), V = I,
+    the eager model: the bound contains the correct cap's bf16 output and not a cap of 50's
+    (before: 2.01 on both elements, larger than any output)."""
+    from verify.exact import errors
+
+    q = torch.ones(1, 1, 1, 1, dtype=torch.bfloat16)
+    k = torch.tensor([90.0, 200.0], dtype=torch.bfloat16).reshape(1, 1, 2, 1)
+    v = torch.eye(2, dtype=torch.bfloat16).reshape(1, 1, 2, 2)
+    eb = errors.attention_error_bound("softmax", q, k, v, dtype="bfloat16", scale=1.0,
+                                      precision="eager", softcap=30.0)  # fmt: skip
+    s = torch.tensor([90.0, 200.0], dtype=torch.float64)
+    exact = torch.softmax(30.0 * torch.tanh(s / 30.0), -1).numpy()
+    for cap, inside in ((30.0, True), (50.0, False)):
+        o = (torch.softmax(torch.tanh((q @ k.transpose(-1, -2)) / cap) * cap, -1) @ v).double()
+        err = abs(o.numpy().reshape(-1) - exact)
+        assert bool((err <= eb.bound.reshape(-1)).all()) is inside, (cap, err, eb.bound)
