@@ -217,3 +217,25 @@ def test_measured_facts_read_what_the_libraries_document():
     assert dt["state dtype (g float64)"] == "float64" and dt["state dtype (g float32)"] == "float32"
     assert dt["outputs_are_float32_numbers"] is True
     assert flex.masked_nonfinite_leak(T=8) == {"nan": 7, "inf": 7}
+
+
+def test_every_softmax_card_also_runs_bfloat16():
+    """The kernels people run in bf16 are checked in bf16 on their cards (the flex, cache and
+    decoding cards ran float64/float32 only): every card whose adapter claims the softmax
+    kernel lists bfloat16 among its card dtypes. Cards whose package is missing are skipped."""
+    from verify.adapters import CARDS, ADAPTERS
+    from verify.adapters.card_settings import card_dtypes
+    from verify.spec.imports import load_spec
+
+    seen, missing = [], []
+    for name in CARDS:
+        try:
+            variant = load_spec(ADAPTERS[name])()
+        except ImportError:
+            missing.append(name)
+            continue
+        if variant.kernel == "softmax":
+            seen.append(name)
+            assert "bfloat16" in card_dtypes(variant), name
+    if not seen:
+        pytest.skip(f"no softmax adapter's package is installed ({missing})")

@@ -265,6 +265,7 @@ def attn_decoding_variant() -> AttentionVariant:
     _attn()
     return AttentionVariant(
         name="fla-naive_attn_decoding-window",
+        dtypes=("float64", "float32", "bfloat16"),
         forward=attn_forward,
         layout="BTHD",
         kernel="softmax",

@@ -182,6 +182,7 @@ def softcap_alibi_variant() -> AttentionVariant:
     _flex_api()
     return AttentionVariant(
         name="torch-flex-softcap-alibi",
+        dtypes=("float64", "float32", "bfloat16"),
         forward=softcap_alibi_forward,
         causal="both",
         causal_alignment="top-left",
@@ -247,6 +248,7 @@ def document_window_variant() -> AttentionVariant:
     _flex_api()
     return AttentionVariant(
         name="torch-flex-document-window",
+        dtypes=("float64", "float32", "bfloat16"),
         forward=document_window_forward,
         causal="both",
         causal_alignment="top-left",

@@ -231,6 +231,7 @@ def dynamic_cache_variant() -> AttentionVariant:
     _lib()
     return AttentionVariant(
         name="hf-dynamic-cache",
+        dtypes=("float64", "float32", "bfloat16"),
         forward=_forward(None),
         kernel="softmax",
         causal="yes",
@@ -254,6 +255,7 @@ def sliding_window_cache_variant() -> AttentionVariant:
     W = SLIDING_WINDOW
     return AttentionVariant(
         name="hf-sliding-window-cache",
+        dtypes=("float64", "float32", "bfloat16"),
         forward=_forward(W),
         kernel="softmax",
         causal="yes",
