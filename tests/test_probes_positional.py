@@ -105,3 +105,24 @@ def test_a_delta_rule_is_not_called_normalized_or_bucketed():
     assert "linear" not in report.positional["bias"], report.positional["bias"]
     assert report.normalization["kind"] in ("unsettled", "none", "other"), report.normalization
     assert "normalized" not in suggested_claims(report) or report.normalization["kind"] == "none"
+
+
+@pytest.mark.parametrize("claimed", [True, False])
+def test_the_kernel_is_read_inside_a_window(claimed):
+    """A windowed softmax was 'none of the known kernels (weights do not depend on q.k only)':
+    the identification read zeros outside the window as the kernel's weights, and the position
+    test moved keys out of it. Read inside the claimed window, or, with none claimed, inside
+    the window the positional probe found exactly, it is softmax at 1/sqrt(d); a window
+    claimed one key too narrow still reads softmax (inside it the ratios are exp's) and the
+    window is the finding that differs."""
+    from verify.spec.variant import AttentionVariant
+
+    def windowed(q, k, v, *, causal):
+        return mv.window_forward(q, k, v, causal=causal)
+
+    variant = AttentionVariant("w", windowed, window=mv.WINDOW if claimed else None)
+    claims = suggested_claims(probe(variant))
+    assert claims["kernel"] == "softmax" and claims.get("scale") == "default", claims
+    assert claims["window"] == mv.WINDOW, claims
+    narrow = AttentionVariant("w", windowed, window=(mv.WINDOW[0] - 1, mv.WINDOW[1]))
+    assert suggested_claims(probe(narrow))["kernel"] == "softmax"

@@ -197,16 +197,36 @@ def probe(
         ("determinism", lambda: probe_determinism(run, report, T8, causal)),
         ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
         ("normalization", lambda: probe_normalization(run, report, T8, causal)),
-        ("qk_only", lambda: probe_qk_only(run, report, T8, causal)),
-        ("kernel", lambda: _identify(run, report, lambda n: length_at_least(report, n), causal)),
+        ("qk_only", lambda: probe_qk_only(run, report, T8, causal, variant.window)),
+        ("kernel", lambda: _identify(run, report, lambda n: length_at_least(report, n), causal,
+                                     variant.window)),  # fmt: skip
         ("denominator", denominator),
         ("injectivity", lambda: probe_injectivity(run, report, T8, causal)),
         ("rank", lambda: probe_rank(run, report, T8, _modes(report))),
         ("independence", lambda: probe_independence(run, report, T8, causal)),
         ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
         ("positional", lambda: probe_positional(run, report, T8, _window_mode(report, causal))),
+        ("windowed kernel", lambda: _identify_in_window(run, report, T8, causal, variant)),
     )
     return _run_steps(report, steps, start)
+
+
+def _identify_in_window(run, report: ProbeReport, T: int, causal: bool, variant) -> None:
+    """Reads the kernel again inside the window the positional probe found exactly, when the
+    first reads (every key of the row) named none and no window was claimed: outside a window
+    the weights are zero, not the kernel's."""
+    found = positional_claims(report.positional).get("window")
+    if variant.window is not None or found is None or report.kernel.get("verdict") == "consistent":
+        return
+    if tuple(found) == (-1, -1):
+        return
+    first = (dict(report.kernel), report.qk_only)
+    probe_qk_only(run, report, T, causal, found)
+    _identify(run, report, lambda n: length_at_least(report, n), causal, tuple(found))
+    if report.kernel.get("verdict") == "consistent":
+        report.notes.append(f"kernel read inside the window {tuple(found)} the probes found")
+    else:
+        report.kernel, report.qk_only = first
 
 
 def _run_steps(report: ProbeReport, steps, start: float) -> ProbeReport:

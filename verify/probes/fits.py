@@ -18,13 +18,13 @@ from verify.probes.kernels import (
     kappa_taylor,
     kernel_values,
     numerator_bound,
+    window_visible,
 )
 from verify.probes.report import ProbeReport
 from verify.probes.restrictions import length_at_least
 from verify.probes.runner import Runner, ratio_bound, shortest_in
 from verify.spec.kernel import taylor_order
 from verify.spec.results import VariantError
-from verify.spec.visibility import visible
 
 
 def _kappa_fn(kernel: str) -> tuple[Callable[[float], float], Callable[[float], float]]:
@@ -195,7 +195,7 @@ def favor_like(run: Runner, report: ProbeReport, ident: Ident, normalized: bool)
         A = run.weights(q, k, ident.causal, n)[0, 0, :n]
     except VariantError:
         return
-    vis = visible(n, n, causal=ident.causal)
+    vis = window_visible(n, ident.causal, ident.window)
     if not (A[vis] > 0).all():
         return
     qq, kk = q[0, 0, :n].numpy(), k[0, 0, :n].numpy()

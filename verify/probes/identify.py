@@ -23,7 +23,13 @@ from verify.probes.runner import Runner
 from verify.spec.results import VariantError
 
 
-def identify(run: Runner, report: ProbeReport, T_of: Callable[[int], int | None], causal: bool):
+def identify(
+    run: Runner,
+    report: ProbeReport,
+    T_of: Callable[[int], int | None],
+    causal: bool,
+    window: tuple[int, int] | None = None,
+):
     kernel: dict[str, Any] = {"verdict": "none", "kernel": "unknown"}
     report.kernel = kernel
     if report.linear_in_v.result is False:  # e.g. a norm of the numerator (D7): no weights
@@ -39,7 +45,7 @@ def identify(run: Runner, report: ProbeReport, T_of: Callable[[int], int | None]
             kernel["detail"] = "no allowed length >= 12"
             return
         try:
-            reads[d] = read_ident(run, d, T, causal, report.notes)
+            reads[d] = read_ident(run, d, T, causal, report.notes, window)
         except VariantError as exc:
             report.notes.append(f"identification at d = {d}: {exc}")
     if 4 not in reads:

@@ -101,6 +101,7 @@ class Ident:
     A: np.ndarray  # (n, n) measured weights
     vis: np.ndarray  # (n, n) visible entries
     raw: np.ndarray  # (n, n) raw scores q.k
+    window: tuple[int, int] | None = None  # the window the read honours (claimed or found)
 
 
 def _ident_inputs(run: Runner, d: int, T: int):
@@ -131,18 +132,32 @@ def _ident_inputs(run: Runner, d: int, T: int):
     return Q, K
 
 
-def read_ident(run: Runner, d: int, T: int, causal: bool, notes: list[str]) -> Ident:
+def window_visible(n: int, causal: bool, window: tuple[int, int] | None) -> np.ndarray:
+    """(n, n) visible pairs of the first n queries and keys of a T = S call, with ``window``
+    (FlashAttention's (left, right), D15) when one is claimed or found: a windowed kernel's
+    weights outside it are zero, not the kernel's."""
+    vis = visible(n, n, causal=causal)
+    if window is not None:
+        from verify.attention.structure import window_mask
+
+        vis = vis & window_mask(n, n, tuple(window)).numpy()
+    return vis
+
+
+def read_ident(
+    run: Runner, d: int, T: int, causal: bool, notes: list[str], window=None
+) -> Ident:
     q, k = _ident_inputs(run, d, T)
     n = N_KEYS
     A = run.weights(q, k, causal, n, allow_nonfinite=True)[0, 0, :n]
-    vis = visible(n, n, causal=causal)
+    vis = window_visible(n, causal, window)
     bad = ~np.isfinite(A).all(axis=-1)
     if bad.any():  # e.g. 0/0 where a signed or vanishing kernel's denominator is zero (IEEE)
         notes.append(f"identification at d = {d}: rows {np.nonzero(bad)[0].tolist()} not finite")
         vis[bad] = False
         A = np.where(bad[:, None], 0.0, A)
     qq, kk = q[0, 0, :n].numpy(), k[0, 0, :n].numpy()
-    return Ident(d, q, k, value_identity(T, n), causal, A, vis, qq @ kk.T)
+    return Ident(d, q, k, value_identity(T, n), causal, A, vis, qq @ kk.T, window)
 
 
 def numerator_bound(run: Runner, ident: Ident, kernel: str, c: float, dtype: str):

@@ -244,7 +244,9 @@ def probe_linear_in_v(run: Runner, report: ProbeReport, T: int, causal: bool) ->
 
 
 # -- q.k only, injectivity, rank, independence -----------------------------------------------
-def probe_qk_only(run: Runner, report: ProbeReport, T: int, causal: bool) -> None:
+def probe_qk_only(run: Runner, report: ProbeReport, T: int, causal: bool, window=None) -> None:
+    """Whether the weights depend on q.k only (rotation, norms, positions); under a claimed or
+    found ``window`` the position test reverses the keys the last row sees, inside it."""
     import torch
 
     n = min(T, STRUCT_LEN)
@@ -275,6 +277,12 @@ def probe_qk_only(run: Runner, report: ProbeReport, T: int, causal: bool) -> Non
         # positions: the first n keys reversed; the last of the first n rows sees all of them
         # (causal or not), so a function of q.k_s alone moves its weights with its keys
         rev = torch.arange(n - 1, -1, -1)
+        if window is not None:  # reverse inside the last row's window (the others stay)
+            from verify.probes.kernels import window_visible
+
+            seen = np.nonzero(window_visible(n, causal, window)[-1])[0]
+            rev = torch.arange(n)
+            rev[torch.from_numpy(seen)] = torch.from_numpy(seen[::-1].copy())
         k5 = k.clone()
         k5[..., :n, :] = k[..., rev, :]
         A5 = run.weights(q, k5, causal, n)[0, 0, :n]
