@@ -18,7 +18,9 @@ grouped kv heads sum their query heads' dK and dV.
 * ``gqa-first-head``: a kv head's dK and dV taken from its first query head only (not summed);
 * ``softcap-no-dtanh``: the cap's derivative left out of dY;
 * ``lse-max-only``: P recomputed as exp(y - m), the row maximum instead of the log-sum-exp;
-* ``dv-last-block-dropped``: the keys of the last partial block of 64 get no dV (S % 64 != 0).
+* ``dv-last-block-dropped``: the keys of the last partial block of 64 get no dV (S % 64 != 0);
+* ``delta-wrong-row``: row t's Delta read from row t + 1's (the last row keeps its own): an
+  indexing or race defect of the kind of FlashAttention PR #2481, where dV stays right.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ BACKWARD_FAULTS = (
     "softcap-no-dtanh",
     "lse-max-only",
     "dv-last-block-dropped",
+    "delta-wrong-row",
 )
 BLOCK = 64
 
@@ -109,6 +112,8 @@ class FlashAttentionFunction(torch.autograd.Function):
             delta = (dof * out32 * l_row[..., None]).sum(-1, keepdim=True)
         else:
             delta = (dof * o.to(f32)).sum(-1, keepdim=True)
+        if "delta-wrong-row" in faults and delta.shape[-2] > 1:
+            delta = torch.cat([delta[..., 1:, :], delta[..., -1:, :]], -2)
         dS = P * (dP - delta)
         if t is not None and "softcap-no-dtanh" not in faults:
             dS = dS * (1.0 - t * t)

@@ -194,6 +194,7 @@ def _one_bound(st, g, *, dtype, model, arith, div_ulps, out_err):
         e_cap = d16.softcap_score_abs_error(
             e_raw, np.abs(x_raw), cap, u_a, d16.TANH_ULPS.value, argument_roundings=k_arg,
             tanh_rel=ka.tanh_relative(arith, u_a), product_rounded=arith.softcap_product,
+            score_low=np.maximum(np.abs(x_raw) - e_raw, 0.0),  # e_raw covers x_raw's float64
         )  # fmt: skip
         fac = 1.0 - t * t
         e_fac = cap_factor_error(np.abs(t), e_cap / cap, u_a)
