@@ -160,8 +160,8 @@ window_cache_tq1 = KVCache(left=LEFT, fault="tq1")
 class RollingCache:
     """W = left + 1 slots per row; the token at position p lives in slot p mod W."""
 
-    def __init__(self, left=LEFT):
-        self.left, self.W = left, left + 1
+    def __init__(self, left=LEFT, fault=None):
+        self.left, self.W, self.fault = left, left + 1, fault
 
     def prefill(self, q, k, v, state=None):
         if state is None:
@@ -177,6 +177,8 @@ class RollingCache:
     def step(self, state, q_new, k_new, v_new):
         n, at = q_new.shape[2], state["len"]
         new_pos = at + torch.arange(n, device=q_new.device)
+        if self.fault == "int8_positions":  # position ids kept in int8: they wrap past 127
+            new_pos = new_pos.to(torch.int8).to(torch.long)
         keys = torch.cat([state["k"], k_new], 2)
         vals = torch.cat([state["v"], v_new], 2)
         kpos = torch.cat([state["pos"], new_pos])
@@ -192,6 +194,8 @@ class RollingCache:
 
 
 rolling_cache = RollingCache()
+#: a rolling buffer whose position ids wrap at 128 (int8): right until the sequence passes 127
+rolling_cache_int8_positions = RollingCache(fault="int8_positions")
 
 
 # --------------------------------------------------------------------------- linear attention

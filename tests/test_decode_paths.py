@@ -130,7 +130,7 @@ def test_a_step_reading_one_cache_block_fails_on_a_long_example():
     forward on every short sequence; the long examples of decode-steps, decode-resume and
     decode-multi-token (a cache past a block with a last partial block, the last tokens
     stepped, resumed or decoded several at a time) catch it; the correct cache passes them."""
-    props = ("decode-steps", "decode-resume", "decode-multi-token")
+    props = ("decode-steps", "decode-resume", "decode-multi-token", "decode-batch-rows")
     bad = _check(dv.softmax_forward, dv.kv_cache_one_block, {}, props)
     assert {r.property_id for r in bad.results} == set(props)
     for r in bad.results:
@@ -140,6 +140,20 @@ def test_a_step_reading_one_cache_block_fails_on_a_long_example():
     good = _check(dv.softmax_forward, dv.kv_cache, {}, props)
     for r in good.results:
         assert r.status == "pass" and r.examples > 4, (r.property_id, r.dtype, r.status)
+
+
+def test_a_rolling_buffer_whose_positions_wrap_fails_decode_window_on_a_long_example():
+    """Position ids kept in int8 wrap past 127: every short sequence decodes right; the long
+    examples of decode-window (the buffer wrapping many times past a 64-key block) catch it;
+    the correct rolling buffer passes them."""
+    # 24 examples: the capped run's three long examples (one per 8 regular ones)
+    bad = _check(dv.window_forward, dv.rolling_cache_int8_positions, WINDOW, ("decode-window",),
+                 max_examples=24)  # fmt: skip
+    assert bad.results and all(
+        r.status == "fail" and r.reason.startswith("on a long example") for r in bad.results
+    ), _status(bad)
+    good = _check(dv.window_forward, dv.rolling_cache, WINDOW, ("decode-window",), max_examples=24)
+    assert all(r.status == "pass" and r.examples > 4 for r in good.results), _status(good)
 
 
 def test_the_ignored_scale_fails_single_steps_too():

@@ -19,7 +19,8 @@ several tokens: speculative decoding), ``decode-batch-rows`` (each batch row as 
 rows at different cache positions when the path takes ``cache_seqlens``), ``decode-capacity``
 (the cache's unused capacity), ``decode-unused-slots`` (unused slots holding NaN, +inf or
 -inf), ``decode-window`` (a sliding-window decode across a rolling buffer's wraparound).
-``decode-steps``, ``decode-resume`` and ``decode-multi-token`` also draw long sequences
+``decode-steps``, ``decode-resume``, ``decode-multi-token``, ``decode-batch-rows`` and
+``decode-window`` also draw long sequences
 (:func:`_long_sequences`: past a 64-key block, a last partial block), where a cache holds more
 than one block of a blocked kernel when the path reads it.
 """
@@ -133,7 +134,7 @@ def _plain_examples(variant, ctx):
     return _sequences(variant, ctx).map(lambda x: Example(x, {}))
 
 
-def _long_sequences(variant, ctx):
+def _long_sequences(variant, ctx, **shape):
     """Long causal sequences (seeded, past a 64-key block with a last partial block, up to
     :data:`LONG_DECODE_BLOCKS` blocks): the cache holds blocks of a blocked kernel when the
     decode path reads it. Scores within the claimed kernel's radius; without a claimed kernel,
@@ -147,7 +148,7 @@ def _long_sequences(variant, ctx):
     from verify.seeded import seeded_attention_inputs
 
     return seeded_attention_inputs(
-        long_shape_strategy(variant, causal=True, blocks=LONG_DECODE_BLOCKS),
+        long_shape_strategy(variant, causal=True, **{"blocks": LONG_DECODE_BLOCKS, **shape}),
         dtype=ctx.torch_dtype,
         device=ctx.device,
         causal=True,
@@ -389,7 +390,38 @@ def _row_check(variant, ex: Example, ctx):
     ]
 
 
-DECODE_BATCH_ROWS = declare("decode-batch-rows", _applies, _row_examples, _row_check)
+def _long_row_examples(variant, ctx):
+    """Two long rows (past a 64-key block, a last partial block; :data:`LONG_ROW_BLOCKS`
+    blocks at most) whose caches sit at different positions when the path takes per-row
+    lengths, each row then stepped by 1 .. :data:`LONG_DECODE_STEPS` tokens."""
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    ragged = bool(variant.decode.cache_seqlens)
+    seqs = _long_sequences(variant, ctx, blocks=LONG_ROW_BLOCKS, batch=(2, 2))
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(seqs)
+        T = x.shape.T
+        n = draw_(st.integers(1, min(LONG_DECODE_STEPS, T - 1)))
+        if ragged:  # one row past the first block, the other anywhere before it ends
+            lens = [draw_(st.integers(64, T - n)), draw_(st.integers(0, T - n))]
+            assume(lens[0] != lens[1])
+        else:
+            lens = [T - n] * 2
+        return Example(x, {"lengths": lens, "chunks": _partition(draw_, n, n)})
+
+    return draw()
+
+
+#: long ``decode-batch-rows`` examples: at most this many 64-key blocks (two rows, one
+#: reference per row)
+LONG_ROW_BLOCKS = 4
+
+DECODE_BATCH_ROWS = declare(
+    "decode-batch-rows", _applies, _row_examples, _row_check, long_examples=_long_row_examples
+)
 
 
 # --------------------------------------------------------------------------- unused cache slots
@@ -528,7 +560,31 @@ def _window_check(variant, ex: Example, ctx):
     ]
 
 
-DECODE_WINDOW = declare("decode-window", _window_applies, _window_examples, _window_check)
+def _long_window_examples(variant, ctx):
+    """A long sequence (past a 64-key block, a last partial block) through the rolling buffer:
+    it wraps many times before the prefill ends, and the last 1 .. :data:`LONG_DECODE_STEPS`
+    tokens are stepped one by one or in steps of up to 3."""
+    from hypothesis import strategies as st
+
+    seqs = _long_sequences(variant, ctx, blocks=LONG_ROW_BLOCKS)
+
+    @st.composite
+    def draw(draw_):
+        x = draw_(seqs)
+        T = x.shape.T
+        tail = draw_(st.integers(1, LONG_DECODE_STEPS))
+        return Example(x, {"prefill": T - tail, "chunks": _partition(draw_, tail, 3)})
+
+    return draw()
+
+
+DECODE_WINDOW = declare(
+    "decode-window",
+    _window_applies,
+    _window_examples,
+    _window_check,
+    long_examples=_long_window_examples,
+)
 
 
 PROPERTIES: tuple[Any, ...] = (

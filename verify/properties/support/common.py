@@ -149,11 +149,17 @@ def long_lengths(variant, blocks: int = LONG_BLOCKS):
 
 
 def long_shape_strategy(
-    variant, *, causal: bool, blocks: int = LONG_BLOCKS, max_dim: int = LONG_DIM, heads=None
+    variant,
+    *,
+    causal: bool,
+    blocks: int = LONG_BLOCKS,
+    max_dim: int = LONG_DIM,
+    heads=None,
+    batch=(1, 1),
 ):
     """Long shapes: S from :func:`long_lengths`, T = S when causal or self-attention only, else
-    S or any length up to S (decode-like rows of a long cache); B = 1, H in [1, 2] (``heads``:
-    its bounds), d in [4, max_dim]."""
+    S or any length up to S (decode-like rows of a long cache); B in ``batch`` (default 1), H
+    in [1, 2] (``heads``: its bounds), d in [4, max_dim]."""
     from hypothesis import strategies as st
 
     from verify.strategies import sized_shape, sizes
@@ -165,7 +171,7 @@ def long_shape_strategy(
             T = S
         else:
             T = draw_(st.one_of(st.just(S), sizes(1, S)))
-        sizes_ = {"B": (1, 1), "H": heads or (1, MAX_HEADS), "d_v": (2, LONG_VALUE_DIM)}
+        sizes_ = {"B": batch, "H": heads or (1, MAX_HEADS), "d_v": (2, LONG_VALUE_DIM)}
         return within_domain(variant, sized_shape(draw_, T, S, d=(4, max_dim), **sizes_))
 
     return draw()
