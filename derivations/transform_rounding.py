@@ -408,9 +408,13 @@ def _check_softcap_saturated(rec, f) -> None:
     y = sp.Symbol("y", real=True)
     rec.prove(
         SOFTCAP_SLOPE,
-        lambda: sp.simplify(sp.diff(sp.tanh(y), y) - (1 - sp.tanh(y) ** 2)) == 0
-        and sp.simplify(sp.diff(1 - sp.tanh(y) ** 2, y) + 2 * sp.tanh(y) * (1 - sp.tanh(y) ** 2))
-        == 0,
+        lambda: (
+            sp.simplify(sp.diff(sp.tanh(y), y) - (1 - sp.tanh(y) ** 2)) == 0
+            and sp.simplify(
+                sp.diff(1 - sp.tanh(y) ** 2, y) + 2 * sp.tanh(y) * (1 - sp.tanh(y) ** 2)
+            )
+            == 0
+        ),
         "symbolic: tanh' = 1 - tanh^2 = sech^2 (even), (sech^2)' = -2 tanh sech^2 <= 0 for "
         "y >= 0, so sech^2 is largest at the point of an interval nearest 0",
     )

@@ -223,7 +223,7 @@ def test_every_softmax_card_also_runs_bfloat16():
     """The kernels people run in bf16 are checked in bf16 on their cards (the flex, cache and
     decoding cards ran float64/float32 only): every card whose adapter claims the softmax
     kernel lists bfloat16 among its card dtypes. Cards whose package is missing are skipped."""
-    from verify.adapters import CARDS, ADAPTERS
+    from verify.adapters import ADAPTERS, CARDS
     from verify.adapters.card_settings import card_dtypes
     from verify.spec.imports import load_spec
 

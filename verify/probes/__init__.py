@@ -198,8 +198,12 @@ def probe(
         ("linear_in_v", lambda: probe_linear_in_v(run, report, T8, causal)),
         ("normalization", lambda: probe_normalization(run, report, T8, causal)),
         ("qk_only", lambda: probe_qk_only(run, report, T8, causal, variant.window)),
-        ("kernel", lambda: _identify(run, report, lambda n: length_at_least(report, n), causal,
-                                     variant.window)),  # fmt: skip
+        (
+            "kernel",
+            lambda: _identify(
+                run, report, lambda n: length_at_least(report, n), causal, variant.window
+            ),
+        ),  # fmt: skip
         ("denominator", denominator),
         ("injectivity", lambda: probe_injectivity(run, report, T8, causal)),
         ("rank", lambda: probe_rank(run, report, T8, _modes(report))),

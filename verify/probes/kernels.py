@@ -144,9 +144,7 @@ def window_visible(n: int, causal: bool, window: tuple[int, int] | None) -> np.n
     return vis
 
 
-def read_ident(
-    run: Runner, d: int, T: int, causal: bool, notes: list[str], window=None
-) -> Ident:
+def read_ident(run: Runner, d: int, T: int, causal: bool, notes: list[str], window=None) -> Ident:
     q, k = _ident_inputs(run, d, T)
     n = N_KEYS
     A = run.weights(q, k, causal, n, allow_nonfinite=True)[0, 0, :n]
