@@ -243,7 +243,8 @@ def test_a_wrong_softcap_in_bfloat16_fails_oracle_agreement():
     """A bf16 kernel capping at 50 claimed as --softcap 30 passed: its outputs match no emulated
     order, and the envelope's bound (tanh 1-Lipschitz, the row's largest weight error charged to
     every key twice) was 2.0 on outputs in [0, 1]. With the saturated cap's slope (D16) and the
-    centred bound on perturbed weights (D10) it fails oracle-agreement; the correct cap passes."""
+    centred bound on perturbed weights (D10) it fails oracle-agreement, and the reason names the
+    cap the outputs fit; the correct cap passes."""
     from verify.engine.check import check
 
     kw = dict(kernel="softmax", softcap=30.0, select=["oracle-agreement"],
@@ -251,6 +252,8 @@ def test_a_wrong_softcap_in_bfloat16_fails_oracle_agreement():
     bad = check(_eager_capped(50.0), **kw)
     assert bad.exit_code == 1, [(r.property_id, r.status, r.reason) for r in bad.results]
     assert {r.property_id for r in bad.results if r.status == "fail"} == {"oracle-agreement"}
+    # a range of caps fits bf16 outputs: the simplest one in it is named (not 51.3877)
+    assert "fit a softcap C = 50 " in bad.failed[0].reason, bad.failed[0].reason
     good = check(_eager_capped(30.0), **kw)
     assert good.exit_code == 0, [(r.property_id, r.status, r.reason) for r in good.results]
 

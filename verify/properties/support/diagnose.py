@@ -234,9 +234,40 @@ def fitted_softcap(variant, example, ctx) -> tuple[float | None, float] | None:
             c = math.exp((lo + hi) / 2)
             if (r := ratio(c)) < tried[best]:
                 best, tried[best] = c, r
+            if tried[best] <= 1.0:  # the simplest C the outputs fit equally (bf16: a range)
+                best = _simplest_fit(ratio, best)
+                tried[best] = ratio(best)
         return (best, tried[best]) if tried[best] <= 1.0 else None
     except Exception:  # noqa: BLE001 - a diagnosis only
         return None
+
+
+def _simplest_fit(ratio, best: float) -> float:
+    """The number with the fewest significant digits in the interval of C around ``best``
+    where ``ratio(C) <= 1`` (its edges bisected on log C), nearest ``best``: in bf16 a range of
+    caps fits the outputs equally, and C = 50 is what a person wrote, not 51.3877."""
+    import math
+
+    def edge(direction: int) -> float:
+        inside, step = math.log(best), 0.25 * math.log(2.0)
+        outside = inside + direction * step
+        while ratio(math.exp(outside)) <= 1.0 and abs(outside - math.log(best)) < 4.0:
+            inside, outside = outside, outside + direction * step
+        for _ in range(40):
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if ratio(math.exp(mid)) <= 1.0 else (inside, mid)
+        return math.exp(inside)
+
+    lo, hi = edge(-1), edge(+1)
+    for digits in range(1, 17):
+        unit = 10.0 ** (math.floor(math.log10(hi)) - digits + 1)
+        first, last = math.ceil(lo / unit), math.floor(hi / unit)
+        if first <= last:
+            c = min(range(first, last + 1), key=lambda m: abs(m * unit - best)) * unit
+            c = float(f"{c:.{digits}g}")
+            if lo <= c <= hi and ratio(c) <= 1.0:
+                return c
+    return best
 
 
 #: properties whose failure states which keys the stepped token reads (:func:`step_key_fit`)
