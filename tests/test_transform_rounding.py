@@ -70,7 +70,11 @@ def test_softcap_with_the_library_tanh_for_tanh_approx_fails():
     def library_tanh(*args, tanh_rel=None, **kw):
         return d16.softcap_score_abs_error(*args, **kw)
 
-    assert set(_failed(d16.derive(softcap=library_tanh))) == {d16.SOFTCAP_FLASH}
+    # the saturated-cap check runs half its instances in FlashAttention-2's arithmetic too
+    assert set(_failed(d16.derive(softcap=library_tanh))) == {
+        d16.SOFTCAP_FLASH,
+        d16.SOFTCAP_SATURATED,
+    }
 
 
 def test_sigmoid_limits_come_from_the_format():
@@ -168,3 +172,19 @@ def test_torch_tanh_within_cited_ulps(dtype):
         )
         worst = max(worst, e / ulp)
     assert worst <= d16.TANH_ULPS.value, worst
+
+
+def test_softcap_slope_taken_at_the_score_fails_the_saturated_check():
+    """The saturated cap's factor sech^2 taken at |x| / C (not at the interval's end nearest 0,
+    |x| / C - delta) is exceeded where the computed score lies nearer 0 than the exact one."""
+
+    def slope_at_score(*args, score_low=None, **kw):
+        if score_low is None:
+            return d16.softcap_score_abs_error(*args, **kw)
+        e_x, a, cap = args[0], args[1], args[2]
+        full = d16.softcap_score_abs_error(*args, **kw)  # 1-Lipschitz: arg + tanh term
+        g = d16.gamma(kw.get("argument_roundings", 1), args[3])
+        arg = e_x + g * (a + e_x)
+        return full - arg + arg * d16.sech2_upper(score_low / cap)
+
+    assert d16.SOFTCAP_SATURATED in _failed(d16.derive(softcap=slope_at_score))

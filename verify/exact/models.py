@@ -166,42 +166,49 @@ _CENTRED_BLOCK = 1 << 22
 
 
 def _centred(st, model, dtype, acc, o_abs, arith, vis, r, div_rel, vmax):
-    """The centred alternative (``pm.perturbed_weights_deviation``), elementwise, or None where
-    no row needs it: |o_tilde - o| for the exact combination o_tilde of the perturbed weights
-    w_s (1 + theta_s), |theta_s| <= the key's own weight error, plus the model's arithmetic on
-    those weights (the same recipe with no weight error, on their sums)."""
+    """The centred alternative, elementwise, or None where no row needs it: |o_tilde - o| for
+    the exact combination o_tilde of the perturbed weights w_s (1 + theta_s), |theta_s| <= the
+    key's own weight error (``pm.perturbed_weights_deviation``, called on blocks of rows), plus
+    the model's arithmetic on those weights (the same recipe with no shared weight error, on
+    their sums). The float64 weights w are the exact shifted weights to within 4 ulps, the
+    convention of the linear form's A, B and D_low (``_row_terms``)."""
     rows = r["e_w"] >= CENTRED_FROM
     if not rows.any():
         return None
     w, rel = r["w"], r["rel_key"]
     v = np.broadcast_to(st["v"], w.shape[:-2] + st["v"].shape[-2:])
     S = w.shape[-1]
+    w_hi, w_lo = inflate(w, 4), w * (1.0 - 4 * _U64)
     D = w.sum(-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        o = np.where(D[..., None] > 0, (w @ v) / np.where(D > 0, D, 1.0)[..., None], 0.0)
-        # |o - o_f64|: the float64 combination's own rounding (2 S + 8 roundings of A / D)
-        eta = d10.gamma(2 * S + 8, _U64) * r["A"] / np.where(D > 0, D, 1.0)[..., None]
-    dev_sum = np.zeros(o.shape)
-    wr = w * rel
-    flat_wr, flat_v, flat_o = wr.reshape(-1, *wr.shape[-2:]), v.reshape(-1, *v.shape[-2:]), o
-    flat_o = o.reshape(-1, *o.shape[-2:])
-    flat_rows = np.broadcast_to(rows, w.shape[:-1]).reshape(-1, w.shape[-2])
-    out = dev_sum.reshape(-1, *dev_sum.shape[-2:])
+    safe = np.where(D > 0, D, 1.0)[..., None]
+    o = np.where(D[..., None] > 0, (w @ v) / safe, 0.0)
+    # |o - o_f64|: the float64 combination's rounding (2 S + 8 roundings of A / D) and its
+    # weights' 4 ulps, in numerator and sum
+    eta = (d10.gamma(2 * S + 8, _U64) + 16 * _U64) * r["A"] / safe
+    t_c = np.full(o.shape, np.inf)
+    lead = w.shape[:-2]
     step = max(1, _CENTRED_BLOCK // max(1, S * v.shape[-1]))
-    for i in range(flat_wr.shape[0]):
-        idx = np.nonzero(flat_rows[i])[0]
+    for i in np.ndindex(*lead):
+        idx = np.nonzero(np.broadcast_to(rows, w.shape[:-1])[i])[0]
         for j in range(0, idx.size, step):
             t = idx[j : j + step]
-            dev = np.abs(flat_v[i][None, :, :] - flat_o[i][t][:, None, :])  # (t, S, d_v)
-            out[i, t] = np.einsum("ts,tsd->td", flat_wr[i][t], dev)
-    den = np.sum(w * np.maximum(0.0, 1.0 - rel), axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t_c = (out.reshape(o.shape) + eta * wr.sum(-1)[..., None]) / den[..., None]
-    t_c = np.where(rows[..., None] & (den[..., None] > 0), inflate(t_c, S + 8), np.inf)
-    # the same arithmetic on the perturbed weights: their sums bound A, B, D
-    up = w * (1.0 + rel)
-    r2 = dict(r, e_w=np.zeros_like(r["e_w"]), A=inflate(up @ np.abs(v), S + 1),
-              B=inflate(up.sum(-1), S),
+            dev = np.abs(v[i][None, :, :] - o[i][t][:, None, :]) + eta[i][t][:, None, :]
+            # keys on the last axis: (rows, d_v, S)
+            t_c[i][t] = pm.perturbed_weights_deviation(
+                w[i][t][:, None, :], rel[i][t][:, None, :], np.swapaxes(dev, -1, -2)
+            )
+    # the weights' 4 ulps: numerator up, sum down; then the float64 evaluation of the ratio
+    t_c = inflate(t_c * (1.0 + d10.gamma(4, _U64)) / (1.0 - 4 * _U64), S + 8)
+    # the same arithmetic on the perturbed weights: their sums bound A, B, D. The online
+    # model's rescaling products round the numerator and the row sum apart (not shared): they
+    # stay in the recipe's weight error
+    up = w_hi * (1.0 + rel)
+    den = np.sum(w_lo * np.maximum(0.0, 1.0 - rel), axis=-1)
+    e_post = np.zeros_like(r["e_w"])
+    if model.name == "online":
+        n_blocks = max(1, math.ceil(S / model.block))
+        e_post = e_post + ((1.0 + r["u_a"]) ** (n_blocks - 1) - 1.0)
+    r2 = dict(r, e_w=e_post, A=inflate(up @ np.abs(v), S + 1), B=inflate(up.sum(-1), S),
               D_low=np.maximum(den * (1.0 - d10.gamma(max(S, 1), _U64)), 0.0))  # fmt: skip
     o2 = None if o_abs is None else o_abs + t_c
     post, _ = _recipe(st, model, acc, o2, arith, vis, r2, div_rel, vmax)
@@ -221,7 +228,10 @@ def _single(st, model, dtype, acc, o_abs, arith, vis):
     bound, how = _recipe(st, model, acc, o_abs, arith, vis, r, div_rel, vmax)
     alt = _centred(st, model, dtype, acc, o_abs, arith, vis, r, div_rel, vmax)
     if alt is not None:
-        bound = np.minimum(bound, np.where(np.isnan(alt), np.inf, alt))
+        alt = np.where(np.isnan(alt), np.inf, alt)
+        if (alt < bound).any():
+            how += "; the centred bound on perturbed weights where smaller (D10)"
+        bound = np.minimum(bound, alt)
     if o_abs is None:
         with np.errstate(divide="ignore", invalid="ignore"):
             D_low = r["D_low"][..., None]

@@ -210,15 +210,19 @@ def probe(
         ("independence", lambda: probe_independence(run, report, T8, causal)),
         ("dtypes", lambda: probe_dtypes(run, report, T8, causal)),
         ("positional", lambda: probe_positional(run, report, T8, _window_mode(report, causal))),
-        ("windowed kernel", lambda: _identify_in_window(run, report, T8, causal, variant)),
+        (
+            "windowed kernel",
+            lambda: _identify_in_window(run, report, T8, causal, variant, denominator),
+        ),
     )
     return _run_steps(report, steps, start)
 
 
-def _identify_in_window(run, report: ProbeReport, T: int, causal: bool, variant) -> None:
+def _identify_in_window(run, report: ProbeReport, T: int, causal: bool, variant, denominator):
     """Reads the kernel again inside the window the positional probe found exactly, when the
     first reads (every key of the row) named none and no window was claimed: outside a window
-    the weights are zero, not the kernel's."""
+    the weights are zero, not the kernel's; the denominator's convention is then probed with
+    the kernel found (``denominator``, the probe's step)."""
     found = positional_claims(report.positional).get("window")
     if variant.window is not None or found is None or report.kernel.get("verdict") == "consistent":
         return
@@ -229,6 +233,8 @@ def _identify_in_window(run, report: ProbeReport, T: int, causal: bool, variant)
     _identify(run, report, lambda n: length_at_least(report, n), causal, tuple(found))
     if report.kernel.get("verdict") == "consistent":
         report.notes.append(f"kernel read inside the window {tuple(found)} the probes found")
+        report.normalization.pop("convention", None)  # "not probed: kernel not identified"
+        denominator()
     else:
         report.kernel, report.qk_only = first
 

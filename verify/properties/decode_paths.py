@@ -403,9 +403,9 @@ def _long_row_examples(variant, ctx):
     @st.composite
     def draw(draw_):
         x = draw_(seqs)
-        T = x.shape.T
-        n = draw_(st.integers(1, min(LONG_DECODE_STEPS, T - 1)))
-        if ragged:  # one row past the first block, the other anywhere before it ends
+        T = x.shape.T  # > 64
+        n = draw_(st.integers(1, min(LONG_DECODE_STEPS, T - 64)))
+        if ragged:  # row 0's cache past the first block, row 1's at any length in [0, T - n]
             lens = [draw_(st.integers(64, T - n)), draw_(st.integers(0, T - n))]
             assume(lens[0] != lens[1])
         else:
