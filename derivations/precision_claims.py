@@ -270,8 +270,9 @@ PERTURBED = (
 
 
 def _perturbed_instance(rng: random.Random, adversarial: bool):
-    """(deviation, bound, twin bound) of one row: exact Fractions, the weights' relative errors
-    theta_s at +-r_s by the sign of v_s - o (the worst case) or drawn in [-r_s, r_s]."""
+    """(deviation, bound, twin bound, whether the exported float64 function agrees with the
+    exact bound) of one row: exact Fractions, the weights' relative errors theta_s at +-r_s by
+    the sign of v_s - o (the worst case) or drawn in [-r_s, r_s]."""
     import numpy as np
 
     n = rng.randint(2, 9)

@@ -395,12 +395,11 @@ def _check_softcap_flash(rec, f) -> None:
     )
 
 
-def _saturated_twin(e_x, a, cap, u, ulps):
-    """The faulty twin: tanh's slope taken at |x| / C, not at the interval's inner end."""
-    g = gamma(1, u)
-    arg = (e_x + g * (a + e_x)) * sech2_upper(a / cap)
-    t = min(1.0, (a + e_x) * (1.0 + g) / cap)
-    return arg + cap * t * ((1.0 + ulps_to_relative(ulps, u)) * (1.0 + u) - 1.0)
+def _slope_at_score(kw: dict, e_x: float, a: float) -> dict:
+    """The faulty twin's keywords: the slope taken at |x| / C, not at the interval's end nearest
+    0 (``score_low`` raised by the argument's error, so sech^2 is evaluated at l / C)."""
+    g = gamma(kw.get("argument_roundings", 1), U_TOY)
+    return {**kw, "score_low": kw["score_low"] + e_x + g * (a + e_x)}
 
 
 def _check_softcap_saturated(rec, f) -> None:
@@ -452,23 +451,32 @@ def _check_softcap_saturated(rec, f) -> None:
             bound = f["softcap"](e_x, a, float(cap), U_TOY, TOY_ULPS, **kw)
             ok = ok and err <= bound
             ratios.append(err / bound if bound else 0.0)
-            twin_exceeded = twin_exceeded or err > _saturated_twin(
-                e_x, a, float(cap), U_TOY, TOY_ULPS
+            twin = softcap_score_abs_error(
+                e_x, a, float(cap), U_TOY, TOY_ULPS, **_slope_at_score(kw, e_x, a)
             )
+            twin_exceeded = twin_exceeded or err > twin
+    _verify_with_twin(
+        rec, "softcap_saturated_toy", SOFTCAP_SATURATED, ratios, ok,
+        "slope at |x|/C: exceeded", twin_exceeded,
+        lambda worst: f"{len(ratios)} instances, C in (5, 30, 50), |x| <= 8C, |x_hat - x| <= "
+        f"C/4 (70% toward 0), score_low = |x|; half as a division with the library's tanh and a "
+        f"rounded product by C, half as FlashAttention-2 computes it (fl(x_hat fl(1/C)), k = 2, "
+        f"tanh.approx at the edge of r = 2^-9, C folded); max observed/bound {worst:.3f}; the "
+        f"twin with the slope taken at |x|/C is exceeded: {twin_exceeded}",
+    )  # fmt: skip
+
+
+def _verify_with_twin(rec, table: str, claim: str, ratios, ok: bool, twin_label: str,
+                      twin_exceeded: bool, detail) -> None:  # fmt: skip
+    """A toy check's table (instances, max observed/bound, whether the faulty twin was
+    exceeded) and its claim: the bound held, is not vacuous (max ratio > 0.05) and the twin
+    was exceeded; ``detail(worst)`` the claim's text."""
     worst = max(ratios)
-    rec.tables["softcap_saturated_toy"] = (
-        ["instances", "max observed/bound", "slope at |x|/C: exceeded"],
+    rec.tables[table] = (
+        ["instances", "max observed/bound", twin_label],
         [[len(ratios), worst, twin_exceeded]],
     )
-    rec.verify(
-        SOFTCAP_SATURATED,
-        lambda: ok and worst > 0.05 and twin_exceeded,
-        f"{len(ratios)} instances, C in (5, 30, 50), |x| <= 8C, |x_hat - x| <= C/4 (70% toward "
-        f"0), score_low = |x|; half as a division with the library's tanh and a rounded product "
-        f"by C, half as FlashAttention-2 computes it (fl(x_hat fl(1/C)), k = 2, tanh.approx at "
-        f"the edge of r = 2^-9, C folded); max observed/bound {worst:.3f}; the twin with the "
-        f"slope taken at |x|/C is exceeded: {twin_exceeded}",
-    )
+    rec.verify(claim, lambda: ok and worst > 0.05 and twin_exceeded, detail(worst))
 
 
 def _check_alibi(rec, f) -> None:
@@ -511,19 +519,13 @@ def _check_alibi_flash(rec, f) -> None:
         ratios.append(err / bound if bound else 0.0)
         ok = ok and err <= bound
         twin_exceeded = twin_exceeded or err > twin
-    worst = max(ratios)
-    rec.tables["alibi_flash_toy"] = (
-        ["instances", "max observed/bound", "k = 1: exceeded"],
-        [[len(ratios), worst, twin_exceeded]],
-    )
-    rec.verify(
-        ALIBI_FLASH,
-        lambda: ok and worst > 0.05 and twin_exceeded,
-        f"600 instances, raw |x| <= 20, slopes 2^-8..7/4 over sigma = 1/sqrt(d), key indices "
-        f"j to 4000 (exact integers), the bias fl(fl(m/sigma) j) added (k = 2) or fl(m/sigma) j "
-        f"contracted into one FMA; max observed/bound {worst:.3f}; the k = 1 bound is exceeded: "
-        f"{twin_exceeded}",
-    )
+    _verify_with_twin(
+        rec, "alibi_flash_toy", ALIBI_FLASH, ratios, ok, "k = 1: exceeded", twin_exceeded,
+        lambda worst: f"600 instances, raw |x| <= 20, slopes 2^-8..7/4 over sigma = 1/sqrt(d), "
+        f"key indices j to 4000 (exact integers), the bias fl(fl(m/sigma) j) added (k = 2) or "
+        f"fl(m/sigma) j contracted into one FMA; max observed/bound {worst:.3f}; the k = 1 bound "
+        f"is exceeded: {twin_exceeded}",
+    )  # fmt: skip
 
 
 def _check_sigmoid(rec, f) -> None:

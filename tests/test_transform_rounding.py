@@ -179,12 +179,9 @@ def test_softcap_slope_taken_at_the_score_fails_the_saturated_check():
     |x| / C - delta) is exceeded where the computed score lies nearer 0 than the exact one."""
 
     def slope_at_score(*args, score_low=None, **kw):
-        if score_low is None:
-            return d16.softcap_score_abs_error(*args, **kw)
-        e_x, a, cap = args[0], args[1], args[2]
-        full = d16.softcap_score_abs_error(*args, **kw)  # 1-Lipschitz: arg + tanh term
-        g = d16.gamma(kw.get("argument_roundings", 1), args[3])
-        arg = e_x + g * (a + e_x)
-        return full - arg + arg * d16.sech2_upper(score_low / cap)
+        if score_low is not None:  # raised by delta C, so sech^2 is evaluated at |x| / C
+            e_x, a, u = args[0], args[1], args[3]
+            score_low = score_low + e_x + d16.gamma(kw.get("argument_roundings", 1), u) * (a + e_x)
+        return d16.softcap_score_abs_error(*args, score_low=score_low, **kw)
 
     assert d16.SOFTCAP_SATURATED in _failed(d16.derive(softcap=slope_at_score))
