@@ -289,6 +289,31 @@ def flex_alibi_wrong_sign():
     )
 
 
+def _softcap_block_local_alibi(score, b, h, q_idx, kv_idx):
+    """The ALiBi distance from the indices inside flex's 128-key block (q_idx % 128,
+    kv_idx % 128): a blocked kernel's local offset used for a global position."""
+    import torch
+
+    from verify.adapters.flex import CAP, SLOPE
+
+    return CAP * torch.tanh(score / CAP) - SLOPE * (q_idx % 128 - kv_idx % 128).abs()
+
+
+def _block_local_forward(q, k, v, *, causal):
+    from verify.adapters.flex import softcap_alibi_forward
+
+    return softcap_alibi_forward(q, k, v, causal=causal, score_mod=_softcap_block_local_alibi)
+
+
+def flex_alibi_block_local():
+    """Right on every sequence of at most 128 tokens; past flex's block the bias is wrong."""
+    from verify.adapters.flex import softcap_alibi_variant
+
+    return softcap_alibi_variant().with_claims(
+        name="torch-flex-alibi-block-local", forward=_block_local_forward
+    )
+
+
 def flex_softcap_alibi():
     from verify.adapters.flex import softcap_alibi_variant
 

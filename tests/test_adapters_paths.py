@@ -239,3 +239,16 @@ def test_every_softmax_card_also_runs_bfloat16():
             assert "bfloat16" in card_dtypes(variant), name
     if not seen:
         pytest.skip(f"no softmax adapter's package is installed ({missing})")
+
+
+def test_a_block_local_alibi_in_flex_fails_flex_score_mod_on_a_long_example():
+    """An ALiBi distance taken from block-local indices (q_idx % 128, kv_idx % 128) is right on
+    every short sequence; flex-score-mod's long examples (past flex's 128-key block, against
+    the float64 reference) catch it, in float32 and bf16; the correct score_mod passes them."""
+    _needs(prv.flex_softcap_alibi)
+    dtypes = ("float32", "bfloat16")
+    bad = _run(prv.flex_alibi_block_local(), ["flex-score-mod"], dtypes, examples=10)
+    assert [r.status for r in bad.values()] == ["fail", "fail"], [r.reason for r in bad.values()]
+    assert all(r.reason.startswith("on a long example") for r in bad.values()), bad
+    good = _run(prv.flex_softcap_alibi(), ["flex-score-mod"], dtypes, examples=10)
+    assert all(r.status == "pass" and r.examples == 11 for r in good.values()), good

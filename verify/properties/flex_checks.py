@@ -10,7 +10,9 @@
   them in float64 torch, the softmax and the weighted sum in mpmath; the float64 steps' own
   error is in the bound (``verify.spec.flex.score_map``). Eager ``flex_attention`` is never
   the reference. Rows with no visible key carry no statement here (their convention is
-  ``edge-cases``').
+  ``edge-cases``'). Then a few long examples past flex's 128-key block (:data:`FLEX_BLOCK`; up
+  to :data:`LONG_FLEX_BLOCKS` blocks of 64, a last partial block) against the float64 reference
+  (:func:`float64_flex_reference`), whose own bound the stated one includes (D10 recipe 6).
 - ``flex-block-mask``: the token visibility a block-sparse kernel computes from the declared
   ``block_mask(B, H, T, S)`` (listed partial blocks where mask_mod holds, listed full blocks
   whole) equals mask_mod at every (b, h, q_idx, kv_idx): a block missing, a full block that is
@@ -90,25 +92,64 @@ def _mod_applies(variant, ctx):
     return structural_applies(variant, ctx)
 
 
+def float64_flex_reference(variant, x, *, scale: float, visible: np.ndarray):
+    """(output, visible) of the long examples: ``errors.float64_reference`` of softmax on the
+    score_mod's map of the float64 scores (the map :func:`flex_bound` bounds), over the keys
+    ``visible`` shows and the score_mod does not send to -inf."""
+    from verify.exact import errors
+
+    extra: dict[str, Any] = {}
+    vis = np.asarray(visible, dtype=bool)
+    if variant.score_mod is not None:
+        scores = scale * (np64(x.q) @ np.swapaxes(np64(x.k), -1, -2))
+        vis = vis & ~np.isneginf(flex.score_grid(variant.score_mod, scores))
+        extra["score_map"] = flex.score_map(variant.score_mod, variant.score_mod_roundings)
+    ref = errors.float64_reference("softmax", x.q, x.k, x.v, attn_mask=vis, scale=scale, **extra)
+    return ref, vis
+
+
 def _mod_check(variant, ex: Example, ctx):
     from verify.exact.errors import compare
+    from verify.properties.support.common import is_long
 
     x = ex.inputs
     if x.k.shape[1] != x.q.shape[1]:
         raise NotApplicable("grouped kv heads: the flex reference reads one kv head per head")
     scale = variant.score_scale(x.q.shape[-1])
-    ref, vis = flex_reference(
-        x.q, x.k, x.v, scale=scale, score_mod=variant.score_mod, visible=flex_visible(variant, x)
-    )
+    long = is_long(x)
+    if long:
+        ref, vis = float64_flex_reference(variant, x, scale=scale, visible=flex_visible(variant, x))
+    else:
+        ref, vis = flex_reference(
+            x.q, x.k, x.v, scale=scale, score_mod=variant.score_mod,
+            visible=flex_visible(variant, x),
+        )  # fmt: skip
     if not vis.any():
         raise NotApplicable("no visible key under the mask_mod and the causal flag")
-    eb = flex_bound(variant, x, ctx, ref, vis)
+    # a long example's bound adds the float64 reference's own (exact=None, D10 recipe 6)
+    eb = flex_bound(variant, x, ctx, None if long else ref, vis)
     o = call(variant, x.q, x.k, x.v, causal=x.causal, allow_nonfinite=True)
     claims = "; ".join(flex.describe(variant))
     return compare(o, eb, ref, what=f"output under {claims}, causal={x.causal}")
 
 
-FLEX_SCORE_MOD = declare("flex-score-mod", _mod_applies, structural_examples, _mod_check)
+def _mod_long(variant, ctx):
+    from verify.properties.support.common import long_inputs_strategy
+
+    long = long_inputs_strategy(variant, ctx, beyond_overflow=False, blocks=LONG_FLEX_BLOCKS)
+    # past flex's own block of 128 keys (long lengths start past one block of 64)
+    return long.filter(lambda x: x.shape.S > FLEX_BLOCK).map(lambda x: Example(x, {}))
+
+
+#: FlexAttention's default block size (torch.nn.attention.flex_attention's
+#: _DEFAULT_SPARSE_BLOCK_SIZE = 128)
+FLEX_BLOCK = 128
+#: long ``flex-score-mod`` examples: at most this many 64-key blocks (S in (128, 320))
+LONG_FLEX_BLOCKS = 4
+
+FLEX_SCORE_MOD = declare(
+    "flex-score-mod", _mod_applies, structural_examples, _mod_check, long_examples=_mod_long
+)
 
 
 # --------------------------------------------------------------------------- BlockMask
