@@ -216,6 +216,33 @@ def test_probe_names_each_emulated_model():
     assert found["sdpa"]["model"] == "online:512", found["sdpa"]["matches"]
 
 
+def test_probe_names_no_model_whose_bound_the_kernel_exceeds(monkeypatch):
+    """FlashAttention-2 with its keys split 16 ways and combined by log-sum-exp (the
+    flash-decoding path FA2 takes when few query blocks fill the device; seen on an H200, whose
+    flash backend bit-matched two-level on 62 % of the probe's outputs) follows none of the
+    emulated models. Two-level still bit-matches most outputs, and its bound fails the correct
+    kernel at T = 1024 (ratio > 1 below): the probe refutes it by its own bound on the probe's
+    outputs and names no model, so the envelope (which contains the kernel) decides. The twin
+    without that refutation names two-level."""
+    from verify.attention.flash import flash_attention
+    from verify.probes import precision_model as pmod
+
+    def split16(q, k, v, *, causal):
+        return flash_attention(q, k, v, causal=causal, split_kv=16)
+
+    found = pmod.identify_precision(_variant(split16), dtype="bfloat16")
+    assert found["model"] is None and "refuted by its own bound" in found["reason"], found
+    assert found["own_bound_ratio"] > 1.0
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 1024, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+    out = split16(q, k, v, causal=False)
+    assert _ratio(out, q, k, v, "two-level") > 1.0  # naming two-level would be a false alarm
+    assert _ratio(out, q, k, v, "envelope") <= 1.0
+    monkeypatch.setattr(pmod, "_own_bound_ratio", lambda *a, **kw: 0.0)
+    twin = pmod.identify_precision(_variant(split16), dtype="bfloat16")
+    assert twin["model"] == "two-level", twin
+
+
 def test_tied_maxima_finding_separates_a_biased_kernel():
     """The tied-maxima probe (Qiu & Yao's inputs) is reported, not failed: a round-to-nearest
     fused kernel shows no significant mean signed error, a truncating one does."""

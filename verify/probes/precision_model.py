@@ -51,6 +51,33 @@ def _candidates(q, k, v, *, causal: bool, scale, structure=None) -> dict[str, An
     return out
 
 
+def _own_bound_ratio(variant, model, o, q, k, v, *, causal, scale, dtype, device, structure):
+    """Greatest |o - float64 reference| / the bound of ``model`` on the probe's own call.
+
+    A bit-match fraction ranks the models but proves none: a kernel that follows none of them
+    (FlashAttention-2 with its keys split and combined by log-sum-exp, say) can bit-match the
+    tightest model on most outputs, since over thousands of keys most results round to the
+    same value whatever the arithmetic, and exceed that model's bound on the rest. A model is
+    named only if its bound (the variant's declared exp library and arithmetic, the device's
+    otherwise) contains every output of the call it was matched on."""
+    import numpy as np
+
+    from verify.exact.errors import attention_error_bound, float64_reference
+
+    st = dict(structure or {})
+    ref = float64_reference("softmax", q, k, v, causal=causal, scale=scale, **st)
+    eb = attention_error_bound(
+        "softmax", q, k, v, dtype=dtype, exact=None, causal=causal, scale=scale,
+        device="cuda" if str(device).startswith("cuda") else "cpu",
+        exp_library=variant.exp_library, arithmetic=variant.arithmetic, precision=model, **st,
+    )  # fmt: skip
+    err = np.abs(o.double().numpy() - ref)
+    bound = np.asarray(eb.bound)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
+    return float(np.nan_to_num(r, nan=np.inf).max()) if r.size else 0.0
+
+
 def _structure(variant, heads: int) -> dict[str, Any] | None:
     """The structural claims the emulations reproduce (softcap, ALiBi, window), or None when the
     variant claims one they do not (QK-norm, a score bias, sigmoid or a decay)."""
@@ -126,7 +153,18 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
             res.update(model=None, reason=f"no model reaches {MIN_MATCH:.0%} bit-equal outputs")
             res["scores"] = score_resolution(variant, dtype=dtype, device=device)
         else:
-            res["model"] = best
+            ratio = _own_bound_ratio(variant, best, o, q, k, v, causal=causal, scale=scale,
+                                     dtype=dtype, device=device, structure=structure)  # fmt: skip
+            res["own_bound_ratio"] = round(ratio, 4)
+            if ratio <= 1.0:
+                res["model"] = best
+            else:  # the closest model is refuted: no candidate reproduces the kernel
+                res.update(
+                    model=None,
+                    reason=f"the closest model, {best} ({matches[best]:.0%} bit-equal), is "
+                    f"refuted by its own bound on the probe's outputs (ratio {ratio:.3g}): no "
+                    "model reproduces the kernel",
+                )
         if not structure:  # the finding's inputs and bound are plain softmax
             res["tied_maxima"] = tied_maxima_finding(
                 variant, dtype=dtype, model=res["model"] or "envelope", device=device, seed=seed
