@@ -658,8 +658,54 @@ def section_kernel_arithmetic(state: State) -> None:
                 row["status"] = f"error: {_error(exc)}"
             sec["rows"].append(row)
             _say(f"kernel arithmetic [{name} {dtype}]: {row}")
+    sec["tf32_rows"] = _tf32_rows(plan, T, d)
     sec["status"] = "ok"
     state.write()
+
+
+def _tf32_rows(plan: Plan, T: int, d: int) -> list[dict]:
+    """D17's TF32 parameter on the device: float32 SDPA (math and efficient backends, causal)
+    with ``torch.backends.cuda.matmul.allow_tf32`` off and on, each output against the float64
+    reference, under the bound of float32 products (``tf32=False``) and of TF32 inputs
+    (``tf32=True``), both otherwise D10's CPU model on the device's exp."""
+    import torch
+
+    from derivations.kernel_arithmetic import KernelArithmetic
+    from verify.exact.errors import attention_error_bound, float64_reference
+
+    rows: list[dict] = []
+    q, k, v, _ = make_inputs("float32", T, d, True, plan)
+    ref = float64_reference("softmax", q, k, v, causal=True)
+    bounds = {}
+    for tf32 in (False, True):
+        eb = attention_error_bound(
+            "softmax", q, k, v, dtype="float32", exact=None, causal=True, device=plan.device,
+            arithmetic=KernelArithmetic(name="tf32" if tf32 else "fp32", tf32=tf32),
+        )  # fmt: skip
+        bounds[tf32] = eb.bound
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for backend in ("math", "efficient"):
+            for allow in (False, True):
+                row: dict[str, Any] = {"kernel": f"sdpa {backend}", "dtype": "float32",
+                                       "T": T, "d": d, "allow_tf32": allow}  # fmt: skip
+                try:
+                    torch.backends.cuda.matmul.allow_tf32 = allow
+                    torch.backends.cudnn.allow_tf32 = allow
+                    o = backend_forward(backend)(*(x.to(plan.device) for x in (q, k, v)),
+                                                 causal=True)  # fmt: skip
+                    _sync(plan.device)
+                    err = abs(o.detach().cpu().double().numpy() - ref)
+                    row["ratio_fp32_bound"] = float((err / bounds[False]).max())
+                    row["ratio_tf32_bound"] = float((err / bounds[True]).max())
+                    row["status"] = "ran"
+                except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                    row["status"] = f"error: {_error(exc)}"
+                rows.append(row)
+                _say(f"kernel arithmetic [tf32]: {row}")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    return rows
 
 
 def section_backward_benchmark(state: State) -> None:
@@ -1126,6 +1172,21 @@ def render_markdown(data: dict) -> str:
         for r in sec.get("rows", [])
     ]  # fmt: skip
     lines += _table(["kernel", "dtype", "T=S", "d", "status", "device default", "cpu"], rows)
+    if sec.get("tf32_rows"):
+        lines += [
+            "",
+            "TF32 (D17's `tf32` parameter): float32 SDPA, causal, with "
+            "`torch.backends.cuda.matmul.allow_tf32` off and on; worst observed/bound under "
+            "float32 products and under TF32 inputs (both D10's CPU model otherwise).",
+            "",
+        ]
+        rows = [
+            [r["kernel"], r["dtype"], r["T"], r["d"], r["allow_tf32"], r["status"][:160],
+             _cell(r.get("ratio_fp32_bound")), _cell(r.get("ratio_tf32_bound"))]
+            for r in sec["tf32_rows"]
+        ]  # fmt: skip
+        lines += _table(["kernel", "dtype", "T=S", "d", "allow_tf32", "status",
+                         "float32 products", "TF32 inputs"], rows)  # fmt: skip
     lines += _render_backward_benchmark(secs.get("backward_benchmark", {}))
     return "\n".join(lines)
 
