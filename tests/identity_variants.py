@@ -93,3 +93,58 @@ def flash_style(q, k, v, visible, *, bias=None, scale=None, fault=None):
         raise ValueError(f"fault: expected one of {FAULTS}, got {fault!r}")
     c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _FlashStyle.apply(q, k, v, visible, bias, c, fault)
+
+
+#: faults of the Taylor-2 backward below
+TAYLOR_FAULTS = (None, "dv-denominator-row")
+
+
+class _Taylor2(torch.autograd.Function):
+    """Normalized causal Taylor-2 attention, o_t = sum_s k2(c q_t.k_s) v_s / D_t, with a
+    hand-written backward: gN = dO / D, dV = W^T gN, dW = (gN v^T - (gN . o) 1^T) masked,
+    dX = dW o (1 + X) (k2' = k1), dq = c dX k, dk = c dX^T q. Fault ``dv-denominator-row``:
+    dV divides row t's dO by row t + 1's denominator (a wrong row stride); dq and dk stay right."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, fault):
+        T, S = q.shape[-2], k.shape[-2]
+        X = scale * q @ k.transpose(-1, -2)
+        keep = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+        W = (1 + X + 0.5 * X * X) * keep
+        D = W.sum(-1, keepdim=True)
+        o = (W @ v) / D
+        ctx.save_for_backward(q, k, v, X, W, D, o)
+        ctx.scale, ctx.fault = scale, fault
+        return o
+
+    @staticmethod
+    def backward(ctx, dO):
+        q, k, v, X, W, D, o = ctx.saved_tensors
+        gN = dO / D
+        gN_v = dO / D.roll(-1, dims=-2) if ctx.fault == "dv-denominator-row" else gN
+        dv = W.transpose(-1, -2) @ gN_v
+        dW = gN @ v.transpose(-1, -2) - (gN * o).sum(-1, keepdim=True)
+        dX = dW * (1 + X) * (W != 0)
+        dq = ctx.scale * dX @ k
+        dk = ctx.scale * dX.transpose(-1, -2) @ q
+        return dq, dk, dv, None, None
+
+
+def taylor2_style(q, k, v, *, causal=True, fault=None):
+    """Causal normalized Taylor-2 attention with the hand-written backward of ``_Taylor2``.
+
+    Args:
+        q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v): float32/float64 tensors; causal must
+        be True (bottom-right aligned). fault: one of :data:`TAYLOR_FAULTS`.
+
+    Returns:
+        o (B, H, T, d_v) in q's dtype.
+
+    Raises:
+        ValueError: an unknown fault, or causal False.
+    """
+    if fault not in TAYLOR_FAULTS:
+        raise ValueError(f"fault: expected one of {TAYLOR_FAULTS}, got {fault!r}")
+    if not causal:
+        raise ValueError("causal: this kernel is causal only")
+    return _Taylor2.apply(q, k, v, 1.0 / math.sqrt(q.shape[-1]), fault)

@@ -195,6 +195,9 @@ def test_probe_names_each_emulated_model():
 
     def eager(q, k, v, *, causal):
         s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if causal:
+            T, S = s.shape[-2:]
+            s = s.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(S - T + 1), -math.inf)
         return torch.softmax(s, -1) @ v
 
     def fused(q, k, v, *, causal):

@@ -1,15 +1,19 @@
 """Which precision model a black-box softmax kernel follows in bfloat16/float16 (D10 models).
 
-The kernel is called on random inputs of the dtype (B = 1, H = 2, d = d_v = 16; T = 16 queries
-over S = 2048 keys, or T = S = 512 when the kernel takes self-attention only or causal calls
-only), and its outputs are compared bit for bit with the faithful emulations of
+The kernel is called twice on random inputs of the dtype (B = 1, H = 2, d = d_v = 16): T = 16
+queries over S = 2048 keys (causal only if the kernel takes nothing else), then T = S = 512,
+causal when it takes causal calls (rows with few keys, where the models differ most); a call the
+kernel refuses is skipped. Each call's outputs are compared bit for bit with the faithful
+emulations of
 ``verify.attention.lowprec``: ``two-level`` (the exact result rounded once), ``fused``,
 ``online:B`` for B in :data:`ONLINE_BLOCKS` below S, ``rounded-weights`` and ``eager``, each
 with the variant's claimed softcap, ALiBi slopes and window applied as its arithmetic does.
 Different models round different intermediates, so they agree with each other on only part of
 the outputs (SDPA's CPU kernel in bfloat16, torch 2.13: 82 % bit-match with online:512, 66 %
 fused, 59 % two-level, 36 % eager). The model with the largest fraction is named; ties go to
-the earlier model in :data:`CANDIDATE_ORDER` (the tighter bound). Accumulation in the input
+the earlier model in :data:`CANDIDATE_ORDER` (the tighter bound). A model is named only when
+every call agrees on it and its bound contains every output of both calls (``_name_model``);
+otherwise the checker keeps the envelope. Accumulation in the input
 type is never inferred: it is declared (``precision="input-accumulation:..."``), since a match
 would not prove the bound's hypotheses.
 """
@@ -52,14 +56,8 @@ def _candidates(q, k, v, *, causal: bool, scale, structure=None) -> dict[str, An
 
 
 def _own_bound_ratio(variant, model, o, q, k, v, *, causal, scale, dtype, device, structure):
-    """Greatest |o - float64 reference| / the bound of ``model`` on the probe's own call.
-
-    A bit-match fraction ranks the models but proves none: a kernel that follows none of them
-    (FlashAttention-2 with its keys split and combined by log-sum-exp, say) can bit-match the
-    tightest model on most outputs, since over thousands of keys most results round to the
-    same value whatever the arithmetic, and exceed that model's bound on the rest. A model is
-    named only if its bound (the variant's declared exp library and arithmetic, the device's
-    otherwise) contains every output of the call it was matched on."""
+    """Greatest |o - float64 reference| / the bound of ``model`` on one probe call (the
+    variant's declared exp library and arithmetic, the device's otherwise)."""
     import numpy as np
 
     from verify.exact.errors import attention_error_bound, float64_reference
@@ -117,16 +115,19 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
     gen = torch.Generator().manual_seed(seed)
     from verify.spec.structure import fixed_heads
 
-    causal = not variant.supports_causal(False)
-    shapes = ((16, 2048), (512, 512)) if not causal else ((512, 512),)
+    causal_only = not variant.supports_causal(False)
+    causal_ok = variant.supports_causal(True)
+    # (T, S, causal): many keys per row, then rows with few keys (causal when the kernel takes
+    # it), where the models' roundings differ most
+    shapes = ((16, 2048, causal_only), (512, 512, causal_ok))
     scale = None if variant.scale == "default" else float(variant.scale)
     heads = fixed_heads(variant) or 2
     structure = _structure(variant, heads)
     if structure is None:
         return {"dtype": dtype, "model": None,
                 "reason": "a structural claim the emulated models do not reproduce"}  # fmt: skip
-    last = "no call succeeded"
-    for T, S in shapes:
+    last, calls = "no call succeeded", []
+    for T, S, causal in shapes:
         q = torch.randn(1, heads, T, 16, generator=gen).to(dt)
         k, v = (torch.randn(1, heads, S, 16, generator=gen).to(dt) for _ in range(2))
         try:
@@ -141,36 +142,88 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
             matches,
             key=lambda n: (-matches[n], CANDIDATE_ORDER.index(n.split(":")[0]), n),
         )
-        best = rank[0]
-        res = {
-            "dtype": dtype,
-            "shape": [T, S],
-            "causal": causal,
-            "matches": {n: round(f, 4) for n, f in matches.items()},
-            "next": [rank[1], round(matches[rank[1]], 4)] if len(rank) > 1 else None,
-        }
-        if matches[best] < MIN_MATCH:
-            res.update(model=None, reason=f"no model reaches {MIN_MATCH:.0%} bit-equal outputs")
-            res["scores"] = score_resolution(variant, dtype=dtype, device=device)
-        else:
-            ratio = _own_bound_ratio(variant, best, o, q, k, v, causal=causal, scale=scale,
-                                     dtype=dtype, device=device, structure=structure)  # fmt: skip
-            res["own_bound_ratio"] = round(ratio, 4)
-            if ratio <= 1.0:
-                res["model"] = best
-            else:  # the closest model is refuted: no candidate reproduces the kernel
-                res.update(
-                    model=None,
-                    reason=f"the closest model, {best} ({matches[best]:.0%} bit-equal), is "
-                    f"refuted by its own bound on the probe's outputs (ratio {ratio:.3g}): no "
-                    "model reproduces the kernel",
-                )
-        if not structure:  # the finding's inputs and bound are plain softmax
-            res["tied_maxima"] = tied_maxima_finding(
-                variant, dtype=dtype, model=res["model"] or "envelope", device=device, seed=seed
+        calls.append({"shape": [T, S], "causal": causal, "matches": matches, "rank": rank,
+                      "inputs": (o, q, k, v)})  # fmt: skip
+    if not calls:
+        return {"dtype": dtype, "model": None, "reason": f"the variant could not be called: {last}"}
+    first = calls[0]
+    res = {
+        "dtype": dtype,
+        "shape": first["shape"],
+        "causal": first["causal"],
+        "matches": {n: round(f, 4) for n, f in first["matches"].items()},
+        "next": [first["rank"][1], round(first["matches"][first["rank"][1]], 4)]
+        if len(first["rank"]) > 1
+        else None,
+        "calls": [
+            {"shape": c["shape"], "causal": c["causal"], "best": c["rank"][0],
+             "match": round(c["matches"][c["rank"][0]], 4)}
+            for c in calls
+        ],
+    }  # fmt: skip
+    res.update(_name_model(variant, calls, dtype=dtype, device=device, scale=scale,
+                           structure=structure))  # fmt: skip
+    if res["model"] is None and "50%" in res.get("reason", ""):
+        res["scores"] = score_resolution(variant, dtype=dtype, device=device)
+    if not structure:  # the finding's inputs and bound are plain softmax
+        res["tied_maxima"] = tied_maxima_finding(
+            variant, dtype=dtype, model=res["model"] or "envelope", device=device, seed=seed
+        )
+    return res
+
+
+def _same_arithmetic(a: str, b: str, S: int) -> bool:
+    """Whether models ``a`` and ``b`` compute alike on S keys: ``fused`` is ``online:B`` for
+    any B >= S (one block)."""
+
+    def canon(name: str) -> str:
+        if name == "fused" or (name.startswith("online:") and int(name.split(":")[1]) >= S):
+            return "one-block"
+        return name
+
+    return canon(a) == canon(b)
+
+
+def _name_model(variant, calls, *, dtype, device, scale, structure) -> dict:
+    """The model the probe's calls agree on, or None with the reason.
+
+    A bit-match fraction ranks the models but proves none: over thousands of keys most results
+    round to the same value whatever the arithmetic, so a kernel that follows none of the models
+    (FlashAttention-2 with its keys split and combined by log-sum-exp; PyTorch's flash backend on
+    an H200) can bit-match the tightest model on most outputs and exceed its bound elsewhere. A
+    model is named only when it (1) bit-matches at least MIN_MATCH of the outputs of every call,
+    (2) is the best match of every call (up to models that compute alike on that call's keys),
+    and (3) its bound contains every output of every call."""
+    best = [c["rank"][0] for c in calls]
+    for c, b in zip(calls, best):
+        if c["matches"][b] < MIN_MATCH:
+            return {"model": None, "reason": f"no model reaches {MIN_MATCH:.0%} bit-equal outputs"
+                    f" ({'x'.join(map(str, c['shape']))} call: best {b} "
+                    f"{c['matches'][b]:.0%})"}  # fmt: skip
+    model = best[0]
+    for c, b in zip(calls[1:], best[1:]):
+        if not _same_arithmetic(model, b, c["shape"][1]):
+            said = "; ".join(
+                f"{'causal' if x['causal'] else 'non-causal'} {x['shape'][0]}x{x['shape'][1]}: "
+                f"{y} ({x['matches'][y]:.0%})"
+                for x, y in zip(calls, best)
             )
-        return res
-    return {"dtype": dtype, "model": None, "reason": f"the variant could not be called: {last}"}
+            return {"model": None, "reason": f"the probe's calls name different models ({said}):"
+                    " no model reproduces the kernel"}  # fmt: skip
+    ratios = []
+    for c in calls:
+        o, q, k, v = c["inputs"]
+        ratios.append(_own_bound_ratio(variant, model, o, q, k, v, causal=c["causal"],
+                                       scale=scale, dtype=dtype, device=device,
+                                       structure=structure))  # fmt: skip
+    out = {"own_bound_ratio": round(max(ratios), 4)}
+    if max(ratios) > 1.0:
+        out.update(model=None, reason=f"the closest model, {model}, is refuted by its own bound "
+                   f"on the probe's outputs (ratio {max(ratios):.3g}): no model reproduces the "
+                   "kernel")  # fmt: skip
+    else:
+        out["model"] = model
+    return out
 
 
 #: rows, keys, tied keys, head and value dimension of the tied-maxima finding

@@ -9,8 +9,12 @@
   over the keys plus the float64 evaluation of the sums). A wrong delta = rowsum(dO o O)
   leaves dV and (a) right and breaks (b) (D21 (c)).
 
-Identity (a) holds exactly for every normalized kernel (D21), but only softmax has a derived
-backward bound, so other kernels are not checked here (the reason says so).
+Identity (a) holds exactly for every normalized kernel (D21). Besides softmax it is checked for
+the Taylor kernels of even order (positive denominators) in float32/float64, causal or full
+visibility,
+one kv head per query head: its bound is D19's backward bound with D10's forward bound of the
+denominator (``verify.exact.gradient_identities.kernel_identity_bound``). Other kernels, their
+low-precision backward and their masked calls have no derived bound, and the reason says so.
 """
 
 from __future__ import annotations
@@ -44,10 +48,32 @@ def _applies(variant, ctx) -> str | None:
     if not variant.differentiable:
         return "the variant declares it is not differentiable"
     if variant.kernel_family != "softmax":
-        return (
-            "identity (a) holds for every normalized kernel and (b) for softmax (D21), but the "
-            "derived backward bounds that size their rounding are softmax's (D10): not checked"
-        )
+        from verify.exact.gradient_identities import kernel_feature_map
+        from verify.spec.kernel import taylor_order
+
+        fmap = kernel_feature_map(variant.kernel)
+        order = None if fmap is None else taylor_order(fmap)
+        if fmap is None:
+            return (
+                "identity (a) holds for every normalized kernel (D21), but only softmax and "
+                "the Taylor kernels have derived backward bounds here (D10, D19): not checked"
+            )
+        if order is None or order % 2:
+            return (
+                f"identity (a) for {variant.kernel}: its denominator reaches or crosses zero "
+                "on drawn inputs (only kappa_N of even N is positive everywhere, D4), where "
+                "the division's error has no bound: not checked"
+            )
+        if ctx.model_dtype not in ("float32", "float64"):
+            return (
+                f"identity (a) for {variant.kernel}: D19's backward bound is float32/float64; "
+                f"there is no {ctx.model_dtype} backward model for this kernel: not checked"
+            )
+        if variant.kv_heads is not None or variant.window is not None or variant.decay:
+            return (
+                "identity (a) for a non-softmax kernel takes one kv head per query head, no "
+                "window and no decay (D19's bound): not checked"
+            )
     if "sum" not in modes(variant) or variant.eps:
         return "the identities' bounds take the sum denominator without eps"
     if variant.score_bias:
@@ -129,6 +155,8 @@ def _check(variant, ex: Example, ctx) -> list[Observation]:
     if x.causal and x.q.shape[-2] != x.k.shape[-2]:
         raise NotApplicable("causal with T != S: the derived backward bounds take T == S")
     g = upstream_of(ex)
+    if variant.kernel_family != "softmax":
+        return _check_kernel(variant, x, g, ex, ctx)
     skw = _structure(variant, x)
     kw = call_kwargs(variant, "sum", x.attn_mask)
     mask = None if x.attn_mask is None else x.attn_mask.cpu().numpy()
@@ -160,6 +188,38 @@ def _check(variant, ex: Example, ctx) -> list[Observation]:
                 "P o (dP - delta) -- delta = rowsum(dO o O), dP, or the scale (D21 (c))"
             )
     return obs
+
+
+def _check_kernel(variant, x, g, ex: Example, ctx) -> list[Observation]:
+    """Identity (a) for a Taylor or linear kernel (D21, D19): full or causal visibility."""
+    from verify.exact import gradient_identities as gi
+
+    if x.attn_mask is not None or ex.choices.get("pad_seed") is not None:
+        raise NotApplicable("a mask: D19's backward bound takes causal or full visibility")
+    scale = variant.score_scale(x.q.shape[-1])
+    try:  # before the call: a row with D ~ 0 makes a kernel without eps return NaN
+        gi.kernel_denominator_bounds(variant.kernel, x.q, x.k, dtype=ctx.model_dtype,
+                                     causal=x.causal, scale=scale)  # fmt: skip
+    except ValueError as exc:
+        raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
+    kw = call_kwargs(variant, "sum", None)
+    _, dk, dv = _gradients(variant, x, kw, g)
+    try:
+        bound = gi.kernel_identity_bound(
+            variant.kernel, x.q, x.k, x.v, g, dv, dtype=ctx.model_dtype, causal=x.causal,
+            scale=scale,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
+    T, S = x.q.shape[-2], x.k.shape[-2]
+    vis = np.tril(np.ones((T, S), dtype=bool)) if x.causal else np.ones((T, S), dtype=bool)
+    res = gi.identity_residuals(dk, dv, g, vis)
+    obs = _observation(res, {"value": bound}, "value", "(a) sum_j dV_j - sum_i dO_i")
+    obs.detail = obs.detail.replace(
+        "D21 with D10's backward bounds summed over the keys",
+        f"D21 with D19's backward bound for {variant.kernel} and D10's bound of the denominator",
+    ).replace("(verify.exact.gradient_identities)", "(kernel_identity_bound)")
+    return [obs]
 
 
 def _observation(res, bounds, name: str, what: str) -> Observation:
