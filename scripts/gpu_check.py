@@ -570,8 +570,9 @@ def section_precision_models(state: State) -> dict[tuple[str, str, bool], str | 
         "ran": (
             "verify.probes.precision_model.identify_precision(variant, dtype, "
             f"device={plan.device!r}) with variant = SDPA's adapter under "
-            "sdpa_kernel(SDPBackend.X), claiming causal 'no' or 'yes' (the probe then calls "
-            "non-causal T = 16 over S = 2048, or causal T = S = 512; d = 16, its fixed shapes)"
+            "sdpa_kernel(SDPBackend.X), claiming causal 'no' or 'yes' (the probe calls T = 16 "
+            "over S = 2048, then T = S = 512, each causal as claimed; d = 16, its fixed "
+            "shapes; a model is named when both calls agree and its bound holds on both)"
         ),
         "rows": [],
     }

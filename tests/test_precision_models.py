@@ -246,6 +246,20 @@ def test_probe_names_no_model_whose_bound_the_kernel_exceeds(monkeypatch):
     assert twin["model"] == "two-level", twin
 
 
+def test_probe_calls_a_causal_only_kernel_on_self_attention_shapes_only():
+    """A kernel that takes causal calls only (and raises on T != S, as SDPA's adapter claiming
+    causal 'yes' does) is probed at T = S = 512 alone; its model is still named."""
+    from verify.probes.precision_model import identify_precision
+
+    def causal_only(q, k, v, *, causal):
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError("causal: requires T == S")
+        return lowprec.fused_attention(q, k, v, causal=True)
+
+    found = identify_precision(_variant(causal_only, causal="yes"), dtype="bfloat16")
+    assert found["model"] == "fused" and [c["shape"] for c in found["calls"]] == [[512, 512]]
+
+
 def test_tied_maxima_finding_separates_a_biased_kernel():
     """The tied-maxima probe (Qiu & Yao's inputs) is reported, not failed: a round-to-nearest
     fused kernel shows no significant mean signed error, a truncating one does."""

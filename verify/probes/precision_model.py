@@ -1,7 +1,7 @@
 """Which precision model a black-box softmax kernel follows in bfloat16/float16 (D10 models).
 
 The kernel is called twice on random inputs of the dtype (B = 1, H = 2, d = d_v = 16): T = 16
-queries over S = 2048 keys (causal only if the kernel takes nothing else), then T = S = 512,
+queries over S = 2048 keys (skipped for a kernel that takes causal calls only), then T = S = 512,
 causal when it takes causal calls (rows with few keys, where the models differ most); a call the
 kernel refuses is skipped. Each call's outputs are compared bit for bit with the faithful
 emulations of
@@ -117,9 +117,10 @@ def identify_precision(variant, *, dtype: str, device: str = "cpu", seed: int = 
 
     causal_only = not variant.supports_causal(False)
     causal_ok = variant.supports_causal(True)
-    # (T, S, causal): many keys per row, then rows with few keys (causal when the kernel takes
-    # it), where the models' roundings differ most
-    shapes = ((16, 2048, causal_only), (512, 512, causal_ok))
+    # (T, S, causal): many keys per row (a kernel taking causal calls only gets self-attention
+    # shapes only), then rows with few keys (causal when the kernel takes it), where the models'
+    # roundings differ most
+    shapes = (() if causal_only else ((16, 2048, False),)) + ((512, 512, causal_ok),)
     scale = None if variant.scale == "default" else float(variant.scale)
     heads = fixed_heads(variant) or 2
     structure = _structure(variant, heads)
