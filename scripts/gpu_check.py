@@ -15,7 +15,7 @@ It writes ``gpu.md`` and ``gpu.json`` into ``--out`` with four sections:
    H = 2, T = S in {1024, 8192}, d = d_v in {64, 128}, causal and not) against the derived
    tolerance: ``verify.testing.assert_attention_close`` pass/fail and the greatest
    error/bound ratio (``attention_tolerance`` and ``verify.exact.errors.float64_reference``),
-   with ``precision=None`` (fused) and with the model section 2 identified. T = 1024 compares
+   with ``precision=None`` (the envelope) and with the model section 2 identified. T = 1024 compares
    every query row; T = 8192 compares a fixed sample of rows (half evenly spread, half the last
    rows), passed as the row slice of q with the causal mask of those rows (the bound is per
    element and depends on its own row only, so this is the same bound as for the full call).
@@ -675,15 +675,20 @@ def _tf32_rows(plan: Plan, T: int, d: int) -> list[dict]:
     from verify.exact.errors import attention_error_bound, float64_reference
 
     rows: list[dict] = []
-    q, k, v, _ = make_inputs("float32", T, d, True, plan)
-    ref = float64_reference("softmax", q, k, v, causal=True)
-    bounds = {}
-    for tf32 in (False, True):
-        eb = attention_error_bound(
-            "softmax", q, k, v, dtype="float32", exact=None, causal=True, device=plan.device,
-            arithmetic=KernelArithmetic(name="tf32" if tf32 else "fp32", tf32=tf32),
-        )  # fmt: skip
-        bounds[tf32] = eb.bound
+    try:
+        q, k, v, _ = make_inputs("float32", T, d, True, plan)
+        ref = float64_reference("softmax", q, k, v, causal=True)
+        bounds = {}
+        for tf32 in (False, True):
+            eb = attention_error_bound(
+                "softmax", q, k, v, dtype="float32", exact=None, causal=True,
+                device=plan.device,
+                arithmetic=KernelArithmetic(name="tf32" if tf32 else "fp32", tf32=tf32),
+            )  # fmt: skip
+            bounds[tf32] = eb.bound
+    except Exception as exc:  # noqa: BLE001 - recorded, the section keeps its rows
+        return [{"kernel": "sdpa", "dtype": "float32", "T": T, "d": d, "allow_tf32": None,
+                 "status": f"error: {_error(exc)}"}]  # fmt: skip
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
         for backend in ("math", "efficient"):
@@ -877,8 +882,8 @@ def sections_tolerance_and_gradients(state: State, runner: Runner) -> list[Case]
             "each backend's forward on q, k, v ~ N(0, 1) rounded to the dtype; "
             "verify.testing.assert_attention_close(out, q, k, v, causal=..., precision=P) "
             "pass/fail and the greatest |out - float64_reference| / attention_tolerance, for "
-            "P = None (fused) and P = the model identified in section 2 for that backend, dtype "
-            "and causality"
+            "P = None (the envelope) and P = the model identified in section 2 for that "
+            "backend, dtype and causality"
         ),
         "rows": [],
     }
@@ -971,8 +976,6 @@ def submit_identified(
             cell["precision"] = model
             if model is None:
                 cell["result"] = "no model identified (section 2)"
-            elif model == "fused":
-                cell["result"] = "same as precision None (fused)"
             else:
                 by_model.setdefault(model, []).append(b)
         for model, backends in by_model.items():
@@ -1122,7 +1125,7 @@ def render_markdown(data: dict) -> str:
             ]
         )
     lines += _table(
-        ["backend", "dtype", "T=S", "d", "causal", "rows", "precision None (fused)",
+        ["backend", "dtype", "T=S", "d", "causal", "rows", "precision None (envelope)",
          "identified", "under identified"],
         rows,
     )  # fmt: skip
@@ -1279,6 +1282,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="processes for the CPU-side bounds (default: CPUs - 1, at most 12; < 2: inline)",
     )
     p.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help="comma-separated sections to run (default: all; tolerance and gradients run "
+        "together); the others are recorded as not selected",
+    )
+    p.add_argument(
         "--budget",
         type=float,
         default=450.0,
@@ -1297,6 +1306,13 @@ def main(argv: list[str] | None = None) -> int:
     if workers < 0 or args.budget <= 0:
         print("gpu_check: --workers must be >= 0 and --budget > 0", file=sys.stderr)
         return 2
+    chosen = {x.strip() for x in args.sections.split(",") if x.strip()}
+    if not chosen or chosen - set(SECTIONS):
+        print(f"gpu_check: --sections: expected names from {SECTIONS}, got {args.sections!r}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if chosen & {"tolerance", "gradients"}:
+        chosen |= {"tolerance", "gradients"}
     import torch
 
     if not args.dry_run and not torch.cuda.is_available():
@@ -1313,40 +1329,46 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
         state.environment = {"torch": torch.__version__, "error": _error(exc)}
     _say(f"gpu_check: {banner(plan, state.environment)}; torch {torch.__version__}")
+    for name in set(SECTIONS) - chosen:
+        state.sections[name] = {"status": "not run (not selected: --sections)"}
     state.write()
     runner = Runner(workers, plan.device, state.started + args.budget)
     try:
         cases: list[Case] = []
-        try:
-            cases = sections_tolerance_and_gradients(state, runner)
-        except Exception as exc:  # noqa: BLE001
-            for name in ("tolerance", "gradients"):
-                state.sections[name].update(status=f"error: {_error(exc)}")
+        if "tolerance" in chosen:
+            try:
+                cases = sections_tolerance_and_gradients(state, runner)
+            except Exception as exc:  # noqa: BLE001
+                for name in ("tolerance", "gradients"):
+                    state.sections[name].update(status=f"error: {_error(exc)}")
         found: dict = {}
-        try:
-            found = section_precision_models(state)
-        except Exception as exc:  # noqa: BLE001
-            state.sections["precision_models"].update(status=f"error: {_error(exc)}")
-        try:
-            submit_identified(state, runner, cases, found)
-        except Exception as exc:  # noqa: BLE001
-            state.sections["tolerance"].setdefault("errors", []).append(_error(exc))
-        try:
-            section_device_agreement(state)
-        except Exception as exc:  # noqa: BLE001
-            state.sections["device_agreement"].update(status=f"error: {_error(exc)}")
-        try:
-            section_kernel_arithmetic(state)
-        except Exception as exc:  # noqa: BLE001
-            state.sections["kernel_arithmetic"].update(status=f"error: {_error(exc)}")
-        try:
-            section_backward_benchmark(state)
-        except Exception as exc:  # noqa: BLE001
-            state.sections["backward_benchmark"].update(status=f"error: {_error(exc)}")
+        if "precision_models" in chosen:
+            try:
+                found = section_precision_models(state)
+            except Exception as exc:  # noqa: BLE001
+                state.sections["precision_models"].update(status=f"error: {_error(exc)}")
+        if "tolerance" in chosen:
+            try:
+                submit_identified(state, runner, cases, found)
+            except Exception as exc:  # noqa: BLE001
+                state.sections["tolerance"].setdefault("errors", []).append(_error(exc))
+        for name, fn in (("device_agreement", section_device_agreement),
+                         ("kernel_arithmetic", section_kernel_arithmetic)):  # fmt: skip
+            if name not in chosen:
+                continue
+            try:
+                fn(state)
+            except Exception as exc:  # noqa: BLE001
+                state.sections[name].update(status=f"error: {_error(exc)}")
         _say(f"gpu_check: collecting {len(runner.pending)} bound tasks")
         runner.finish()
     finally:
         runner.close()
+    if "backward_benchmark" in chosen:
+        try:  # timed alone: the bound workers are done and gone
+            section_backward_benchmark(state)
+        except Exception as exc:  # noqa: BLE001
+            state.sections["backward_benchmark"].update(status=f"error: {_error(exc)}")
     finish_rows(state)
     state.write()
     took = time.time() - state.started

@@ -75,9 +75,30 @@ def test_dry_run_writes_the_report(tmp_path):
         assert head in md
 
 
+def test_dry_run_of_selected_sections(tmp_path):
+    """``--sections``: the chosen sections run (the backward benchmark's gate and our rows on
+    CPU tensors, fla's Triton rows recorded as needing a device), the others say so."""
+    out = tmp_path / "gpu"
+    proc = _run("--dry-run", "--out", str(out), "--sections", "precision_models,backward_benchmark",
+                timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data, md = _report(out)
+    secs = data["sections"]
+    assert secs["precision_models"]["status"] == "ok" and secs["precision_models"]["rows"]
+    bench = secs["backward_benchmark"]
+    assert bench["status"] == "ok" and all(r["ok"] for r in bench["gate"] if r["judged"])
+    assert {r["method"] for r in bench["rows"] if "step_s" in r} >= {"chunked/reverse"}
+    assert "need a CUDA device" in str(bench["skipped"])
+    for name in ("device_agreement", "tolerance", "gradients", "kernel_arithmetic"):
+        assert secs[name]["status"].startswith("not run (not selected"), name
+    assert "## 6." in md
+
+
 def test_usage_errors_exit_2(tmp_path):
     assert _run(timeout=60).returncode == 2  # no --out
     assert _run("--out", str(tmp_path), "--workers", "-1", timeout=60).returncode == 2
+    assert _run("--dry-run", "--out", str(tmp_path), "--sections", "nope",
+                timeout=60).returncode == 2  # fmt: skip
     if not torch.cuda.is_available():  # the real run needs a device
         proc = _run("--out", str(tmp_path / "x"), timeout=120)
         assert proc.returncode == 2 and "--dry-run" in proc.stderr

@@ -268,7 +268,7 @@ def test_kernel_identity_bound_holds_and_is_not_vacuous():
     checks (sum_t |dO_t|; measured: 0.015 % for Taylor-2, 0.8 % for Taylor-4 in float32), so a
     normalization wrong by a few percent cannot hide under it."""
     from verify import builtins
-    from verify.exact.gradient_identities import kernel_identity_bound
+    from verify.attention.identity_bound import kernel_identity_bound
 
     g = torch.Generator().manual_seed(0)
     for name in ("taylor-2", "taylor-4"):

@@ -260,6 +260,22 @@ def test_probe_calls_a_causal_only_kernel_on_self_attention_shapes_only():
     assert found["model"] == "fused" and [c["shape"] for c in found["calls"]] == [[512, 512]]
 
 
+def test_one_model_for_every_dtype_only_when_every_called_dtype_names_one():
+    """The checker applies one model to all low-precision dtypes: a dtype whose probe named none
+    (refuted, calls disagreeing, too few bit-equal outputs) vetoes the others' model, so it is
+    never judged by a model its own probe could not stand behind; a dtype the kernel refused
+    has no say."""
+    from verify.probes.precision_model import combine
+
+    bf16 = {"dtype": "bfloat16", "model": "two-level"}
+    refuted = {"dtype": "float16", "model": None,
+               "reason": "the closest model, two-level, is refuted by its own bound"}  # fmt: skip
+    refused = {"dtype": "float16", "model": None, "reason": "the variant could not be called: x"}
+    assert combine([bf16, refuted]) is None
+    assert combine([bf16, refused]) == "two-level"
+    assert combine([bf16, {"dtype": "float16", "model": "online:64"}]) == "online:64"
+
+
 def test_tied_maxima_finding_separates_a_biased_kernel():
     """The tied-maxima probe (Qiu & Yao's inputs) is reported, not failed: a round-to-nearest
     fused kernel shows no significant mean signed error, a truncating one does."""

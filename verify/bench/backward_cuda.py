@@ -84,10 +84,14 @@ def _inputs(T: int, heads: int, d: int, device: str, seed: int):
     return [x.to(device) for x in xs]
 
 
+def _cuda(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
 def _sync(device: str) -> None:
     import torch
 
-    if device == "cuda":
+    if _cuda(device):
         torch.cuda.synchronize()
 
 
@@ -108,7 +112,7 @@ def gate(device: str, fla, *, T: int, d: int, chunk_size: int, seed: int) -> lis
     bounds = (bounds[0], bounds[1], bounds[2][..., :-1])
     rows = []
     for method in METHODS:
-        if method in FLA and (fla is None or (device != "cuda" and method in FLA[:2])):
+        if method in FLA and (fla is None or (not _cuda(device) and method in FLA[:2])):
             continue
         fwd = _forward(method, fla, chunk_size, 256, norm=False)
         if fwd is None:
@@ -134,10 +138,9 @@ def _step(fwd, q, k, v, dO, device: str, saved: list | None = None):
     import torch
 
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-    cuda = device == "cuda"
+    cuda = _cuda(device)
     _sync(device)
-    if cuda:
-        torch.cuda.empty_cache()
+    if cuda:  # the peak counts allocated bytes, so the allocator's cache needs no emptying
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
@@ -181,7 +184,7 @@ def collect(
     import torch
 
     fla, fla_why = _fla()
-    triton_why = None if device == "cuda" else "fla's Triton kernels need a CUDA device"
+    triton_why = None if _cuda(device) else "fla's Triton kernels need a CUDA device"
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -189,7 +192,10 @@ def collect(
         log(f"backward (device): gate {rows_gate}")
         bad = [r for r in rows_gate if r["judged"] and not r["ok"]]
         if bad:
-            raise RuntimeError(f"our backward exceeded its D19 bound, nothing timed: {bad}")
+            raise RuntimeError(
+                "our backward failed its gate (an error, or beyond its D19 bound), nothing "
+                f"timed: {bad}"
+            )
         cells, skipped = [], {}
         for T in lengths:
             x = _inputs(T, heads, d, device, seed)
@@ -214,16 +220,21 @@ def collect(
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
                 c.update(error=f"{type(exc).__name__}: {exc}"[:300])
             log(f"  warm-up {c['method']} at T = {c['T']}: {c['error'] or 'ok'}")
-        live = [c for c in cells if c["error"] is None]
         for r in range(repeats):
+            live = [c for c in cells if c["error"] is None]
             s = r % max(len(live), 1)
             for c in live[s:] + live[:s]:
-                f, b, p = _step(c["fwd"], *c["x"], device)
+                try:
+                    f, b, p = _step(c["fwd"], *c["x"], device)
+                except Exception as exc:  # noqa: BLE001 - this cell is dropped, the rest go on
+                    c["error"] = f"repeat {r + 1}: {type(exc).__name__}: {exc}"[:300]
+                    continue
                 c["f"].append(f)
                 c["b"].append(b)
                 c["peak"].append(p)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
+    live = [c for c in cells if c["error"] is None]
     by = {(c["T"], c["method"]): c for c in live}
     rows = []
     for c in cells:

@@ -21,10 +21,8 @@ summed. Summed over j, E_dv's weight terms are sum_i (e_P,i + S eta) |dO_i| + ga
 sum_j sum_i P_hat_ij |dO_i|: the weights' row-sum error times |dO| plus the products' rounding.
 gamma_S(u_64) covers S - 1 additions and the final subtraction (gamma_{n-1} + u(1 +
 gamma_{n-1}) <= gamma_n). :func:`identity_bounds` is softmax's (identity (a)) and softmax
-without a softcap's (identity (b)); :func:`kernel_identity_bound` bounds identity (a) for the
-normalized Taylor and linear (identity, ReLU) kernels in float32/float64 through D19's backward
-bound and D10's forward bound of the denominator. Other kernels (elu+1, FAVOR+) and their
-low-precision backward have no derived bound here.
+without a softcap's (identity (b)); ``verify.attention.identity_bound`` bounds identity (a) for
+the normalized Taylor kernels through D19's backward bound (it stands on the attention layer).
 """
 
 from __future__ import annotations
@@ -109,128 +107,6 @@ def identity_bounds(
     if shift_invariant:
         key = _sum_keys(b["dk"]) + d10.gamma(max(S, 1), _U64) * _sum_keys(np.abs(dk))
     return {"value": value, "key": key}
-
-
-#: kernels whose identity (a) residual has a derived bound here besides softmax (D19's maps)
-KERNEL_IDENTITY_MAPS = ("taylor:N", "linear:identity", "linear:relu")
-
-
-def kernel_feature_map(kernel: str) -> str | None:
-    """D19's feature-map name for a normalized kernel claim, or None without a bound here."""
-    from verify.spec.kernel import taylor_order
-
-    if taylor_order(kernel) is not None:
-        return kernel
-    if kernel in ("linear:identity", "linear:relu"):
-        return kernel.split(":", 1)[1]
-    if kernel.startswith("linear:") and taylor_order(kernel.split(":", 1)[1]) is not None:
-        return kernel.split(":", 1)[1]
-    return None
-
-
-def kernel_denominator_bounds(kernel, q, k, *, dtype: str, causal: bool, scale: float):
-    """(l, e), each (B, H, T) float64: D_t >= l_t for the exact denominator and |D_hat_t - D_t|
-    <= e_t for one computed in ``dtype`` by any form (D10's forward bound with v = 1 and no
-    denominator, which adds the float64 reference's own error), l = D64 - e.
-
-    Raises:
-        ValueError: a kernel or dtype without a backward bound here; a row whose denominator is
-            not above twice its rounding bound (the division's error is then not bounded, and
-            a kernel without eps may return NaN there).
-    """
-    import torch
-
-    from verify.exact.errors import attention_error_bound, float64_reference
-
-    if kernel_feature_map(kernel) is None:
-        raise ValueError(f"kernel: expected one of {KERNEL_IDENTITY_MAPS}, got {kernel!r}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype: expected float32 or float64 (D19), got {dtype!r}")
-    qt, kt = (torch.as_tensor(_f64(t, n)) for t, n in zip((q, k), ("q", "k")))
-    ones = torch.ones(*kt.shape[:-1], 1, dtype=torch.float64)
-    opts = dict(causal=causal, scale=scale, denominator="none")
-    e = attention_error_bound(kernel, qt, kt, ones, dtype=dtype, exact=None, form="any",
-                              **opts).bound[..., 0]  # fmt: skip
-    low = float64_reference(kernel, qt, kt, ones, **opts)[..., 0] - e
-    if not bool((low > e).all()):
-        raise ValueError("q, k: a row's denominator is not above twice its rounding bound")
-    return low, e
-
-
-def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = False,
-                          scale: float) -> np.ndarray:  # fmt: skip
-    """Derived bound on identity (a)'s residual, |sum_s dV_hat_s - sum_t dO_t|, for normalized
-    kernel attention o_t = N_t / D_t (sum denominator, no eps) with a Taylor or linear kernel
-    (D21 with D19's backward bound and D10's forward bound of the denominator).
-
-    For every form the value gradient is dV_s = sum_t w_ts gN_t with gN_t = dO_t / D_t (D does
-    not depend on v). A backward computes gN_hat_t = fl(dO_t / D_hat_t) from a computed
-    denominator with |D_hat_t - D_t| <= e_t (the forward bound of D: ``attention_error_bound``
-    with v = 1 and no denominator, any form), so with D_t >= l_t = D64_t - e_t > e_t and
-    r_t = e_t / l_t, |gN_hat_t - gN_t| <= rho_t |dO_t| / D_t, rho_t = (u + r_t) / (1 - r_t)
-    ((1 + u) D / D_hat - 1 <= (1 + u) / (1 - r) - 1). Then
-
-        |dV_hat_s - dV_s| <= E_s + sum_t |w_ts| rho_t |dO_t| / D_t,
-
-    E the D19 bound of the reverse pass given the computed cotangent (|gN_hat_t| <= |dO_t|
-    (1 + rho_t) / l_t; both bases), and summed over s with |w_ts| <= K0_ts (D19's majorant
-    kernel at |q|.|k|):
-
-        |residual| <= sum_s E_s + sum_t rho_t |dO_t| sum_s K0_ts / l_t
-                      + gamma_S(u_64) sum_s |dV_hat_s| + gamma_T(u_64) sum_t |dO_t|,
-
-    the last two terms the float64 evaluation of the sums (as for softmax), the second's own
-    float64 evaluation covered by a factor 1 + gamma_{S + d + 2N + 4}(u_64).
-
-    Args:
-        kernel: ``taylor:N``, ``linear:identity``, ``linear:relu`` or ``linear:taylor:N``.
-        q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v), g (B, H, T, d_v): what the kernel
-            received; dv (B, H, S, d_v) what it returned. scale: the resolved scale c.
-        dtype: ``float32`` or ``float64`` (D19's arithmetic). causal: s <= t (needs T == S).
-
-    Returns:
-        (B, H, d_v) float64 bound.
-
-    Raises:
-        ValueError: a kernel or dtype without a bound here; a row whose denominator is not
-            above twice its error bound (the division's error is then not bounded).
-    """
-    import torch
-
-    from verify.attention.reverse_bound import gradient_bound
-
-    fmap = kernel_feature_map(kernel)
-    qt, kt, vt, gt = (torch.as_tensor(_f64(t, n)) for t, n in
-                      zip((q, k, v, g), ("q", "k", "v", "g")))  # fmt: skip
-    low, e = kernel_denominator_bounds(kernel, qt, kt, dtype=dtype, causal=causal, scale=scale)
-    r = e / low
-    rho = (d10.unit_roundoff(dtype) + r) / (1.0 - r)  # (B, H, T)
-    gabs = gt.abs()
-    gN = gabs * torch.as_tensor((1.0 + rho) / low)[..., None]
-    ga = torch.cat([gN, torch.zeros_like(gN[..., :1])], -1)
-    va = torch.cat([vt, torch.ones_like(vt[..., :1])], -1)
-    E = None
-    for basis in ("symmetric", "tensor"):
-        _, _, bva = gradient_bound(fmap, qt, kt, va, ga, scale=scale, causal=causal,
-                                   dtype=dtype, basis=basis)  # fmt: skip
-        E = bva[..., :-1] if E is None else torch.maximum(E, bva[..., :-1])
-    E = E.numpy()
-    from verify.attention._kernels import taylor_kernel
-    from verify.spec.kernel import taylor_order
-
-    T, S, d = qt.shape[-2], kt.shape[-2], qt.shape[-1]
-    X = scale * (qt.abs() @ kt.abs().transpose(-1, -2))
-    order = taylor_order(fmap)
-    K0 = taylor_kernel(X, order) if order is not None else X
-    if causal:
-        K0 = K0 * torch.ones(T, S, dtype=torch.float64).tril()
-    own = 1.0 + d10.gamma(S + d + 2 * (order or 1) + 4, _U64)
-    weight_term = own * ((rho / low) * K0.sum(-1).numpy())[..., None] * _f64(gabs, "g")
-    dv64 = np.abs(_f64(dv, "dv"))
-    return (
-        _sum_keys(E) + weight_term.sum(-2) + d10.gamma(max(S, 1), _U64) * _sum_keys(dv64)
-        + d10.gamma(max(T, 1), _U64) * np.abs(_f64(g, "g")).sum(-2)
-    )  # fmt: skip
 
 
 def visibility(q, k, *, causal=False, attn_mask=None, **structure) -> np.ndarray:

@@ -11,9 +11,8 @@
 
 Identity (a) holds exactly for every normalized kernel (D21). Besides softmax it is checked for
 the Taylor kernels of even order (positive denominators) in float32/float64, causal or full
-visibility,
-one kv head per query head: its bound is D19's backward bound with D10's forward bound of the
-denominator (``verify.exact.gradient_identities.kernel_identity_bound``). Other kernels, their
+visibility, one kv head per query head: its bound is D19's backward bound with D10's forward bound of the
+denominator (``verify.attention.identity_bound.kernel_identity_bound``). Other kernels, their
 low-precision backward and their masked calls have no derived bound, and the reason says so.
 """
 
@@ -48,7 +47,7 @@ def _applies(variant, ctx) -> str | None:
     if not variant.differentiable:
         return "the variant declares it is not differentiable"
     if variant.kernel_family != "softmax":
-        from verify.exact.gradient_identities import kernel_feature_map
+        from verify.attention.identity_bound import kernel_feature_map
         from verify.spec.kernel import taylor_order
 
         fmap = kernel_feature_map(variant.kernel)
@@ -192,25 +191,28 @@ def _check(variant, ex: Example, ctx) -> list[Observation]:
 
 def _check_kernel(variant, x, g, ex: Example, ctx) -> list[Observation]:
     """Identity (a) for a Taylor or linear kernel (D21, D19): full or causal visibility."""
+    from verify.attention import identity_bound as ib
     from verify.exact import gradient_identities as gi
 
-    if x.attn_mask is not None or ex.choices.get("pad_seed") is not None:
+    if x.attn_mask is not None:  # a drawn key-padding seed is not passed: full visibility
         raise NotApplicable("a mask: D19's backward bound takes causal or full visibility")
     scale = variant.score_scale(x.q.shape[-1])
     try:  # before the call: a row with D ~ 0 makes a kernel without eps return NaN
-        gi.kernel_denominator_bounds(variant.kernel, x.q, x.k, dtype=ctx.model_dtype,
+        ib.kernel_denominator_bounds(variant.kernel, x.q, x.k, dtype=ctx.model_dtype,
                                      causal=x.causal, scale=scale)  # fmt: skip
     except ValueError as exc:
         raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
     kw = call_kwargs(variant, "sum", None)
     _, dk, dv = _gradients(variant, x, kw, g)
     try:
-        bound = gi.kernel_identity_bound(
+        bound = ib.kernel_identity_bound(
             variant.kernel, x.q, x.k, x.v, g, dv, dtype=ctx.model_dtype, causal=x.causal,
             scale=scale,
         )  # fmt: skip
     except ValueError as exc:
         raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
+    if not np.isfinite(bound).all():
+        raise NotApplicable("identity (a)'s bound is not finite on this example")
     T, S = x.q.shape[-2], x.k.shape[-2]
     vis = np.tril(np.ones((T, S), dtype=bool)) if x.causal else np.ones((T, S), dtype=bool)
     res = gi.identity_residuals(dk, dv, g, vis)
