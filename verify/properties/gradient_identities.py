@@ -11,9 +11,10 @@
 
 Identity (a) holds exactly for every normalized kernel (D21). Besides softmax it is checked for
 the Taylor kernels of even order (positive denominators) in float32/float64, causal or full
-visibility, one kv head per query head: its bound is D19's backward bound with D10's forward bound of the
-denominator (``verify.attention.identity_bound.kernel_identity_bound``). Other kernels, their
-low-precision backward and their masked calls have no derived bound, and the reason says so.
+visibility, one kv head per query head: its bound is D19's backward bound with D10's forward
+bound of the denominator (``verify.attention.identity_bound.kernel_identity_bound``). Other
+kernels, their low-precision backward and their masked calls have no derived bound, and the
+reason says so.
 """
 
 from __future__ import annotations
