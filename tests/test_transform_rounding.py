@@ -179,9 +179,9 @@ def test_softcap_slope_taken_at_the_score_fails_the_saturated_check():
     |x| / C - delta) is exceeded where the computed score lies nearer 0 than the exact one."""
 
     def slope_at_score(*args, score_low=None, **kw):
-        if score_low is not None:  # raised by delta C, so sech^2 is evaluated at |x| / C
-            e_x, a, u = args[0], args[1], args[3]
-            score_low = score_low + e_x + d16.gamma(kw.get("argument_roundings", 1), u) * (a + e_x)
-        return d16.softcap_score_abs_error(*args, score_low=score_low, **kw)
+        if score_low is not None:  # raised by delta C (the record's own twin keywords)
+            kw = d16._slope_at_score({**kw, "score_low": score_low}, args[0], args[1])
+            return d16.softcap_score_abs_error(*args, **kw)
+        return d16.softcap_score_abs_error(*args, **kw)
 
     assert d16.SOFTCAP_SATURATED in _failed(d16.derive(softcap=slope_at_score))

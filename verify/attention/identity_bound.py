@@ -2,9 +2,9 @@
 
 D21 (``derivations.gradient_identities``): for normalized weights sum_s dV_s = sum_t dO_t. For
 softmax the residual's bound is ``verify.exact.gradient_identities.identity_bounds``; here it
-is bounded for kernel attention with a Taylor kernel (``taylor:N``, ``linear:taylor:N``) or the
-identity and ReLU maps, float32/float64, through D19's backward bound
-(``verify.attention.reverse_bound``) and D10's forward bound of the denominator.
+is bounded for kernel attention with a Taylor kernel (``taylor:N``, ``linear:taylor:N``),
+float32/float64, through D19's backward bound (``verify.attention.reverse_bound``) and D10's
+forward bound of the denominator.
 """
 
 from __future__ import annotations
@@ -13,22 +13,17 @@ import numpy as np
 
 from derivations import rounding as d10
 from verify.exact.gradient_identities import _U64, _f64, _sum_keys
+from verify.spec.kernel import taylor_order
 
-#: kernels whose identity (a) residual has a derived bound here besides softmax (D19's maps)
-KERNEL_IDENTITY_MAPS = ("taylor:N", "linear:identity", "linear:relu")
+#: the kernel claims with a bound here besides softmax
+KERNEL_IDENTITY_MAPS = ("taylor:N", "linear:taylor:N")
 
 
 def kernel_feature_map(kernel: str) -> str | None:
-    """D19's feature-map name for a normalized kernel claim, or None without a bound here."""
-    from verify.spec.kernel import taylor_order
-
-    if taylor_order(kernel) is not None:
-        return kernel
-    if kernel in ("linear:identity", "linear:relu"):
-        return kernel.split(":", 1)[1]
-    if kernel.startswith("linear:") and taylor_order(kernel.split(":", 1)[1]) is not None:
-        return kernel.split(":", 1)[1]
-    return None
+    """D19's ``taylor:N`` for a Taylor kernel claim (``taylor:N``, ``linear:taylor:N``), or None:
+    no bound here."""
+    name = kernel.removeprefix("linear:")
+    return name if taylor_order(name) is not None else None
 
 
 def kernel_denominator_bounds(kernel, q, k, *, dtype: str, causal: bool, scale: float):
@@ -61,10 +56,10 @@ def kernel_denominator_bounds(kernel, q, k, *, dtype: str, causal: bool, scale: 
 
 
 def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = False,
-                          scale: float) -> np.ndarray:  # fmt: skip
+                          scale: float, denominators=None) -> np.ndarray:  # fmt: skip
     """Derived bound on identity (a)'s residual, |sum_s dV_hat_s - sum_t dO_t|, for normalized
-    kernel attention o_t = N_t / D_t (sum denominator, no eps) with a Taylor or linear kernel
-    (D21 with D19's backward bound and D10's forward bound of the denominator).
+    kernel attention o_t = N_t / D_t (sum denominator, no eps) with a Taylor kernel (D21 with
+    D19's backward bound and D10's forward bound of the denominator).
 
     For every form the value gradient is dV_s = sum_t w_ts gN_t with gN_t = dO_t / D_t (D does
     not depend on v). A backward computes gN_hat_t = dO_t / D_hat_t with one rounding (a
@@ -89,10 +84,12 @@ def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = 
     1 + gamma_{S + T + d + 2N + 8}(u_64).
 
     Args:
-        kernel: ``taylor:N``, ``linear:identity``, ``linear:relu`` or ``linear:taylor:N``.
+        kernel: ``taylor:N`` or ``linear:taylor:N``.
         q (B, H, T, d), k (B, H, S, d), v (B, H, S, d_v), g (B, H, T, d_v): what the kernel
             received; dv (B, H, S, d_v) what it returned. scale: the resolved scale c.
         dtype: ``float32`` or ``float64`` (D19's arithmetic). causal: s <= t (needs T == S).
+        denominators: (l, e) of :func:`kernel_denominator_bounds` on the same arguments, or
+            None to compute them.
 
     Returns:
         (B, H, d_v) float64 bound.
@@ -103,12 +100,16 @@ def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = 
     """
     import torch
 
+    from verify.attention._kernels import taylor_kernel
     from verify.attention.reverse_bound import gradient_bound
 
     fmap = kernel_feature_map(kernel)
     qt, kt, vt, gt = (torch.as_tensor(_f64(t, n)) for t, n in
                       zip((q, k, v, g), ("q", "k", "v", "g")))  # fmt: skip
-    low, e = kernel_denominator_bounds(kernel, qt, kt, dtype=dtype, causal=causal, scale=scale)
+    if denominators is None:
+        denominators = kernel_denominator_bounds(kernel, qt, kt, dtype=dtype, causal=causal,
+                                                 scale=scale)  # fmt: skip
+    low, e = denominators
     r = e / low
     u = d10.unit_roundoff(dtype)
     rho = (r + 2.0 * u + u * u) / (1.0 - r)  # (1 + u)^2 / (1 - r) - 1, without cancellation
@@ -122,13 +123,9 @@ def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = 
                                    dtype=dtype, basis=basis, reference=None)  # fmt: skip
         E = bva[..., :-1] if E is None else torch.maximum(E, bva[..., :-1])
     E = E.numpy()
-    from verify.attention._kernels import taylor_kernel
-    from verify.spec.kernel import taylor_order
-
     T, S, d = qt.shape[-2], kt.shape[-2], qt.shape[-1]
-    X = scale * (qt.abs() @ kt.abs().transpose(-1, -2))
     order = taylor_order(fmap)
-    K0 = taylor_kernel(X, order) if order is not None else X
+    K0 = taylor_kernel(scale * (qt.abs() @ kt.abs().transpose(-1, -2)), order)  # >= |w|
     if causal:
         K0 = K0 * torch.ones(T, S, dtype=torch.float64).tril()
     weight_term = ((rho / low) * K0.sum(-1).numpy())[..., None] * _f64(gabs, "g")
@@ -139,4 +136,4 @@ def kernel_identity_bound(kernel, q, k, v, g, dv, *, dtype: str, causal: bool = 
     )  # fmt: skip
     # every term above is a float64 sum of products of non-negative numbers: at most
     # S + T + d + 2N + 8 roundings on any path
-    return (1.0 + d10.gamma(S + T + d + 2 * (order or 1) + 8, _U64)) * total
+    return (1.0 + d10.gamma(S + T + d + 2 * order + 8, _U64)) * total

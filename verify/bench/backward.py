@@ -110,39 +110,48 @@ def gate(cfg: Config) -> list[dict]:
     the D19 bound (observed/bound <= 1 for each of dq, dk, dv)."""
     import torch
 
-    from verify.attention import taylor_attention
-    from verify.attention.reverse_bound import gradient_bound
-
     T = cfg.backward_gate_t
     q, k, v, dO = _inputs(cfg, T)
-    c = cfg.d**-0.5
-    leaves = [x.double().requires_grad_(True) for x in (q, k, v)]
-    out = taylor_attention(*leaves, order=cfg.order, causal=True, denominator="none")
-    ref = torch.autograd.grad(out, leaves, dO.double())
-    va = torch.cat([v, torch.ones_like(v[..., :1])], -1)
-    ga = torch.cat([dO, torch.zeros_like(dO[..., :1])], -1)
-    bq, bk, bva = gradient_bound(
-        f"taylor:{cfg.order}", q, k, va, ga, scale=c, causal=True, dtype="float32"
-    )
+    ref, bounds = gate_reference(q, k, v, dO, order=cfg.order)
     rows = []
     for method in BACKWARD_METHODS:
         if method.startswith("fla_"):
             continue
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
         got = torch.autograd.grad(_forward(cfg, method, None, "none")(*leaves), leaves, dO)
-        ratios = [
-            float(((g.double() - r).abs() / b).max())
-            for g, r, b in zip(got, ref, (bq, bk, bva[..., :-1]))
-        ]
+        ratios = gradient_ratios(got, ref, bounds)
         rows.append(
-            {
-                "method": method,
-                "T": T,
-                "max_error_over_bound": {"dq": ratios[0], "dk": ratios[1], "dv": ratios[2]},
-                "ok": max(ratios) <= 1.0,
-            }
-        )
+            {"method": method, "T": T, "max_error_over_bound": ratios,
+             "ok": max(ratios.values()) <= 1.0}
+        )  # fmt: skip
     return rows
+
+
+def gate_reference(q, k, v, dO, *, order: int):
+    """The gate's float64 autograd gradients of the unnormalized causal Taylor-N parallel form
+    and D19's float32 bounds on (dq, dk, dv) (scale 1/sqrt(d))."""
+    import torch
+
+    from verify.attention import taylor_attention
+    from verify.attention.reverse_bound import gradient_bound
+
+    leaves = [x.double().requires_grad_(True) for x in (q, k, v)]
+    out = taylor_attention(*leaves, order=order, causal=True, denominator="none")
+    ref = torch.autograd.grad(out, leaves, dO.double())
+    va = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+    ga = torch.cat([dO, torch.zeros_like(dO[..., :1])], -1)
+    bq, bk, bva = gradient_bound(
+        f"taylor:{order}", q, k, va, ga, scale=q.shape[-1] ** -0.5, causal=True, dtype="float32"
+    )
+    return ref, (bq, bk, bva[..., :-1])
+
+
+def gradient_ratios(got, ref, bounds) -> dict[str, float]:
+    """{"dq", "dk", "dv"}: the greatest |computed - reference| / bound of each (any device)."""
+    return {
+        n: float(((g.detach().double().cpu() - r).abs() / b).max())
+        for n, g, r, b in zip(("dq", "dk", "dv"), got, ref, bounds)
+    }
 
 
 def _step(fwd, q, k, v, dO, saved: list | None = None):
@@ -173,6 +182,32 @@ def _step(fwd, q, k, v, dO, saved: list | None = None):
         if gc_on:
             gc.enable()
     return t1 - t0, t2 - t1, _peak_since(base)
+
+
+def timing_row(c: dict, ref: dict | None, peak: Callable[[list], float]) -> dict:
+    """One cell's row: median [IQR] forward, backward and step seconds, peak and saved MiB
+    (``peak`` reduces the repeats' peak bytes), and, with the reference cell ``ref``, the
+    step and backward ratios paired per repeat and the memory ratios. A cell holds ``T``,
+    ``method``, per-repeat ``f``, ``b``, ``peak`` (bytes or None) and ``saved_bytes``."""
+    step = [f + b for f, b in zip(c["f"], c["b"])]
+    peaks = [p for p in c["peak"] if p is not None]
+    row = {
+        "T": c["T"],
+        "method": c["method"],
+        "forward_s": summary(c["f"]),
+        "backward_s": summary(c["b"]),
+        "step_s": summary(step),
+        "peak_mib": peak(peaks) / 2**20 if peaks else None,
+        "saved_mib": c["saved_bytes"] / 2**20,
+    }
+    if ref is not None:
+        ref_step = [f + b for f, b in zip(ref["f"], ref["b"])]
+        row["step_over_reference"] = summary([a / b for a, b in zip(step, ref_step)])
+        row["backward_over_reference"] = summary([a / b for a, b in zip(c["b"], ref["b"])])
+        rp = [p for p in ref["peak"] if p is not None]
+        row["peak_over_reference"] = peak(peaks) / peak(rp) if peaks and rp else None
+        row["saved_over_reference"] = c["saved_bytes"] / max(ref["saved_bytes"], 1)
+    return row
 
 
 def collect_backward(cfg: Config, fla, log: Callable[[str], None] = print) -> dict:
@@ -217,30 +252,8 @@ def collect_backward(cfg: Config, fla, log: Callable[[str], None] = print) -> di
     by = {(c["T"], c["method"]): c for c in cells}
     rows = []
     for c in cells:
-        peaks = [p for p in c["peak"] if p is not None]
-        ref = by.get((c["T"], REFERENCE))
-        step = [f + b for f, b in zip(c["f"], c["b"])]
-        row = {
-            "T": c["T"],
-            "method": c["method"],
-            "forward_s": summary(c["f"]),
-            "backward_s": summary(c["b"]),
-            "step_s": summary(step),
-            "peak_mib": None if not peaks else float(np.median(peaks)) / 2**20,
-            "saved_mib": c["saved_bytes"] / 2**20,
-            "times_forward_s": c["f"],
-            "times_backward_s": c["b"],
-        }
-        if ref is not None:
-            ref_step = [f + b for f, b in zip(ref["f"], ref["b"])]
-            row["step_over_reference"] = summary([a / b for a, b in zip(step, ref_step)])
-            row["backward_over_reference"] = summary([a / b for a, b in zip(c["b"], ref["b"])])
-            rp = [p for p in ref["peak"] if p is not None]
-            row["peak_over_reference"] = (
-                None if not (peaks and rp) else float(np.median(peaks) / np.median(rp))
-            )
-            row["saved_over_reference"] = c["saved_bytes"] / ref["saved_bytes"]
-        rows.append(row)
+        row = timing_row(c, by.get((c["T"], REFERENCE)), lambda p: float(np.median(p)))
+        rows.append({**row, "times_forward_s": c["f"], "times_backward_s": c["b"]})
     return {
         "methods": list(BACKWARD_METHODS),
         "reference": REFERENCE,

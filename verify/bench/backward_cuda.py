@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from verify.bench.analyse import summary
+from verify.bench.backward import timing_row
 
 REFERENCE = "chunked/reverse"
 OURS = ("chunked/reverse", "chunked/autograd")
@@ -99,17 +99,10 @@ def gate(device: str, fla, *, T: int, d: int, chunk_size: int, seed: int) -> lis
     """Unnormalized gradients of each method against float64 parallel autograd, / D19 bound."""
     import torch
 
-    from verify.attention import taylor_attention
-    from verify.attention.reverse_bound import gradient_bound
+    from verify.bench.backward import gate_reference, gradient_ratios
 
-    q, k, v, dO = (x.cpu() for x in _inputs(T, 1, d, "cpu", seed))
-    leaves = [x.double().requires_grad_(True) for x in (q, k, v)]
-    out = taylor_attention(*leaves, order=2, causal=True, denominator="none")
-    ref = torch.autograd.grad(out, leaves, dO.double())
-    va = torch.cat([v, torch.ones_like(v[..., :1])], -1)
-    ga = torch.cat([dO, torch.zeros_like(dO[..., :1])], -1)
-    bounds = gradient_bound("taylor:2", q, k, va, ga, scale=d**-0.5, causal=True, dtype="float32")
-    bounds = (bounds[0], bounds[1], bounds[2][..., :-1])
+    q, k, v, dO = _inputs(T, 1, d, "cpu", seed)
+    ref, bounds = gate_reference(q, k, v, dO, order=2)
     rows = []
     for method in METHODS:
         if method in FLA and (fla is None or (not _cuda(device) and method in FLA[:2])):
@@ -121,10 +114,7 @@ def gate(device: str, fla, *, T: int, d: int, chunk_size: int, seed: int) -> lis
         try:
             lv = [x.to(device).clone().requires_grad_(True) for x in (q, k, v)]
             got = torch.autograd.grad(fwd(*lv), lv, dO.to(device))
-            row["max_error_over_bound"] = {
-                n: float(((g.double().cpu() - r).abs() / b).max())
-                for n, g, r, b in zip(("dq", "dk", "dv"), got, ref, bounds)
-            }
+            row["max_error_over_bound"] = gradient_ratios(got, ref, bounds)
             row["ok"] = max(row["max_error_over_bound"].values()) <= 1.0
         except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
             row["error"] = f"{type(exc).__name__}: {exc}"
@@ -236,30 +226,12 @@ def collect(
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
     live = [c for c in cells if c["error"] is None]
     by = {(c["T"], c["method"]): c for c in live}
-    rows = []
-    for c in cells:
-        row = {"T": c["T"], "method": c["method"]}
-        if c["error"] is not None:
-            rows.append({**row, "error": c["error"]})
-            continue
-        step = [f + b for f, b in zip(c["f"], c["b"])]
-        peaks = [p for p in c["peak"] if p is not None]
-        row.update(
-            forward_s=summary(c["f"]),
-            backward_s=summary(c["b"]),
-            step_s=summary(step),
-            peak_mib=max(peaks) / 2**20 if peaks else None,
-            saved_mib=c["saved_bytes"] / 2**20,
-        )
-        ref = by.get((c["T"], REFERENCE))
-        if ref is not None:
-            ref_step = [f + b for f, b in zip(ref["f"], ref["b"])]
-            row["step_over_reference"] = summary([a / b for a, b in zip(step, ref_step)])
-            row["backward_over_reference"] = summary([a / b for a, b in zip(c["b"], ref["b"])])
-            rp = [p for p in ref["peak"] if p is not None]
-            row["peak_over_reference"] = max(peaks) / max(rp) if peaks and rp else None
-            row["saved_over_reference"] = c["saved_bytes"] / max(ref["saved_bytes"], 1)
-        rows.append(row)
+    rows = [
+        {"T": c["T"], "method": c["method"], "error": c["error"]}
+        if c["error"] is not None
+        else timing_row(c, by.get((c["T"], REFERENCE)), max)
+        for c in cells
+    ]
     return {
         "device": device,
         "methods": list(METHODS),

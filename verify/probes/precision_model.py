@@ -61,6 +61,7 @@ def _own_bound_ratio(variant, model, o, q, k, v, *, causal, scale, dtype, device
     import numpy as np
 
     from verify.exact.errors import attention_error_bound, float64_reference
+    from verify.properties.support.observe import ratios
 
     st = dict(structure or {})
     ref = float64_reference("softmax", q, k, v, causal=causal, scale=scale, **st)
@@ -69,10 +70,7 @@ def _own_bound_ratio(variant, model, o, q, k, v, *, causal, scale, dtype, device
         device="cuda" if str(device).startswith("cuda") else "cpu",
         exp_library=variant.exp_library, arithmetic=variant.arithmetic, precision=model, **st,
     )  # fmt: skip
-    err = np.abs(o.double().numpy() - ref)
-    bound = np.asarray(eb.bound)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(bound > 0, err / bound, np.where(err == 0, 0.0, np.inf))
+    r = ratios(np.abs(o.double().numpy() - ref), np.asarray(eb.bound))
     return float(np.nan_to_num(r, nan=np.inf).max()) if r.size else 0.0
 
 

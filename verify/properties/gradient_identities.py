@@ -52,13 +52,12 @@ def _applies(variant, ctx) -> str | None:
         from verify.spec.kernel import taylor_order
 
         fmap = kernel_feature_map(variant.kernel)
-        order = None if fmap is None else taylor_order(fmap)
         if fmap is None:
             return (
                 "identity (a) holds for every normalized kernel (D21), but only softmax and "
                 "the Taylor kernels have derived backward bounds here (D10, D19): not checked"
             )
-        if order is None or order % 2:
+        if taylor_order(fmap) % 2:
             return (
                 f"identity (a) for {variant.kernel}: its denominator reaches or crosses zero "
                 "on drawn inputs (only kappa_N of even N is positive everywhere, D4), where "
@@ -191,7 +190,7 @@ def _check(variant, ex: Example, ctx) -> list[Observation]:
 
 
 def _check_kernel(variant, x, g, ex: Example, ctx) -> list[Observation]:
-    """Identity (a) for a Taylor or linear kernel (D21, D19): full or causal visibility."""
+    """Identity (a) for a Taylor kernel (D21, D19): full or causal visibility."""
     from verify.attention import identity_bound as ib
     from verify.exact import gradient_identities as gi
 
@@ -199,36 +198,34 @@ def _check_kernel(variant, x, g, ex: Example, ctx) -> list[Observation]:
         raise NotApplicable("a mask: D19's backward bound takes causal or full visibility")
     scale = variant.score_scale(x.q.shape[-1])
     try:  # before the call: a row with D ~ 0 makes a kernel without eps return NaN
-        ib.kernel_denominator_bounds(variant.kernel, x.q, x.k, dtype=ctx.model_dtype,
-                                     causal=x.causal, scale=scale)  # fmt: skip
+        den = ib.kernel_denominator_bounds(variant.kernel, x.q, x.k, dtype=ctx.model_dtype,
+                                           causal=x.causal, scale=scale)  # fmt: skip
     except ValueError as exc:
         raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
     kw = call_kwargs(variant, "sum", None)
     _, dk, dv = _gradients(variant, x, kw, g)
-    try:
-        bound = ib.kernel_identity_bound(
-            variant.kernel, x.q, x.k, x.v, g, dv, dtype=ctx.model_dtype, causal=x.causal,
-            scale=scale,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise NotApplicable(f"identity (a)'s bound does not apply: {exc}") from exc
+    bound = ib.kernel_identity_bound(variant.kernel, x.q, x.k, x.v, g, dv, dtype=ctx.model_dtype,
+                                     causal=x.causal, scale=scale, denominators=den)  # fmt: skip
     if not np.isfinite(bound).all():
         raise NotApplicable("identity (a)'s bound is not finite on this example")
     T, S = x.q.shape[-2], x.k.shape[-2]
     vis = np.tril(np.ones((T, S), dtype=bool)) if x.causal else np.ones((T, S), dtype=bool)
     res = gi.identity_residuals(dk, dv, g, vis)
-    obs = _observation(res, {"value": bound}, "value", "(a) sum_j dV_j - sum_i dO_i")
-    obs.detail = obs.detail.replace(
-        "D21 with D10's backward bounds summed over the keys",
-        f"D21 with D19's backward bound for {variant.kernel} and D10's bound of the denominator",
-    ).replace("(verify.exact.gradient_identities)", "(kernel_identity_bound)")
-    return [obs]
+    how = (f"D21 with D19's backward bound for {variant.kernel} and D10's bound of the "
+           "denominator (verify.attention.identity_bound)")  # fmt: skip
+    return [_observation(res, {"value": bound}, "value", "(a) sum_j dV_j - sum_i dO_i", how)]
 
 
-def _observation(res, bounds, name: str, what: str) -> Observation:
+#: how the softmax residuals' bounds are derived (``_observation``'s default)
+SOFTMAX_HOW = ("D21 with D10's backward bounds summed over the keys and the float64 evaluation "
+               "of the sums (verify.exact.gradient_identities)")  # fmt: skip
+
+
+def _observation(res, bounds, name: str, what: str, how: str = SOFTMAX_HOW) -> Observation:
+    from verify.properties.support.observe import ratios
+
     r, b = np.abs(res[name]), bounds[name]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(b > 0, r / b, np.where(r == 0, 0.0, np.inf))
+    ratio = ratios(r, b)
     idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
     return Observation(
         float(r[idx]),
@@ -236,8 +233,7 @@ def _observation(res, bounds, name: str, what: str) -> Observation:
         kind="derived",
         where=f"{name}{idx}",
         detail=f"identity {what} = {float(r[idx]):.3e} at (batch, kv head, column) {idx} vs "
-        f"its bound {float(b[idx]):.3e}; derived: D21 with D10's backward bounds summed over "
-        "the keys and the float64 evaluation of the sums (verify.exact.gradient_identities)",
+        f"its bound {float(b[idx]):.3e}; derived: {how}",
     )
 
 
